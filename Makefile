@@ -1,0 +1,49 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (see README.md).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test deps venv bench bench-quick faults clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# apt packages when root (Debian etcd 3.4.23 for the second etcd version, nvme-cli,
+# systemd-container and iproute2 for the system tests); skipped with a note otherwise.
+deps:
+	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	  need=""; \
+	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2; do \
+	    dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
+	  if [ -n "$$need" ]; then \
+	    echo "apt: installing$$need"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
+	    systemctl disable --now etcd >/dev/null 2>&1 || true; \
+	  fi; \
+	else echo "not root: skipping apt packages (tests needing Debian etcd 3.4 are skipped)"; fi
+
+venv: $(BIN)/python
+	@$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
+	$(BIN)/pip install -q -e '.[test]'
+
+test: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+demo: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/awide-cluster demo
+
+bench: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench
+
+bench-quick: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench --quick
+
+SEED ?= 1
+FAULTS ?= 40
+REPORT ?= faults-report.json
+faults: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.faults.runner --seed $(SEED) --faults $(FAULTS) --report $(REPORT)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

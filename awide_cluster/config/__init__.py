@@ -1,0 +1,1 @@
+"""Config files (YAML), validated with pydantic. ``common`` holds what daemon and gateway share."""

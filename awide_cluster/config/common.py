@@ -1,0 +1,120 @@
+"""Loading and validating YAML config files; the etcd section shared by daemon and gateway.
+
+A bad file raises ``ConfigError`` naming the file, the field and the reason; the CLI turns it
+into exit code 2 before anything touches etcd.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(Exception):
+    """An invalid config file. ``field`` is a dotted path (``etcd.endpoints.1``) or ``-``."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        super().__init__(f"{file}: {field}: {reason}")
+        self.file, self.field, self.reason = file, field, reason
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors (typos must not pass)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsSection(Section):
+    ca_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> "TlsSection":
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        for p in (self.ca_file, self.cert_file, self.key_file):
+            if p is not None and not p.is_file():
+                raise ValueError(f"{p} is not a readable file")
+        return self
+
+
+class EtcdSection(Section):
+    endpoints: list[str] = Field(min_length=1, max_length=16)
+    call_timeout: float = Field(default=0.5, gt=0.01, le=10.0,
+                                description="bound of every etcd call, seconds")
+    hedge_after: float = Field(default=0.05, ge=0.0, le=5.0,
+                               description="a read not answered by then also goes to the next member")
+    tls: TlsSection | None = None
+    username: str | None = None
+    password: str | None = None
+    password_file: Path | None = None
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for i, url in enumerate(v):
+            parts = urlsplit(url)
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if parts.scheme not in ("http", "https") or not parts.hostname or not port:
+                raise ValueError(
+                    f"endpoint {i} {url!r} must be http(s)://HOST:PORT (e.g. http://10.0.0.1:2379)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _auth(self) -> "EtcdSection":
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give password or password_file, not both")
+        if (self.password is not None or self.password_file is not None) and not self.username:
+            raise ValueError("a password needs a username")
+        if self.hedge_after >= self.call_timeout:
+            raise ValueError("hedge_after must be shorter than call_timeout")
+        return self
+
+    def resolved_password(self) -> str | None:
+        if self.password_file is not None:
+            return self.password_file.read_text().strip()
+        return self.password
+
+
+def _field(err: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in err["loc"]) or "-"
+
+
+def parse(data: Any, model: type[M], file: str = "<config>") -> M:
+    """Validate already-loaded data; ConfigError with the first field at fault."""
+    if not isinstance(data, dict):
+        raise ConfigError(file, "-", "the file must hold a YAML mapping of settings")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        return_field = _field(err)
+        raise ConfigError(file, return_field, msg) from None
+
+
+def load(path: str | Path, model: type[M]) -> M:
+    """Read a YAML file and validate it against ``model``."""
+    name = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(name, "-", f"cannot read the file: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "-"
+        raise ConfigError(name, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse(data, model, name)

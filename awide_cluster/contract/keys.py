@@ -1,0 +1,54 @@
+"""The etcd key layout. Every key is relative to the cluster prefix ``/awide/<cluster>/``."""
+
+from __future__ import annotations
+
+import re
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+LEADER = "leader"
+REGISTRY = "registry"
+MEMBERS = "members/"
+INTENTS = "intents/"
+GATEWAYS = "gateways/"
+LAYOUTS = "layouts/"
+
+
+class BadName(ValueError):
+    """A host, cluster, card, gateway or namespace name that cannot be a key segment."""
+
+
+def check_name(what: str, value: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise BadName(
+            f"{what} {value!r} is not a valid name: 1-63 characters of letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def prefix(cluster: str) -> str:
+    return f"/awide/{check_name('cluster', cluster)}/"
+
+
+def member(host: str) -> str:
+    return MEMBERS + check_name("host", host)
+
+
+def intent(card_id: str) -> str:
+    return INTENTS + check_name("card id", card_id)
+
+
+def gateway(gateway_id: str) -> str:
+    return GATEWAYS + check_name("gateway id", gateway_id)
+
+
+def layout(namespace: str) -> str:
+    return LAYOUTS + check_name("namespace", namespace)
+
+
+def tail(key: str, folder: str) -> str:
+    """``tail('members/h1', MEMBERS) == 'h1'``."""
+    if not key.startswith(folder):
+        raise ValueError(f"key {key!r} is not under {folder!r}")
+    return key[len(folder):]

@@ -1,0 +1,282 @@
+"""The card registry: one versioned JSON document at ``registry``, written by the leader only.
+
+Domain values are frozen dataclasses (``Registry``, ``CardEntry``); the wire format is checked
+by pydantic models (``_RegistryDoc``) so that a bad document is refused with the path of the
+field at fault. A reader refuses a schema it does not know (``UnknownSchema``) and keeps its
+last good copy; that policy lives in the readers, this module only says what is wrong.
+
+Schema 1, see docs/registry.md::
+
+    {"schema": 1, "cluster": "c1", "generation": 7, "leader": "h1",
+     "written_at": "2026-11-30T14:00:00+00:00", "slot_algorithm": 1,
+     "cards": [{"id": "c3f1...", "serial": "SN1", "model": "M", "identity": "uuid",
+                "host": "h1", "name": "card0", "kind": "nvme", "path": null,
+                "target": {"transport": "tcp", "traddr": "10.0.0.1", "trsvcid": "4420",
+                           "subnqn": "nqn.2024-01.io.awide:sub1"},
+                "state": "in", "health": "ok", "reason": "", "admitted": 3,
+                "changed_generation": 5, "changed_at": "...", "conflict": null}],
+     "slots": ["c3f1...", null, null, null, null, null, null, null],
+     "unplaced": [{"card": "...", "reason": "..."}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
+
+SCHEMA_VERSION = 1
+STATES = ("in", "out", "drained")
+HEALTHS = ("ok", "sick", "unknown")
+KINDS = ("nvme", "dir")
+
+State = Literal["in", "out", "drained"]
+Health = Literal["ok", "sick", "unknown"]
+
+
+class RegistryError(ValueError):
+    """The registry document is not valid; the message names the field at fault."""
+
+
+class UnknownSchema(RegistryError):
+    """The document's schema version is not one this reader knows."""
+
+
+def card_id(serial: str, model: str, identity: str) -> str:
+    """A card's stable id: derived from what the card is, never from where it is mounted.
+
+    A card whose identity changed gets another id: it is a different card.
+    """
+    digest = hashlib.sha256(f"{serial}\n{model}\n{identity}".encode()).hexdigest()
+    return "c" + digest[:11]
+
+
+@dataclass(frozen=True, slots=True)
+class CardEntry:
+    id: str
+    serial: str
+    model: str
+    identity: str
+    host: str
+    name: str                       # the card's name in its host's config
+    kind: Literal["nvme", "dir"]
+    state: State
+    health: Health
+    reason: str
+    admitted: int                   # generation at which the card entered the registry
+    changed_generation: int         # generation of the last state change
+    changed_at: str = ""            # leader's wall clock at that change, informational only
+    target: NvmeTarget | None = None
+    path: str | None = None         # directory cards: where the directory is
+    conflict: str | None = None     # why this card is in conflict (duplicate serial), if it is
+
+    @property
+    def usable(self) -> bool:
+        """In service for I/O: state ``in`` and no conflict."""
+        return self.state == "in" and self.conflict is None
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    cluster: str
+    generation: int
+    leader: str
+    cards: tuple[CardEntry, ...]            # sorted by id
+    slots: slotfn.SlotTable = slotfn.EMPTY
+    written_at: str = ""
+    schema: int = SCHEMA_VERSION
+    slot_algorithm: int = slotfn.ALGORITHM_VERSION
+    by_id: dict[str, CardEntry] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cards", tuple(sorted(self.cards, key=lambda c: c.id)))
+        object.__setattr__(self, "by_id", {c.id: c for c in self.cards})
+
+    def card(self, card_id_: str) -> CardEntry | None:
+        return self.by_id.get(card_id_)
+
+    def content(self) -> tuple:
+        """What a write compares to decide whether anything changed (not generation/time)."""
+        return (self.cluster, self.cards, self.slots, self.slot_algorithm)
+
+
+def claims(cards: tuple[CardEntry, ...], table: slotfn.SlotTable) -> list[slotfn.SlotClaim]:
+    """The slot function's input from registry cards and the table they last held."""
+    held = table.as_mapping()
+    out = []
+    for c in cards:
+        placed = held.get(c.id)
+        eligible = c.conflict is None or placed is not None
+        out.append(slotfn.SlotClaim(
+            card_id=c.id, admitted=c.admitted, claim=placed, eligible=eligible,
+            ineligible_reason=f"conflict: {c.conflict}" if not eligible else "",
+        ))
+    return out
+
+
+def slot_table(cards: tuple[CardEntry, ...], previous: slotfn.SlotTable) -> slotfn.SlotTable:
+    """The slot table for ``cards`` given the table the registry held before."""
+    return slotfn.assign(claims(cards, previous))
+
+
+def check_slots(reg: Registry) -> str | None:
+    """None when the published table is what the slot function gives; else why not."""
+    mine = slot_table(reg.cards, reg.slots)
+    if mine != reg.slots:
+        return (
+            f"published slot table of generation {reg.generation} differs from this "
+            f"reader's slot function (algorithm {slotfn.ALGORITHM_VERSION}, registry says "
+            f"{reg.slot_algorithm}): published {list(reg.slots.slots)}, computed "
+            f"{list(mine.slots)}"
+        )
+    return None
+
+
+# ---------------------------------------------------------------- wire format
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class _TargetDoc(_Strict):
+    transport: str
+    traddr: str
+    trsvcid: str
+    subnqn: str
+
+
+class _CardDoc(_Strict):
+    id: str = Field(min_length=1, max_length=64)
+    serial: str = Field(min_length=1, max_length=64)
+    model: str = Field(max_length=64)
+    identity: str = Field(max_length=128)
+    host: str
+    name: str
+    kind: Literal["nvme", "dir"]
+    state: Literal["in", "out", "drained"]
+    health: Literal["ok", "sick", "unknown"]
+    reason: str = Field(max_length=1024)
+    admitted: int = Field(ge=0)
+    changed_generation: int = Field(ge=0)
+    changed_at: str = ""
+    target: _TargetDoc | None = None
+    path: str | None = Field(default=None, max_length=4096)
+    conflict: str | None = None
+
+
+class _UnplacedDoc(_Strict):
+    card: str
+    reason: str
+
+
+class _RegistryDoc(_Strict):
+    schema_: int = Field(alias="schema")
+    cluster: str
+    generation: int = Field(ge=0)
+    leader: str
+    written_at: str = ""
+    slot_algorithm: int = Field(ge=1)
+    cards: list[_CardDoc]
+    slots: list[str | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
+    unplaced: list[_UnplacedDoc] = []
+
+
+def _where(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+    return f"{loc or 'document'}: {e['msg']}"
+
+
+def decode(raw: bytes | str) -> Registry:
+    """Parse and check a registry document; raise RegistryError naming what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RegistryError(f"registry is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise RegistryError("registry is not a JSON object")
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise UnknownSchema(
+            f"registry schema {schema!r} is not known to this reader (knows {SCHEMA_VERSION})"
+        )
+    try:
+        doc = _RegistryDoc.model_validate(data)
+    except ValidationError as e:
+        raise RegistryError(f"registry field {_where(e)}") from None
+    cards = []
+    for i, c in enumerate(doc.cards):
+        try:
+            check_name("host", c.host)
+            check_name("card name", c.name)
+            target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
+        except (BadName, InvalidTarget) as e:
+            raise RegistryError(f"registry field cards[{i}]: {e}") from None
+        if c.kind == "nvme" and target is None:
+            raise RegistryError(f"registry field cards[{i}].target: an nvme card needs a target")
+        cards.append(CardEntry(
+            id=c.id, serial=c.serial, model=c.model, identity=c.identity, host=c.host,
+            name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
+            admitted=c.admitted, changed_generation=c.changed_generation,
+            changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
+        ))
+    ids = [c.id for c in cards]
+    if len(set(ids)) != len(ids):
+        raise RegistryError("registry field cards: the same card id appears twice")
+    known = set(ids)
+    for i, s in enumerate(doc.slots):
+        if s is not None and s not in known:
+            raise RegistryError(f"registry field slots[{i}]: card {s!r} is not in cards")
+    placed = [s for s in doc.slots if s is not None]
+    if len(set(placed)) != len(placed):
+        raise RegistryError("registry field slots: a card holds two slots")
+    table = slotfn.SlotTable(
+        slots=tuple(doc.slots),
+        unplaced=tuple(sorted((u.card, u.reason) for u in doc.unplaced)),
+    )
+    return Registry(
+        cluster=doc.cluster, generation=doc.generation, leader=doc.leader,
+        cards=tuple(cards), slots=table, written_at=doc.written_at, schema=doc.schema_,
+        slot_algorithm=doc.slot_algorithm,
+    )
+
+
+def to_dict(reg: Registry) -> dict[str, Any]:
+    return {
+        "schema": reg.schema,
+        "cluster": reg.cluster,
+        "generation": reg.generation,
+        "leader": reg.leader,
+        "written_at": reg.written_at,
+        "slot_algorithm": reg.slot_algorithm,
+        "cards": [_card_dict(c) for c in reg.cards],
+        "slots": list(reg.slots.slots),
+        "unplaced": [{"card": cid, "reason": why} for cid, why in reg.slots.unplaced],
+    }
+
+
+def _card_dict(c: CardEntry) -> dict[str, Any]:
+    return {
+        "id": c.id, "serial": c.serial, "model": c.model, "identity": c.identity,
+        "host": c.host, "name": c.name, "kind": c.kind, "state": c.state,
+        "health": c.health, "reason": c.reason, "admitted": c.admitted,
+        "changed_generation": c.changed_generation, "changed_at": c.changed_at,
+        "target": c.target.to_dict() if c.target else None, "path": c.path,
+        "conflict": c.conflict,
+    }
+
+
+def encode(reg: Registry) -> bytes:
+    return json.dumps(to_dict(reg), sort_keys=True, separators=(",", ":")).encode()
+
+
+def with_slots(reg: Registry) -> Registry:
+    """The registry with its slot table recomputed from its cards and previous table."""
+    return replace(reg, slots=slot_table(reg.cards, reg.slots))
