@@ -1,0 +1,109 @@
+"""The systemd units: verified by systemd-analyze (any stderr output is a failure), the
+target/store binding read back from the units, and the nvmet export script run against a
+configfs-shaped directory (this kernel has no nvmet)."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = ROOT / "systemd"
+
+pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                                reason="systemd-analyze not installed")
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.optionxform = str
+    cp.read(UNITS / name)
+    return cp
+
+
+def _install(tmp_path: Path) -> Path:
+    """Copy the units with their programs pointed at programs that exist here."""
+    out = tmp_path / "units"
+    out.mkdir()
+    true = shutil.which("true")
+    for unit in UNITS.glob("*.service"):
+        text = unit.read_text()
+        for prog in ("/usr/local/bin/awide-cluster", "/usr/local/bin/adp-store",
+                     "/usr/local/bin/awide-nvmet-export", "/usr/bin/etcd"):
+            text = text.replace(prog, true)
+        (out / unit.name).write_text(text)
+    return out
+
+
+@pytest.mark.parametrize("name", ["awide-cluster.service", "awide-etcd.service",
+                                  "awide-store@card0.service", "awide-nvmet@card0.service"])
+def test_units_verify_cleanly(tmp_path: Path, name: str) -> None:
+    units = _install(tmp_path)
+    if "@" in name:
+        template = name.split("@")[0] + "@.service"
+        (units / name).symlink_to(units / template)
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(units / name)],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
+    # unknown keys only warn: any output at all is a failure
+    noise = [l for l in r.stderr.splitlines() if "awide" in l or "Unknown" in l
+             or "Failed" in l or "Invalid" in l]
+    assert r.returncode == 0 and not noise, r.stderr
+
+
+def test_daemon_unit_is_notify_with_watchdog_and_no_restart_on_bad_config() -> None:
+    s = _unit("awide-cluster.service")["Service"]
+    assert s["Type"] == "notify"
+    assert int(s["WatchdogSec"]) > 0
+    assert s["RestartPreventExitStatus"] == "2"
+    assert "check-config" in s["ExecStartPre"]
+
+
+def test_target_is_bound_to_its_store() -> None:
+    u = _unit("awide-nvmet@.service")["Unit"]
+    assert u["BindsTo"] == "awide-store@%i.service"
+    assert u["PartOf"] == "awide-store@%i.service"
+    assert "awide-store@%i.service" in u["After"]
+
+
+def _export(tmp_path: Path, action: str, **env: str) -> subprocess.CompletedProcess:
+    base = {"AWIDE_NQN": "nqn.2024-01.io.awide:card0", "AWIDE_DEVICE": "/dev/nvme0n1",
+            "AWIDE_TRTYPE": "tcp", "AWIDE_TRADDR": "10.200.0.11", "AWIDE_TRSVCID": "4420",
+            "AWIDE_PORT_ID": "1", "NVMET_ROOT": str(tmp_path / "nvmet"),
+            "PATH": os.environ["PATH"]}
+    base.update(env)
+    return subprocess.run([str(UNITS / "awide-nvmet-export"), action, "card0"],
+                          capture_output=True, text=True, env=base, timeout=10)
+
+
+def test_export_up_writes_the_configfs_tree_and_down_withdraws(tmp_path: Path) -> None:
+    r = _export(tmp_path, "up")
+    assert r.returncode == 0, r.stderr
+    sub = tmp_path / "nvmet/subsystems/nqn.2024-01.io.awide:card0"
+    port = tmp_path / "nvmet/ports/1"
+    assert (sub / "namespaces/1/device_path").read_text().strip() == "/dev/nvme0n1"
+    assert (port / "addr_traddr").read_text().strip() == "10.200.0.11"
+    assert (port / "addr_adrfam").read_text().strip() == "ipv4"
+    assert (port / "subsystems/nqn.2024-01.io.awide:card0").is_symlink()
+    r = _export(tmp_path, "down")
+    assert r.returncode == 0, r.stderr
+    assert not (port / "subsystems/nqn.2024-01.io.awide:card0").exists()
+    assert (sub / "namespaces/1/enable").read_text().strip() == "0"
+
+
+@pytest.mark.parametrize("env,field", [
+    ({"AWIDE_NQN": "--evil"}, "AWIDE_NQN"),
+    ({"AWIDE_TRTYPE": "fc;reboot"}, "AWIDE_TRTYPE"),
+    ({"AWIDE_TRSVCID": "44x20"}, "AWIDE_TRSVCID"),
+    ({"AWIDE_DEVICE": ""}, "AWIDE_DEVICE"),
+])
+def test_export_refuses_bad_values_naming_them(tmp_path: Path, env: dict, field: str) -> None:
+    r = _export(tmp_path, "up", **env)
+    assert r.returncode == 2
+    assert field in r.stderr
+    assert not (tmp_path / "nvmet").exists()
