@@ -11,7 +11,7 @@ Schema 1, see docs/registry.md::
      "written_at": "2026-11-30T14:00:00+00:00", "slot_algorithm": 1,
      "cards": [{"id": "c3f1...", "serial": "SN1", "model": "M", "identity": "uuid",
                 "host": "h1", "name": "card0", "kind": "nvme", "path": null,
-                "target": {"transport": "tcp", "traddr": "10.0.0.1", "trsvcid": "4420",
+                "target": {"transport": "tcp", "traddr": "10.0.0.1", "trsvcid": 4420,
                            "subnqn": "nqn.2024-01.io.awide:sub1"},
                 "state": "in", "health": "ok", "reason": "", "admitted": 3,
                 "changed_generation": 5, "changed_at": "...", "conflict": null}],
@@ -148,7 +148,7 @@ class _Strict(BaseModel):
 class _TargetDoc(_Strict):
     transport: str
     traddr: str
-    trsvcid: str
+    trsvcid: int | str             # NvmeTarget writes an int; "4420" also accepted
     subnqn: str
 
 

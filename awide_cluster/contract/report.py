@@ -82,7 +82,7 @@ class _ProbeDoc(_Strict):
 class _TargetDoc(_Strict):
     transport: str
     traddr: str
-    trsvcid: str
+    trsvcid: int | str             # NvmeTarget writes an int; "4420" also accepted
     subnqn: str
 
 

@@ -1,0 +1,51 @@
+"""Hypothesis strategies for registry cards (shared by the contract and daemon tests)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from awide_cluster.contract.registry import CardEntry, Registry, card_id, slot_table
+from awide_cluster.contract.slots import EMPTY
+from awide_cluster.nvme.target import NvmeTarget
+
+serials = st.sampled_from(["SN1", "SN2", "SN3", "SN4", "SN5", "SN6", "SN7", "SN8", "SN9",
+                           "SN10", "SN11"])
+hosts = st.sampled_from(["h1", "h2", "h3", "store-a.example"])
+states = st.sampled_from(["in", "out", "drained"])
+healths = st.sampled_from(["ok", "sick", "unknown"])
+texts = st.text(max_size=30)
+
+
+@st.composite
+def cards(draw) -> CardEntry:
+    serial = draw(serials)
+    model = draw(st.sampled_from(["M1", "ADP card", ""]))
+    identity = draw(st.uuids().map(str))
+    kind = draw(st.sampled_from(["nvme", "dir"]))
+    host = draw(hosts)
+    target = None
+    path = None
+    if kind == "nvme":
+        target = NvmeTarget("tcp", draw(st.sampled_from(["10.0.0.1", "fd00::1", "store-a"])),
+                            draw(st.integers(1, 65535)),
+                            f"nqn.2024-01.io.awide:{serial.lower()}")
+    else:
+        path = "/srv/cards/" + draw(st.text(alphabet="abc012", min_size=1, max_size=6))
+    return CardEntry(
+        id=card_id(serial, model, identity), serial=serial, model=model, identity=identity,
+        host=host, name=draw(st.sampled_from(["card0", "card1", "c-2"])), kind=kind,
+        state=draw(states), health=draw(healths), reason=draw(texts),
+        admitted=draw(st.integers(0, 50)), changed_generation=draw(st.integers(0, 50)),
+        changed_at=draw(st.sampled_from(["", "2026-01-01T00:00:00+00:00"])),
+        target=target, path=path,
+        conflict=draw(st.one_of(st.none(), texts.filter(bool))),
+    )
+
+
+@st.composite
+def registries(draw, max_cards: int = 11) -> Registry:
+    cs = draw(st.lists(cards(), max_size=max_cards, unique_by=lambda c: c.id))
+    table = slot_table(tuple(cs), EMPTY)
+    return Registry(cluster="c1", generation=draw(st.integers(0, 10**6)),
+                    leader=draw(hosts), cards=tuple(cs), slots=table,
+                    written_at=draw(st.sampled_from(["", "2026-01-01T00:00:00+00:00"])))
