@@ -1,0 +1,204 @@
+"""The daemon's Prometheus metrics, on a per-daemon ``CollectorRegistry`` (never the global one,
+so several daemons in one process, as in tests and the demo, do not mix their figures).
+
+The daemon constructs one ``DaemonMetrics`` and calls the ``record``-style methods below from
+its loop; ``/metrics`` renders ``exposition()``. Every metric is listed in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from awide_cluster.contract.registry import STATES, Registry
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# etcd calls are bounded at 0.5 s by default: buckets resolve the interesting part below it.
+_ETCD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+
+def error_name(error: BaseException | str | None) -> str:
+    """The ``error`` label: the exception's type name (e.g. ``Timeout``), a string as is."""
+    if error is None:
+        return ""
+    if isinstance(error, BaseException):
+        return type(error).__name__
+    return error
+
+
+class DaemonMetrics:
+    """All metrics of one daemon. ``registry`` is this daemon's own CollectorRegistry."""
+
+    def __init__(self, *, host: str, role: str, version: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.build = Info("awide_build", "Daemon identity", registry=r)
+        self.build.info({"host": host, "role": role, "version": version})
+
+        self.polls = Counter("awide_polls", "Main loop turns (polls), by result",
+                             ["result"], registry=r)
+        self.poll_duration = Histogram("awide_poll_duration_seconds",
+                                       "Time one main loop turn took (excluding the sleep)",
+                                       buckets=_POLL_BUCKETS, registry=r)
+        self.heartbeat_age = Gauge("awide_loop_heartbeat_age_seconds",
+                                   "Seconds since the main loop last turned (at scrape time)",
+                                   registry=r)
+
+        self.probes = Counter("awide_probe_results", "Card probe results, by card, probe, result",
+                              ["card", "probe", "result"], registry=r)
+        self.probe_duration = Histogram("awide_probe_duration_seconds",
+                                        "Time one card probe took", ["probe"],
+                                        buckets=_PROBE_BUCKETS, registry=r)
+        self.card_healthy = Gauge("awide_local_card_healthy",
+                                  "1 if this host's latest probe of the card was healthy, else 0",
+                                  ["card"], registry=r)
+
+        self.card_state = Gauge("awide_card_state",
+                                "Registry state of each card: 1 for its current state, 0 others",
+                                ["card", "host", "state"], registry=r)
+        self.cards = Gauge("awide_cards", "Cards in the registry, by state", ["state"], registry=r)
+        self.cards_unplaced = Gauge("awide_cards_unplaced",
+                                    "Registry cards with no slot (a 9th card, a conflict)",
+                                    registry=r)
+        self.cards_conflict = Gauge("awide_cards_conflict",
+                                    "Registry cards in a serial conflict", registry=r)
+        self.registry_generation = Gauge("awide_registry_generation",
+                                         "Generation of the registry this daemon last read or "
+                                         "wrote", registry=r)
+        self.registry_writes = Counter("awide_registry_writes",
+                                       "Registry writes attempted by this daemon as leader, by "
+                                       "result (written, conflict, error)",
+                                       ["result"], registry=r)
+        self.registry_rejected = Counter("awide_registry_rejected",
+                                         "Registry documents read and refused (corrupt, unknown "
+                                         "schema), last good copy kept", ["reason"], registry=r)
+
+        self.reports = Counter("awide_reports", "Host reports this daemon wrote, by result",
+                               ["result"], registry=r)
+        self.reports_rejected = Counter("awide_reports_rejected",
+                                        "Peer host reports read by the leader and refused",
+                                        ["host"], registry=r)
+
+        self.is_leader = Gauge("awide_is_leader", "1 while this daemon holds the leader key",
+                               registry=r)
+        self.leader_changes = Counter("awide_leader_changes",
+                                      "Changes of the leader daemon seen by this daemon",
+                                      registry=r)
+
+        self.etcd_duration = Histogram("awide_etcd_call_duration_seconds",
+                                       "Duration of etcd calls, by operation", ["op"],
+                                       buckets=_ETCD_BUCKETS, registry=r)
+        self.etcd_errors = Counter("awide_etcd_call_errors",
+                                   "Failed etcd calls, by operation and error type",
+                                   ["op", "error"], registry=r)
+
+        self._cards_seen: set[tuple[str, str]] = set()
+        self._leader: str | None = None
+        self._leader_known = False
+
+    # ------------------------------------------------------------------ main loop
+    def poll_done(self, seconds: float, *, ok: bool = True) -> None:
+        self.polls.labels(result="ok" if ok else "error").inc()
+        self.poll_duration.observe(max(0.0, seconds))
+
+    def bind_heartbeat(self, age: Callable[[], float]) -> None:
+        """Make ``awide_loop_heartbeat_age_seconds`` read ``age()`` at each scrape."""
+        self.heartbeat_age.set_function(age)
+
+    # ------------------------------------------------------------------ probes
+    def probe_result(self, card: str, probe: str, ok: bool, seconds: float | None = None) -> None:
+        self.probes.labels(card=card, probe=probe, result="ok" if ok else "fail").inc()
+        if seconds is not None:
+            self.probe_duration.labels(probe=probe).observe(max(0.0, seconds))
+
+    def local_card(self, card: str, healthy: bool) -> None:
+        self.card_healthy.labels(card=card).set(1 if healthy else 0)
+
+    # ------------------------------------------------------------------ registry
+    def observe_registry(self, reg: Registry) -> None:
+        """Set generation and card-state gauges from a registry read or written."""
+        self.registry_generation.set(reg.generation)
+        now: set[tuple[str, str]] = set()
+        counts = dict.fromkeys(STATES, 0)
+        for c in reg.cards:
+            now.add((c.id, c.host))
+            counts[c.state] += 1
+            for s in STATES:
+                self.card_state.labels(card=c.id, host=c.host, state=s).set(
+                    1 if s == c.state else 0)
+        for card, host in self._cards_seen - now:        # forgotten cards leave the output
+            for s in STATES:
+                try:
+                    self.card_state.remove(card, host, s)
+                except KeyError:
+                    pass
+        self._cards_seen = now
+        for s, n in counts.items():
+            self.cards.labels(state=s).set(n)
+        self.cards_unplaced.set(len(reg.slots.unplaced))
+        self.cards_conflict.set(sum(1 for c in reg.cards if c.conflict is not None))
+
+    def registry_write(self, result: str) -> None:
+        """``result``: written, conflict (fenced or raced) or error."""
+        self.registry_writes.labels(result=result).inc()
+
+    def registry_refused(self, reason: str) -> None:
+        """``reason``: a short class, e.g. ``corrupt`` or ``unknown_schema``."""
+        self.registry_rejected.labels(reason=reason).inc()
+
+    # ------------------------------------------------------------------ reports
+    def report_write(self, ok: bool) -> None:
+        self.reports.labels(result="written" if ok else "error").inc()
+
+    def report_refused(self, host: str) -> None:
+        self.reports_rejected.labels(host=host).inc()
+
+    # ------------------------------------------------------------------ leadership
+    def observe_leader(self, holder: str | None, *, me: bool) -> None:
+        """Call with the leader key's holder (None: no leader) each turn.
+
+        A change is counted when a leader differs from the previous leader seen; the first
+        observation only sets the baseline, and a gap with no leader is not a change by itself.
+        """
+        self.is_leader.set(1 if me else 0)
+        if holder is None:
+            return
+        if self._leader_known and holder != self._leader:
+            self.leader_changes.inc()
+        self._leader, self._leader_known = holder, True
+
+    # ------------------------------------------------------------------ etcd
+    def etcd_call(self, op: str, seconds: float, error: BaseException | str | None = None) -> None:
+        self.etcd_duration.labels(op=op).observe(max(0.0, seconds))
+        if error is not None:
+            self.etcd_errors.labels(op=op, error=error_name(error)).inc()
+
+    @contextmanager
+    def etcd_timer(self, op: str, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+        """``with metrics.etcd_timer("range"): await store.range(...)`` (errors re-raised)."""
+        start = clock()
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise                               # shutting down: not an etcd error
+        except BaseException as e:
+            self.etcd_call(op, clock() - start, e)
+            raise
+        self.etcd_call(op, clock() - start)
+
+    # ------------------------------------------------------------------ output
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def families(self) -> Iterable[tuple[str, str]]:
+        """(name, type) of every metric family, as exposed (for the docs test)."""
+        for fam in self.registry.collect():
+            yield fam.name, fam.type
