@@ -1,0 +1,186 @@
+"""The gateway's cluster-mode configuration (YAML), validated like the daemon's.
+
+Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoints`` and
+``model.name`` has a default; see docs/config.md, section "Gateway")::
+
+    mode: cluster
+    cluster: c1
+    host: gpu7
+    pod: vllm-0
+    etcd:
+      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+    timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10}
+    key_placement: dialog
+    model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,
+            block_tokens: 16, num_layers: 32, num_kv_heads: 8, head_dim: 128}
+    nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0}
+    watch: true
+
+Combinations that cannot work are refused when the file is loaded (exit code 2 from
+``awide-cluster gateway check-config``), never discovered at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from awide_cluster.config.common import ConfigError, EtcdSection, Section, load, parse
+from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.nvme.target import InvalidTarget, validate_nqn
+
+__all__ = [
+    "ConfigError", "GatewayConfig", "ModelSection", "NvmeSection", "TimingSection",
+    "load_config", "parse_config",
+]
+
+_DTYPES = ("float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2", "int8")
+_EXTRA_KEY = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _name(what: str, v: str) -> str:
+    try:
+        return check_name(what, v)
+    except BadName as e:
+        raise ValueError(str(e)) from None
+
+
+class TimingSection(Section):
+    poll_interval: float = Field(default=1.0, ge=0.05, le=60.0,
+                                 description="seconds between two registry polls")
+    sick_polls: int = Field(default=3, ge=1, le=100,
+                            description="bad local observations in a row before a card goes out")
+    healthy_polls: int = Field(default=1, ge=1, le=100,
+                               description="good observations in a row before it comes back")
+    lease_ttl: int = Field(default=10, ge=2, le=600,
+                           description="TTL (s) of the lease gateways/<id> is bound to")
+
+
+class ModelSection(Section):
+    """The inputs of the key namespace: everything that changes the bytes of a KV block.
+
+    Two configurations that differ in any field get different namespaces, so their keys never
+    meet. ``extra`` carries engine-specific inputs (e.g. ``tensor_parallel: "2"``).
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    revision: str = Field(default="main", min_length=1, max_length=100)
+    dtype: str = "bfloat16"
+    block_tokens: int = Field(default=16, ge=1, le=65536)
+    num_layers: int = Field(default=0, ge=0, le=4096, description="0 = not given")
+    num_kv_heads: int = Field(default=0, ge=0, le=4096, description="0 = not given")
+    head_dim: int = Field(default=0, ge=0, le=65536, description="0 = not given")
+    extra: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in _DTYPES:
+            raise ValueError(f"dtype {v!r} is not one of {', '.join(_DTYPES)}")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not _EXTRA_KEY.match(k):
+                raise ValueError(f"extra key {k!r}: lower-case letters, digits and '_' only")
+        return v
+
+
+class NvmeSection(Section):
+    program: str = Field(default="nvme", min_length=1, description="nvme-cli, looked up on PATH")
+    sysfs_root: Path = Path("/sys")
+    hostnqn: str | None = None
+    command_timeout: float = Field(default=5.0, gt=0.0, le=120.0,
+                                   description="bound of every nvme-cli command, seconds")
+    disconnect_forgotten: bool = Field(
+        default=True,
+        description="disconnect a card the registry no longer lists (never one merely out)")
+
+    @field_validator("hostnqn")
+    @classmethod
+    def _hostnqn(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return validate_nqn(v, "hostnqn")
+        except InvalidTarget as e:
+            raise ValueError(str(e)) from None
+
+
+class GatewayConfig(Section):
+    mode: Literal["cluster"]
+    cluster: str
+    host: str
+    pod: str
+    gateway_id: str | None = Field(default=None, description="default: <host>-<pod>")
+    etcd: EtcdSection
+    timing: TimingSection = TimingSection()
+    key_placement: Literal["dialog", "stripe"] = "dialog"
+    model: ModelSection
+    nvme: NvmeSection = NvmeSection()
+    watch: bool = Field(default=True, description="also watch the registry (the poll stays)")
+    wipe_on_start: bool = Field(default=False,
+                                description="always refused in cluster mode: cards are shared")
+    start_timeout: float = Field(default=3.0, gt=0.0, le=60.0,
+                                 description="how long start() waits for a first registry")
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str) -> str:
+        return _name("cluster", v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return _name("host", v)
+
+    @field_validator("pod")
+    @classmethod
+    def _pod(cls, v: str) -> str:
+        return _name("pod", v)
+
+    @field_validator("gateway_id")
+    @classmethod
+    def _gid(cls, v: str | None) -> str | None:
+        return None if v is None else _name("gateway id", v)
+
+    @field_validator("timing")
+    @classmethod
+    def _workable(cls, t: TimingSection, info: ValidationInfo) -> TimingSection:
+        etcd = info.data.get("etcd")
+        if etcd is None:        # etcd itself is invalid: that error is reported instead
+            return t
+        call = etcd.call_timeout
+        if t.poll_interval <= call:
+            raise ValueError(
+                f"poll_interval ({t.poll_interval:g} s) must be longer than "
+                f"etcd.call_timeout ({call:g} s): a poll could not finish before the next")
+        if t.lease_ttl <= t.poll_interval + 2 * call:
+            raise ValueError(
+                f"lease_ttl ({t.lease_ttl} s) must be longer than poll_interval + "
+                f"2 x etcd.call_timeout ({t.poll_interval + 2 * call:g} s)")
+        return t
+
+    @model_validator(mode="after")
+    def _id_fits(self) -> "GatewayConfig":
+        if self.gateway_id is None and len(f"{self.host}-{self.pod}") > 63:
+            raise ValueError("host-pod is longer than 63 characters: give gateway_id")
+        return self
+
+    @property
+    def id(self) -> str:
+        return self.gateway_id or f"{self.host}-{self.pod}"
+
+
+def parse_config(data: object, file: str = "<config>") -> GatewayConfig:
+    return parse(data, GatewayConfig, file)
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a gateway config file; ConfigError(file, field, reason) if bad."""
+    return load(path, GatewayConfig)

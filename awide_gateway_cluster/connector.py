@@ -1,0 +1,219 @@
+"""Connecting cards and probing their paths: the I/O shell under ``cardpath``.
+
+NVMe cards:
+1. the registry's target is validated again (``NvmeTarget.parse``): registry values are
+   untrusted, and only a validated target ever reaches ``nvme connect`` (argv as a list);
+2. sysfs is searched by the card's serial (after a target restart the namespace comes back
+   under a new device name, and is found again this way);
+3. not found and the registry says ``in``: ``nvme connect`` (bounded, killed on timeout);
+4. before a device is used (first time, or whenever its name changed) the controller must
+   answer ``id-ctrl`` with the registry's serial and model, and the namespace must carry the
+   registry's on-card identity (``nguid:``/``uuid:``/``eui64:``) when the registry has one;
+   anything else is refused, loudly (error log, ``refused`` event, counter);
+5. every poll: healthy when the controller is ``live`` and no I/O error was reported.
+
+A card the registry has ``out`` or ``drained`` is not connected if it is not already; one that
+is connected stays connected (it is only out of service). Only a card the registry has
+forgotten is disconnected (``release``), and only when no other card uses its subsystem.
+
+Directory cards: the directory must exist and carry a label naming the card's serial (and
+identity); a directory that holds another label (different storage mounted there) is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from awide_cluster.contract.registry import CardEntry
+from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.errors import AlreadyConnected, NvmeError
+from awide_cluster.nvme.runner import RunnerError
+from awide_cluster.nvme.sysfs import Controller, Sysfs
+from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, validate_traddr
+from awide_gateway_cluster.cardpath import Probe
+from awide_gateway_cluster.view import LocalCard
+
+log = logging.getLogger("awide_gateway_cluster.connector")
+T = TypeVar("T")
+_IDENTITY_FORMS = ("nguid:", "uuid:", "eui64:")
+
+
+class Connector:
+    def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
+                 command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
+                 sysfs_timeout: float = 1.0) -> None:
+        self.nvme, self.sysfs = nvme, sysfs
+        self.hostnqn = hostnqn
+        self.command_timeout = command_timeout
+        self.sysfs_timeout = sysfs_timeout
+        self._read_label = read_label
+
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        """A sysfs/file read off the event loop, bounded."""
+        async with asyncio.timeout(self.sysfs_timeout):
+            return await asyncio.to_thread(fn)
+
+    async def probe(self, card: CardEntry, local: LocalCard, io_errors: int = 0) -> Probe:
+        try:
+            if card.kind == "dir":
+                return await self._probe_dir(card, local, io_errors)
+            return await self._probe_nvme(card, local, io_errors)
+        except TimeoutError:
+            return Probe(device=local.device, verified=local.verified,
+                         note="probe timed out (sysfs or file system did not answer)")
+
+    # ------------------------------------------------------------------ nvme
+
+    async def _probe_nvme(self, card: CardEntry, local: LocalCard, io_errors: int) -> Probe:
+        if card.target is None:
+            return Probe(refused="an nvme card without a target", hostile=True)
+        try:
+            target = NvmeTarget.parse(card.target.to_dict())
+        except InvalidTarget as e:
+            log.error("card %s: hostile target refused, nothing run: %s", card.id, e)
+            return Probe(refused=f"target refused: {e}", hostile=True)
+        ctrls = await self._off_loop(self.sysfs.controllers)
+        mine = [c for c in ctrls if c.serial == card.serial]
+        if not mine:
+            wrong = [c for c in ctrls if _at_target(c, target) and c.serial]
+            if wrong:
+                return _wrong_card(card, target, wrong[0].serial, wrong[0].model)
+            if card.state != "in":
+                return Probe(note=f"not connected (registry: {card.state})")
+            connected = await self._connect(card, target)
+            if isinstance(connected, Probe):
+                return connected
+            mine = [connected]
+        ctrl = sorted(mine, key=lambda c: (c.state != "live", _num(c.name)))[0]
+        if ctrl.model != card.model:
+            return _wrong_card(card, target, ctrl.serial, ctrl.model)
+        ns = ctrl.namespace()
+        if ns is None:
+            return Probe(note=f"controller {ctrl.name} shows no namespace",
+                         good=False, reason=f"controller {ctrl.name} has no namespace")
+        device = f"/dev/{ns.device}"
+        if not (local.verified and local.device == device):
+            checked = await self._verify(card, target, ctrl, ns)
+            if checked is not None:
+                return checked
+            if local.device and local.device != device:
+                log.warning("card %s: namespace now %s (was %s), identity checked",
+                            card.id, device, local.device)
+        problems = []
+        if ctrl.state != "live":
+            problems.append(f"controller {ctrl.name} state {ctrl.state or 'unknown'}")
+        if io_errors:
+            problems.append(f"{io_errors} I/O error(s) reported")
+        return Probe(device=device, verified=True, good=not problems, reason="; ".join(problems))
+
+    async def _connect(self, card: CardEntry, target: NvmeTarget) -> Controller | Probe:
+        try:
+            name = await self.nvme.connect(target, self.hostnqn, timeout=self.command_timeout)
+        except AlreadyConnected:
+            ctrls = await self._off_loop(self.sysfs.controllers)
+            found = [c for c in ctrls if _at_target(c, target)]
+            if not found:
+                return Probe(note=f"nvme connect {target}: already connected, but not in sysfs")
+            ctrl = found[0]
+        except (NvmeError, RunnerError, InvalidTarget, ValueError) as e:
+            log.warning("card %s: connect %s failed: %s", card.id, target, e)
+            return Probe(note=f"connect failed: {e}")
+        else:
+            ctrl = await self._off_loop(lambda: self.sysfs.controller(name))
+            if ctrl is None:
+                return Probe(note=f"nvme connect gave {name}, which sysfs does not show")
+        if ctrl.serial != card.serial:
+            return _wrong_card(card, target, ctrl.serial, ctrl.model)
+        return ctrl
+
+    async def _verify(self, card: CardEntry, target: NvmeTarget, ctrl: Controller,
+                      ns: Any) -> Probe | None:
+        """None when the controller answers as the card (serial, model, identity)."""
+        try:
+            ident = await self.nvme.id_ctrl(ctrl.name, timeout=self.command_timeout)
+        except (NvmeError, RunnerError, InvalidTarget) as e:
+            return Probe(note=f"identity check failed: {e}")
+        if ident.serial != card.serial or ident.model != card.model:
+            return _wrong_card(card, target, ident.serial, ident.model)
+        if card.identity.startswith(_IDENTITY_FORMS):
+            found = ns.identity
+            if found is None:
+                try:
+                    found = (await self.nvme.id_ns(ns.device,
+                                                   timeout=self.command_timeout)).identity
+                except (NvmeError, RunnerError, InvalidTarget) as e:
+                    return Probe(note=f"on-card identity check failed: {e}")
+            if found != card.identity:
+                msg = (f"namespace {ns.device} carries identity {found or 'none'}, registry "
+                       f"says {card.identity}: not the same card")
+                log.error("card %s REFUSED: %s", card.id, msg)
+                return Probe(refused=msg)
+        return None
+
+    async def release(self, card: CardEntry) -> None:
+        """Disconnect a card the registry has forgotten (best effort, bounded)."""
+        if card.kind != "nvme" or card.target is None:
+            return
+        try:
+            target = NvmeTarget.parse(card.target.to_dict())
+            n = await self.nvme.disconnect(target.subnqn, timeout=self.command_timeout)
+            log.info("card %s forgotten by the registry: disconnected %d controller(s)",
+                     card.id, n)
+        except (NvmeError, RunnerError, InvalidTarget) as e:
+            log.warning("card %s forgotten by the registry: disconnect failed: %s", card.id, e)
+
+    # ------------------------------------------------------------------ directories
+
+    async def _probe_dir(self, card: CardEntry, local: LocalCard, io_errors: int) -> Probe:
+        if not card.path:
+            return Probe(refused="a directory card without a path")
+        path = Path(card.path)
+        if self._read_label is None:
+            return Probe(note="directory cards need a label reader")
+        try:
+            label = await self._off_loop(lambda: self._read_label(path))
+        except TimeoutError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any unreadable label is "not found"
+            return Probe(note=f"directory {path}: no readable label: {e}",
+                         good=False, reason=f"label unreadable: {e}")
+        if label is None:
+            return Probe(note=f"directory {path} has no label (not mounted?)",
+                         good=False, reason="no label")
+        serial = str(getattr(label, "serial", ""))
+        identity = str(getattr(label, "identity", ""))
+        if serial != card.serial or (card.identity and identity != card.identity):
+            msg = (f"directory {path} is labelled serial {serial!r} identity {identity!r}, "
+                   f"registry says serial {card.serial!r} identity {card.identity!r}")
+            log.error("card %s REFUSED: %s", card.id, msg)
+            return Probe(refused=msg)
+        problems = f"{io_errors} I/O error(s) reported" if io_errors else ""
+        return Probe(device=str(path), verified=True, good=not problems, reason=problems)
+
+
+def _num(name: str) -> int:
+    try:
+        return int(name[4:])
+    except ValueError:
+        return 1 << 30
+
+
+def _at_target(c: Controller, t: NvmeTarget) -> bool:
+    if c.transport != t.transport or c.subsysnqn != t.subnqn:
+        return False
+    try:
+        traddr = validate_traddr(c.address.traddr or "")
+    except InvalidTarget:
+        return False
+    return traddr == t.traddr and c.address.trsvcid == str(t.trsvcid)
+
+
+def _wrong_card(card: CardEntry, target: NvmeTarget, serial: str, model: str) -> Probe:
+    msg = (f"target {target} answers with serial {serial!r} model {model!r}, registry says "
+           f"serial {card.serial!r} model {card.model!r}: not this card")
+    log.error("card %s REFUSED: %s", card.id, msg)
+    return Probe(refused=msg)

@@ -1,0 +1,21 @@
+"""Typed refusals of the gateway library (each message says what was refused and why)."""
+
+from __future__ import annotations
+
+from awide_gateway_cluster.layout import LayoutMismatch  # noqa: F401  (re-exported)
+
+
+class GatewayError(Exception):
+    """Base of the library's refusals."""
+
+
+class WipeRefused(GatewayError):
+    """A wipe of cluster cards was asked for (at start or on request): they are shared."""
+
+
+class EngineRefused(GatewayError):
+    """A second engine tried to attach to a gateway that already serves one."""
+
+
+class NotStarted(GatewayError):
+    """The gateway was used before start() or after stop()."""

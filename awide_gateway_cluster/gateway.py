@@ -1,0 +1,464 @@
+"""``ClusterGateway``: the library's asyncio face. See docs/gateway.md.
+
+Tasks on the caller's event loop (all started by ``start()``, cancelled by ``stop()``):
+- the registry poll, every ``poll_interval`` at a random phase, each poll bounded; a watch
+  on ``registry`` (optional) only wakes the poll early;
+- the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
+- one worker per registry card: connect/probe it once per poll, bounded.
+
+The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
+one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
+immutable ``SlotView`` and swaps it in with one assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from awide_cluster import __version__
+from awide_cluster.contract import keys
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.store.errors import StoreError
+from awide_gateway_cluster import events as ev
+from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster import view as vw
+from awide_gateway_cluster.cardpath import Probe, advance
+from awide_gateway_cluster.config import GatewayConfig
+from awide_gateway_cluster.connector import Connector
+from awide_gateway_cluster.errors import EngineRefused, WipeRefused
+from awide_gateway_cluster.follower import Decision, Follower
+from awide_gateway_cluster.placement import Placement
+from awide_gateway_cluster.registration import GatewayRecord, Registration, check_layout
+from awide_gateway_cluster.subscribe import Hub, Subscription
+
+log = logging.getLogger("awide_gateway_cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStats:
+    """Counters and staleness, for the host program's metrics."""
+
+    generation: int                 # registry generation applied (0: none)
+    staleness: float | None         # seconds since etcd last answered a poll (None: never)
+    stale: bool
+    problem: str                    # why the view is stale or a document was refused
+    polls: int
+    failed_polls: int
+    registries_rejected: int        # corrupt, unknown schema, other cluster, version skew
+    version_skew: int
+    hostile_targets: int            # registry targets refused before any subprocess
+    cards_refused: int              # wrong serial/model/identity/label
+    registration_failures: int
+    layout_ok: bool
+    events_dropped: int
+
+
+class ClusterGateway:
+    """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
+    an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds."""
+
+    def __init__(self, config: GatewayConfig, *, store: Any = None, nvme: Any = None,
+                 clock: Callable[[], float] | None = None, sysfs: Any = None,
+                 read_label: Callable[..., Any] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.id = config.id
+        self.namespace = lay.namespace(config.model)
+        self.placement_name = config.key_placement
+        self._layout = lay.LayoutRecord(self.namespace, self.placement_name,
+                                        created_by=self.id)
+        self._store, self._own_store = store, store is None
+        self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
+        self._clock = clock or time.monotonic
+        self._rng = rng or random.Random()
+        t = config.timing
+        self._interval, self._call = t.poll_interval, config.etcd.call_timeout
+        self._layout_ok = self._layout_mismatch = False
+        self._layout_problem = "key layout not verified yet (etcd not reached)"
+        self._local: dict[str, vw.LocalCard] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+        self._first_probe: dict[str, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._io_errors: dict[str, int] = {}
+        self._io_lock = threading.Lock()          # guards a dict update only, never I/O
+        self._engine: str | None = None
+        self._hub = Hub()
+        self._hostile = self._refused = 0
+        self._started = False
+        self._poll_now = asyncio.Event()
+        self._follower: Follower | None = None
+        self._registration: Registration | None = None
+        self._connector: Connector | None = None
+        self._view = self._build()
+        self.placement = Placement(self.snapshot)
+
+    # ------------------------------------------------------------------ hot path
+
+    def snapshot(self) -> vw.SlotView:
+        """The current slot view (immutable). No I/O, no lock, no await."""
+        return self._view
+
+    def report_io_error(self, card_id: str) -> None:
+        """The caller saw an I/O error on ``card_id``: counts as a bad observation of its path
+        at the next poll (the card goes out after ``sick_polls`` bad polls in a row)."""
+        with self._io_lock:
+            self._io_errors[card_id] = self._io_errors.get(card_id, 0) + 1
+
+    def subscribe(self, maxsize: int = 1000) -> Subscription:
+        """Change events from now on, for a consumer on the gateway's event loop."""
+        sub = Subscription(self._hub, maxsize)
+        self._hub.add(sub)
+        return sub
+
+    def stats(self) -> GatewayStats:
+        fs = self._follower.state if self._follower else None
+        return GatewayStats(
+            generation=self._view.generation,
+            staleness=self._follower.staleness() if self._follower else None,
+            stale=bool(fs and fs.problem) or fs is None or fs.last_ok is None,
+            problem=fs.problem if fs else "not started",
+            polls=fs.polls if fs else 0, failed_polls=fs.failed_polls if fs else 0,
+            registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
+            hostile_targets=self._hostile, cards_refused=self._refused,
+            registration_failures=self._registration.failures if self._registration else 0,
+            layout_ok=self._layout_ok,
+            events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
+        )
+
+    # ------------------------------------------------------------------ engine and wipe
+
+    def attach_engine(self, name: str) -> None:
+        """Bind the one engine this gateway serves; a second one is refused."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("engine name must be a non-empty string")
+        if self._engine is not None:
+            msg = (f"gateway {self.id} already serves engine {self._engine!r}: one engine per "
+                   f"gateway, engine {name!r} refused (give it its own gateway)")
+            self._publish(ev.ChangeEvent("refused", detail=msg, generation=self._view.generation))
+            raise EngineRefused(msg)
+        self._engine = name
+        log.info("engine %s attached to gateway %s", name, self.id)
+
+    def detach_engine(self, name: str) -> None:
+        if self._engine != name:
+            raise EngineRefused(f"engine {name!r} is not the one attached ({self._engine!r})")
+        self._engine = None
+
+    @property
+    def engine(self) -> str | None:
+        return self._engine
+
+    def request_wipe(self) -> None:
+        """Always refused in cluster mode: the cards are shared by every gateway."""
+        msg = self._wipe_message("on request")
+        self._publish(ev.ChangeEvent("refused", detail=msg, generation=self._view.generation))
+        raise WipeRefused(msg)
+
+    def _wipe_message(self, when: str) -> str:
+        return (f"wipe refused ({when}): the cards of cluster {self.config.cluster} are shared "
+                f"by every gateway of the cluster (namespace {self.namespace} and others); "
+                "a gateway in cluster mode never wipes them")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Read the registry and check the key layout (each bounded), then run in the
+        background. Raises WipeRefused (config asks for a wipe) or LayoutMismatch. If etcd does
+        not answer, starts anyway with no cards: placement answers "compute, do not cache"
+        until the registry and layout are read."""
+        if self._started:
+            return
+        if self.config.wipe_on_start:
+            raise WipeRefused(self._wipe_message("at start, wipe_on_start is set"))
+        if self._store is None:
+            self._store = _make_store(self.config)
+        if self._nvme is None:
+            from awide_cluster.nvme.cli import NvmeCli
+            from awide_cluster.nvme.runner import Runner
+            self._nvme = NvmeCli(Runner(), program=self.config.nvme.program,
+                                 timeout=self.config.nvme.command_timeout)
+        if self._sysfs is None:
+            from awide_cluster.nvme.sysfs import Sysfs
+            self._sysfs = Sysfs(self.config.nvme.sysfs_root)
+        if self._read_label is None:
+            self._read_label = _default_label_reader()
+        self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
+                                    command_timeout=self.config.nvme.command_timeout,
+                                    read_label=self._read_label)
+        self._follower = Follower(self._store, cluster=self.config.cluster,
+                                  call_timeout=self._call, clock=self._clock)
+        self._registration = Registration(self._store, self.id, ttl=self.config.timing.lease_ttl,
+                                          call_timeout=self._call)
+        self._poll_now = asyncio.Event()
+        try:
+            await self._check_layout()
+        except lay.LayoutMismatch:
+            await self._close_store()
+            raise
+        await self._poll_once()
+        self._started = True
+        loops = [self._poll_loop(), self._etcd_side_loop()]
+        if self.config.watch:
+            loops.append(self._watch_loop())
+        self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
+                       for i, c in enumerate(loops)]
+        if self._first_probe:
+            waits = [asyncio.create_task(e.wait()) for e in self._first_probe.values()]
+            await asyncio.wait(waits, timeout=self.config.start_timeout)
+            for w in waits:
+                w.cancel()
+        log.info("gateway %s started: namespace %s placement %s generation %d",
+                 self.id, self.namespace, self.placement_name, self._view.generation)
+
+    async def stop(self) -> None:
+        if not self._started:
+            await self._close_store()
+            return
+        self._started = False
+        tasks = self._tasks + list(self._workers.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks, self._workers = [], {}
+        if self._registration is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._call * 2):
+                    await self._registration.close()
+        await self._close_store()
+        self._hub.close_all()
+
+    async def _close_store(self) -> None:
+        if self._own_store and self._store is not None:
+            with contextlib.suppress(Exception):
+                await self._store.close()
+            self._store = None
+
+    async def __aenter__(self) -> "ClusterGateway":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ registry
+
+    async def _poll_loop(self) -> None:
+        await asyncio.sleep(self._rng.uniform(0, self._interval))   # random phase
+        while True:
+            self._poll_now.clear()
+            await self._poll_once()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._poll_now.wait()
+
+    async def _poll_once(self) -> None:
+        assert self._follower is not None
+        before = self._follower.state
+        decision = await self._follower.poll()
+        after = self._follower.state
+        if decision.outcome == "applied":
+            self._apply(before.registry, decision)
+        elif decision.outcome in ("failed", "rejected"):
+            if decision.outcome == "rejected" or not before.problem:
+                log.warning("registry stale: %s", decision.detail)
+                self._publish(ev.ChangeEvent("stale", detail=decision.detail,
+                                             generation=self._view.generation))
+        if before.problem and not after.problem and decision.outcome != "failed":
+            log.info("registry fresh again at generation %d", self._view.generation)
+            self._publish(ev.ChangeEvent("fresh", generation=self._view.generation,
+                                         detail="registry read and applied"))
+
+    def _apply(self, old: Registry | None, decision: Decision) -> None:
+        reg = decision.registry
+        assert reg is not None
+        old_cards = {c.id: c for c in old.cards} if old else {}
+        for cid, card in old_cards.items():
+            if reg.card(cid) is None:
+                self._forget(card, reg)
+        for card in reg.cards:
+            self._ensure_worker(card)
+            prev = old_cards.get(card.id)
+            if prev is not None and prev.state != "in" and card.state == "in":
+                self._wake[card.id].set()
+        log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
+        self._rebuild()
+
+    def _forget(self, card: CardEntry, reg: Registry) -> None:
+        task = self._workers.pop(card.id, None)
+        if task is not None:
+            task.cancel()
+        self._wake.pop(card.id, None)
+        self._first_probe.pop(card.id, None)
+        self._local.pop(card.id, None)
+        if (self.config.nvme.disconnect_forgotten and card.target is not None
+                and not any(c.target and c.target.subnqn == card.target.subnqn
+                            for c in reg.cards)):
+            assert self._connector is not None
+            self._tasks.append(asyncio.create_task(self._connector.release(card)))
+
+    async def _watch_loop(self) -> None:
+        """Wake the poll early on a registry change; the poll stays the safety net."""
+        while True:
+            try:
+                async with self._store.watch(keys.REGISTRY, stall_after=30.0) as watch:
+                    async for batch in watch:
+                        if batch.events:
+                            self._poll_now.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any watch failure: the poll covers it
+                log.debug("registry watch ended: %s", e)
+            await asyncio.sleep(self._interval * (1 + self._rng.random()))
+
+    # ------------------------------------------------------------------ etcd side
+
+    async def _check_layout(self) -> None:
+        try:
+            async with asyncio.timeout(self._call * 2.5):
+                mismatch = await check_layout(self._store, self._layout, timeout=self._call)
+        except (StoreError, TimeoutError) as e:
+            log.debug("layout of %s not checked yet: %s", self.namespace, e)
+            return
+        if mismatch is not None:
+            self._layout_ok, self._layout_problem = False, str(mismatch)
+            self._layout_mismatch = True
+            log.error("%s", mismatch)
+            self._publish(ev.ChangeEvent("layout_mismatch", detail=str(mismatch),
+                                         generation=self._view.generation))
+            self._rebuild()
+            raise mismatch
+        self._layout_ok, self._layout_problem = True, ""
+        self._rebuild()
+
+    async def _etcd_side_loop(self) -> None:
+        await asyncio.sleep(self._rng.uniform(0, self._interval))
+        while True:
+            if not self._layout_ok and not self._layout_mismatch:
+                with contextlib.suppress(lay.LayoutMismatch):
+                    await self._check_layout()
+            assert self._registration is not None and self._follower is not None
+            v = self._view
+            record = GatewayRecord(
+                id=self.id, host=self.config.host, pod=self.config.pod,
+                namespace=self.namespace, placement=self.placement_name,
+                fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
+                version=__version__, stale=bool(self._follower.state.problem),
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._call * 3.5):
+                    await self._registration.tick(record, self._clock())
+            await asyncio.sleep(self._interval)
+
+    # ------------------------------------------------------------------ cards
+
+    def _ensure_worker(self, card: CardEntry) -> None:
+        if card.id in self._workers:
+            return
+        self._wake[card.id] = asyncio.Event()
+        self._first_probe[card.id] = asyncio.Event()
+        self._workers[card.id] = asyncio.create_task(self._card_loop(card.id),
+                                                     name=f"awide-card-{card.id}")
+
+    def _take_io_errors(self, card_id: str) -> int:
+        with self._io_lock:
+            return self._io_errors.pop(card_id, 0)
+
+    async def _card_loop(self, card_id: str) -> None:
+        assert self._connector is not None and self._follower is not None
+        t = self.config.timing
+        bound = 3 * self.config.nvme.command_timeout + 4 * self._connector.sysfs_timeout
+        while True:
+            reg = self._follower.state.registry
+            card = reg.card(card_id) if reg else None
+            if card is None:
+                return
+            local = self._local.get(card_id) or vw.LocalCard(card_id)
+            errors = self._take_io_errors(card_id)
+            try:
+                async with asyncio.timeout(bound):
+                    probe = await self._connector.probe(card, local, errors)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a probe failure is no observation
+                log.warning("card %s: probe failed: %s", card_id, e)
+                probe = Probe(device=local.device, verified=local.verified,
+                              note=f"probe failed: {type(e).__name__}: {e}")
+            if card_id not in self._workers:       # forgotten while probing
+                return
+            new = advance(local, probe, sick_polls=t.sick_polls, healthy_polls=t.healthy_polls)
+            if probe.hostile:
+                self._hostile += 1
+            if new.refused and new.refused != local.refused:
+                self._refused += 1
+                self._publish(ev.ChangeEvent("refused", card_id, self._view.table.slot_of(card_id),
+                                             generation=self._view.generation, detail=new.refused))
+            if new != local:
+                self._local[card_id] = new
+                self._rebuild()
+            first = self._first_probe.get(card_id)
+            if first is not None:
+                first.set()
+            wake = self._wake.get(card_id)
+            if wake is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await wake.wait()
+            wake.clear()
+
+    # ------------------------------------------------------------------ view
+
+    def _build(self) -> vw.SlotView:
+        reg = self._follower.state.registry if self._follower else None
+        fp = lay.fingerprint(self.namespace, self.placement_name,
+                             reg.slots if reg else slotfn.EMPTY)
+        return vw.build(reg, self._local, namespace=self.namespace,
+                        placement=self.placement_name, fingerprint=fp,
+                        layout_ok=self._layout_ok, layout_problem=self._layout_problem)
+
+    def _rebuild(self) -> None:
+        old, new = self._view, self._build()
+        if new == old:
+            return
+        self._view = new                        # the one atomic swap readers see
+        for e in ev.diff(old, new):
+            self._publish(e)
+
+    def _publish(self, e: ev.ChangeEvent) -> None:
+        level = logging.WARNING if e.kind in ("out", "moved", "stale", "refused",
+                                              "layout_mismatch") else logging.INFO
+        log.log(level, "%s", e.line())
+        self._hub.publish(e)
+
+
+def _make_store(config: GatewayConfig) -> Any:
+    from awide_cluster.store import EtcdStore, StoreConfig, TlsConfig
+    e = config.etcd
+    tls = None
+    if e.tls is not None:
+        tls = TlsConfig(ca_file=str(e.tls.ca_file),
+                        cert_file=str(e.tls.cert_file) if e.tls.cert_file else None,
+                        key_file=str(e.tls.key_file) if e.tls.key_file else None)
+    return EtcdStore(StoreConfig(
+        endpoints=tuple(e.endpoints), prefix=keys.prefix(config.cluster),
+        call_timeout=e.call_timeout, hedge_after=e.hedge_after, tls=tls,
+        username=e.username, password=e.resolved_password(),
+    ))
+
+
+def _default_label_reader() -> Callable[..., Any] | None:
+    try:
+        from awide_cluster.cards.directory import read_label
+    except ImportError:
+        return None
+    return read_label

@@ -1,0 +1,115 @@
+"""This gateway's own records in etcd: ``gateways/<id>`` on its lease, ``layouts/<namespace>``.
+
+Both are best effort for serving: a failure here is logged and counted, and never takes a card
+out or stops the hot path. The layout check is the exception at start: a layout recorded by
+another gateway that differs from this one's refuses the start (``LayoutMismatch``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+
+from awide_cluster.contract import keys
+from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
+from awide_gateway_cluster.layout import (
+    LayoutError, LayoutMismatch, LayoutRecord, compare, decode_record, encode_record,
+)
+
+log = logging.getLogger("awide_gateway_cluster.registration")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRecord:
+    id: str
+    host: str
+    pod: str
+    namespace: str
+    placement: str
+    fingerprint: str
+    generation: int            # registry generation applied
+    engine: str | None
+    version: str
+    stale: bool = False        # the gateway's registry view is stale
+
+    def encode(self) -> bytes:
+        return json.dumps({"schema": 1, **asdict(self)}, sort_keys=True,
+                          separators=(",", ":")).encode()
+
+
+def decode_gateway(raw: bytes | str) -> GatewayRecord:
+    d = json.loads(raw)
+    d.pop("schema", None)
+    return GatewayRecord(**d)
+
+
+async def check_layout(store: object, mine: LayoutRecord, *, timeout: float) -> LayoutMismatch | None:
+    """Record ``mine`` if no layout is recorded for its namespace; else compare.
+
+    Raises StoreError when etcd does not answer (the caller decides what that means).
+    A recorded layout that does not decode counts as a mismatch (never overwritten).
+    """
+    key = keys.layout(mine.namespace)
+    try:
+        await store.create(key, encode_record(mine), timeout=timeout)  # type: ignore[attr-defined]
+        log.info("recorded key layout of namespace %s: %s", mine.namespace, mine.describe())
+        return None
+    except Conflict:
+        pass
+    kv = await store.get(key, timeout=timeout)  # type: ignore[attr-defined]
+    if kv is None:          # deleted between the two calls: check again at the next start
+        raise StoreError(f"{key} vanished while being read")
+    try:
+        recorded = decode_record(kv.value)
+    except LayoutError as e:
+        recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
+                                algorithm=0, slot_algorithm=0, created_by="?")
+    return compare(recorded, mine)
+
+
+class Registration:
+    """Keeps ``gateways/<id>`` written on this gateway's own lease.
+
+    ``tick(record, now)`` grants a lease when there is none (or it expired), rewrites the key
+    when the record changed or the lease is new, and sends a keepalive every ttl/3.
+    """
+
+    def __init__(self, store: object, gateway_id: str, *, ttl: int, call_timeout: float) -> None:
+        self.store = store
+        self.key = keys.gateway(gateway_id)
+        self.ttl, self.call_timeout = ttl, call_timeout
+        self.lease: int | None = None
+        self._written: GatewayRecord | None = None
+        self._last_keepalive = 0.0
+        self.failures = 0
+
+    async def tick(self, record: GatewayRecord, now: float) -> None:
+        s = self.store
+        try:
+            if self.lease is None:
+                lease = await s.grant(self.ttl, timeout=self.call_timeout)  # type: ignore[attr-defined]
+                self.lease, self._written, self._last_keepalive = lease.id, None, now
+            elif now - self._last_keepalive >= self.ttl / 3:
+                await s.keepalive(self.lease, timeout=self.call_timeout)  # type: ignore[attr-defined]
+                self._last_keepalive = now
+            if record != self._written:
+                await s.put(self.key, record.encode(), lease=self.lease,  # type: ignore[attr-defined]
+                            timeout=self.call_timeout)
+                self._written = record
+        except LeaseExpired:
+            log.warning("lease of %s expired: registering again", self.key)
+            self.lease, self._written = None, None
+            self.failures += 1
+        except StoreError as e:
+            self.failures += 1
+            log.debug("registration of %s not refreshed: %s", self.key, e)
+
+    async def close(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            await self.store.revoke(self.lease, timeout=self.call_timeout)  # type: ignore[attr-defined]
+        except StoreError as e:
+            log.info("lease of %s not revoked (it expires by itself): %s", self.key, e)
+        self.lease = None

