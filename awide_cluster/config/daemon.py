@@ -1,0 +1,164 @@
+"""The daemon's config file (``awide-cluster run --config FILE``), see docs/config.md.
+
+    cluster: prod1
+    host: store-a                 # default: this machine's host name
+    role: storage                 # storage | witness (a witness has no cards)
+    dev_cluster: false            # true: accept an etcd cluster of fewer than 3 members
+    etcd:
+      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+    timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1}
+    api: {listen: 127.0.0.1:9700}
+    cards:
+      - {name: card0, kind: nvme, serial: SN1, target: {...}, store: {systemd_unit: ...}}
+    sysfs_root: /sys
+    nvme_program: nvme
+
+``load`` raises ``ConfigError(file, field, reason)`` for the first problem: a field that does
+not validate, or a combination that cannot work (a lease that expires between two polls, two
+cards with one name, a witness with cards).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from awide_cluster.cards.spec import CardSpec
+from awide_cluster.config import common
+from awide_cluster.config.common import ConfigError, EtcdSection, Section
+from awide_cluster.contract.keys import BadName, check_name
+
+DEFAULT_LISTEN = "127.0.0.1:9700"
+
+
+class TimingSection(Section):
+    poll_interval: float = Field(default=1.0, ge=0.05, le=60.0,
+                                 description="seconds between two polls (report, leader cycle)")
+    lease_ttl: int = Field(default=5, ge=1, le=600,
+                           description="seconds a host's lease (report, leadership) outlives "
+                                       "its last keepalive")
+    sick_polls: int = Field(default=3, ge=1, le=100,
+                            description="bad observations in a row that take a card out")
+    healthy_polls: int = Field(default=1, ge=1, le=100,
+                               description="good observations in a row that put it back in")
+
+
+class ApiSection(Section):
+    listen: str = Field(default=DEFAULT_LISTEN, description="HOST:PORT of the daemon's HTTP API")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        from awide_cluster.api.server import ApiError, parse_listen
+        try:
+            parse_listen(v)
+        except ApiError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+
+def _hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+class DaemonConfig(Section):
+    cluster: str
+    host: str = Field(default_factory=_hostname)
+    role: Literal["storage", "witness"] = "storage"
+    dev_cluster: bool = False
+    etcd: EtcdSection
+    timing: TimingSection = TimingSection()
+    api: ApiSection = ApiSection()
+    cards: tuple[CardSpec, ...] = ()
+    sysfs_root: Path = Path("/sys")
+    nvme_program: str = Field(default="nvme", min_length=1, max_length=4096)
+
+    @field_validator("cluster", "host")
+    @classmethod
+    def _name(cls, v: str, info: Any) -> str:
+        try:
+            return check_name(info.field_name, v)
+        except BadName as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("sysfs_root")
+    @classmethod
+    def _abs(cls, v: Path) -> Path:
+        if not v.is_absolute():
+            raise ValueError("must be an absolute path")
+        return v
+
+    @property
+    def prefix(self) -> str:
+        from awide_cluster.contract.keys import prefix
+        return prefix(self.cluster)
+
+
+def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
+    """(field, reason) of every combination that cannot work; empty when the config is sound."""
+    out: list[tuple[str, str]] = []
+    t, call = cfg.timing, cfg.etcd.call_timeout
+    floor = t.poll_interval + 2 * call
+    if not t.lease_ttl > floor:
+        out.append(("timing.lease_ttl", (
+            f"{t.lease_ttl} s is not longer than poll_interval + 2 x etcd.call_timeout "
+            f"= {t.poll_interval:g} + 2 x {call:g} = {floor:g} s: the lease could expire "
+            "between two keepalives of a healthy daemon")))
+    if cfg.role == "witness" and cfg.cards:
+        out.append(("cards", "a witness host has no cards (role: witness)"))
+    seen: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    serials: dict[str, int] = {}
+    for i, c in enumerate(cfg.cards):
+        if c.name in seen:
+            out.append((f"cards.{i}.name", f"card name {c.name!r} already used by cards.{seen[c.name]}"))
+        seen.setdefault(c.name, i)
+        if c.path is not None:
+            p = str(c.path)
+            if p in paths:
+                out.append((f"cards.{i}.path", f"path {p} already used by cards.{paths[p]}"))
+            paths.setdefault(p, i)
+        if c.serial is not None:
+            if c.serial in serials:
+                out.append((f"cards.{i}.serial",
+                            f"serial {c.serial} already used by cards.{serials[c.serial]}"))
+            serials.setdefault(c.serial, i)
+        window = t.sick_polls * t.poll_interval
+        if not c.probe_timeout < window:
+            out.append((f"cards.{i}.probe_timeout", (
+                f"{c.probe_timeout:g} s is not shorter than sick_polls x poll_interval = "
+                f"{window:g} s: a hanging probe would stall this host's reports until the "
+                "leader takes every card of the host out")))
+    if len(cfg.cards) > 64:
+        out.append(("cards", "at most 64 cards per host"))
+    return out
+
+
+def parse(data: Any, file: str = "<config>") -> DaemonConfig:
+    cfg = common.parse(data, DaemonConfig, file)
+    problems = combination_problems(cfg)
+    if problems:
+        field, reason = problems[0]
+        raise ConfigError(file, field, reason)
+    return cfg
+
+
+def load(path: str | Path) -> DaemonConfig:
+    """Read and check a daemon config file; ConfigError(file, field, reason) when it is bad."""
+    cfg = common.load(path, DaemonConfig)
+    problems = combination_problems(cfg)
+    if problems:
+        field, reason = problems[0]
+        raise ConfigError(str(path), field, reason)
+    return cfg
+
+
+RESTART_FIELDS = ("cluster", "host", "role", "etcd", "api")
+
+
+def reload_problems(old: DaemonConfig, new: DaemonConfig) -> list[str]:
+    """Fields a reload (SIGHUP) cannot change: they need a restart."""
+    return [f for f in RESTART_FIELDS if getattr(old, f) != getattr(new, f)]

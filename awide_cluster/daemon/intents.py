@@ -1,0 +1,126 @@
+"""Operator intents: ``awide-cluster drain|undrain|forget CARD``.
+
+The CLI names a card (its id, its serial, or ``host/name``), writes ``intents/<card id>`` and
+waits, bounded, until the leader applied it (the registry reflects it and the intent key is
+gone), then says what changed. The leader applies and deletes the intent in the same fenced
+transaction that writes the registry (see ``leader.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import socket
+from dataclasses import dataclass
+
+from awide_cluster.contract import keys, registry as regdoc, slots as slotfn
+from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.daemon.clock import Clock
+from awide_cluster.daemon.leader import encode_intent
+from awide_cluster.daemon.reconcile import describe
+
+
+class IntentError(Exception):
+    """The intent cannot be given (unknown or ambiguous card, no registry)."""
+
+
+class UnknownCard(IntentError):
+    pass
+
+
+class AmbiguousCard(IntentError):
+    pass
+
+
+class NotApplied(IntentError):
+    """The intent was written but the registry did not reflect it within the bound."""
+
+
+def resolve(reg: Registry, text: str) -> CardEntry:
+    """The one card ``text`` names: card id, serial, or host/name. Error names candidates."""
+    if reg.card(text) is not None:
+        return reg.card(text)
+    if "/" in text:
+        host, _, name = text.partition("/")
+        found = [c for c in reg.cards if c.host == host and c.name == name]
+    else:
+        found = [c for c in reg.cards if c.serial == text]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        known = ", ".join(f"{c.id} ({c.serial}, {c.host}/{c.name})" for c in reg.cards)
+        raise UnknownCard(f"no card {text!r} in the registry (generation {reg.generation}); "
+                          f"cards: {known or 'none'}")
+    raise AmbiguousCard(f"{text!r} names {len(found)} cards: "
+                        + ", ".join(f"{c.id} ({c.serial} on {c.host}/{c.name}, {c.state})"
+                                    for c in found) + "; give the card id")
+
+
+def changes(action: str, card: CardEntry, before: Registry, after: Registry) -> list[str]:
+    """Lines saying what the intent changed."""
+    lines = []
+    now = after.card(card.id)
+    if now is None:
+        lines.append(f"{describe(card)} forgotten (registry generation {after.generation})")
+    elif action == "forget" and now.admitted != card.admitted:
+        lines.append(f"{describe(card)} forgotten, then admitted again as {now.state} at "
+                     f"generation {now.admitted}: its host still reports it")
+    elif now.state != card.state:
+        lines.append(f"{describe(card)}: {card.state} -> {now.state} "
+                     f"(registry generation {after.generation})")
+    else:
+        lines.append(f"{describe(card)}: {action} changed nothing (state {now.state})")
+    for m in slotfn.moves(before.slots, after.slots):
+        who = after.card(m.card_id) or before.card(m.card_id)
+        name = describe(who) if who else f"card {m.card_id}"
+        lines.append(f"{name}: {_place(m.old)} -> {_place(m.new)}")
+    return lines
+
+
+def _place(s: int | None) -> str:
+    return "no slot" if s is None else f"slot {s}"
+
+
+@dataclass(frozen=True)
+class Result:
+    card: CardEntry
+    before: Registry
+    after: Registry | None
+    lines: tuple[str, ...]
+
+
+async def read_registry(store, timeout: float) -> Registry:
+    kv = await store.get(keys.REGISTRY, timeout=timeout)
+    if kv is None:
+        raise IntentError("no registry in etcd yet: is a daemon running for this cluster?")
+    return regdoc.decode(kv.value)
+
+
+async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
+                 poll: float, call_timeout: float, by: str | None = None) -> Result:
+    """Write the intent and wait (at most ``wait`` s) until the leader consumed it (the
+    intent key is deleted in the transaction that writes the registry).
+    Raises IntentError (NotApplied after the bound), StoreError, RegistryError."""
+    before = await read_registry(store, call_timeout)
+    card = resolve(before, text)
+    if by is None:
+        by = f"{getpass.getuser()}@{socket.gethostname()}"
+    await store.put(keys.intent(card.id), encode_intent(action, by=by, at=clock.wall()),
+                    timeout=call_timeout)
+    deadline = clock.monotonic() + wait
+    while True:
+        try:
+            pending = await store.get(keys.intent(card.id), timeout=call_timeout)
+            if pending is None:     # the leader consumed it, in the registry's transaction
+                after = await read_registry(store, call_timeout)
+                return Result(card, before, after, tuple(changes(action, card, before, after)))
+        except Exception as e:  # noqa: BLE001 - keep waiting within the bound
+            from awide_cluster.store.errors import StoreError
+            if not isinstance(e, (StoreError, regdoc.RegistryError)):
+                raise
+        if clock.monotonic() >= deadline:
+            raise NotApplied(
+                f"intent {action} for {describe(card)} written to etcd, but the registry did "
+                f"not reflect it within {wait:g} s (is a leader running?); it stays pending "
+                "and the leader applies it when it can")
+        await asyncio.sleep(poll)

@@ -1,0 +1,206 @@
+"""The host's lease and the leader key: election on etcd, Patroni-style.
+
+``HostLease``: one lease per daemon; the host report and (when leading) the leader key are
+bound to it. Renewed every poll; a frozen or dead daemon's lease expires after its TTL and its
+keys vanish. When etcd says the lease is gone, a new one is granted.
+
+``Leadership``: the ``leader`` key is created only if absent (compare create_revision == 0),
+bound to the lease, valued ``{"host", "since", "api", "run"}``. Its create_revision is the
+fencing token: every registry write compares it. A leader holds only while it has confirmed
+its lease within (TTL - margin) of now; past that it steps down without waiting for etcd.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from awide_cluster.contract import keys
+from awide_cluster.daemon.clock import Clock
+from awide_cluster.store.errors import LeaseExpired, StoreError
+from awide_cluster.store.types import Compare, Get, KeyValue, Put
+
+log = logging.getLogger("awide_cluster.daemon")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    host: str
+    since: str
+    api: str
+    run: str
+
+    def encode(self) -> bytes:
+        return json.dumps({"host": self.host, "since": self.since, "api": self.api,
+                           "run": self.run}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "LeaderRecord | None":
+        """The record, or None when the value is not one (shown as an unknown holder)."""
+        try:
+            d = json.loads(raw)
+            return cls(host=str(d["host"]), since=str(d.get("since", "")),
+                       api=str(d.get("api", "")), run=str(d.get("run", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class HostLease:
+    """This daemon's lease: granted, renewed every poll, replaced when etcd lost it."""
+
+    def __init__(self, store, clock: Clock, *, ttl: int, call_timeout: float) -> None:
+        self.store, self.clock = store, clock
+        self.ttl = ttl                      # asked for
+        self.granted_ttl = ttl              # what etcd granted / last keepalive answered
+        self.call_timeout = call_timeout
+        self.id: int | None = None
+        self.confirmed_at: float | None = None   # monotonic time the confirming call was SENT
+        self.generation = 0                 # how many leases this daemon has been granted
+
+    @property
+    def margin(self) -> float:
+        """A write started later than (TTL - margin) after the confirming call might land
+        after the lease expired: one call bound."""
+        return self.call_timeout
+
+    def valid(self, now: float | None = None) -> bool:
+        if self.id is None or self.confirmed_at is None:
+            return False
+        now = self.clock.monotonic() if now is None else now
+        return now < self.confirmed_at + min(self.ttl, self.granted_ttl) - self.margin
+
+    def remaining(self) -> float:
+        if self.confirmed_at is None:
+            return 0.0
+        return self.confirmed_at + min(self.ttl, self.granted_ttl) - self.clock.monotonic()
+
+    async def renew(self) -> bool:
+        """Keep the lease alive, or get a new one. True when a *new* lease was granted (keys
+        bound to the old one are gone: the caller lost its report and its leadership).
+        Raises StoreError when etcd could not be asked (the lease is then not confirmed)."""
+        sent = self.clock.monotonic()
+        if self.id is not None:
+            try:
+                self.granted_ttl = await self.store.keepalive(self.id, timeout=self.call_timeout)
+                self.confirmed_at = sent
+                return False
+            except LeaseExpired:
+                log.warning("lease %x expired: granting a new one (report and leadership "
+                            "bound to it are gone)", self.id)
+                self.id, self.confirmed_at = None, None
+                sent = self.clock.monotonic()
+        lease = await self.store.grant(self.ttl, timeout=self.call_timeout)
+        self.id, self.granted_ttl, self.confirmed_at = lease.id, lease.ttl, sent
+        self.generation += 1
+        log.info("lease %x granted (TTL %d s)", lease.id, lease.ttl)
+        return True
+
+    async def replace(self, ttl: int) -> int | None:
+        """Grant a lease with another TTL (config reload); the old id, to be revoked by the
+        caller once its keys moved. Raises StoreError."""
+        sent = self.clock.monotonic()
+        lease = await self.store.grant(ttl, timeout=self.call_timeout)
+        old = self.id
+        self.id, self.ttl, self.granted_ttl, self.confirmed_at = lease.id, ttl, lease.ttl, sent
+        self.generation += 1
+        log.info("lease %x granted (TTL %d s) to replace %s", lease.id, lease.ttl,
+                 f"{old:x}" if old else "none")
+        return old
+
+    async def revoke(self) -> None:
+        """Revoke (clean stop: the report and the leader key vanish at once). Bounded."""
+        if self.id is None:
+            return
+        lease, self.id, self.confirmed_at = self.id, None, None
+        try:
+            await self.store.revoke(lease, timeout=self.call_timeout)
+            log.info("lease %x revoked", lease)
+        except StoreError as e:
+            log.warning("lease %x not revoked (%s): it expires after its TTL", lease, e)
+
+
+class Leadership:
+    """This daemon's claim on the ``leader`` key."""
+
+    def __init__(self, store, lease: HostLease, clock: Clock, *, host: str, run: str,
+                 call_timeout: float) -> None:
+        self.store, self.lease, self.clock = store, lease, clock
+        self.host, self.run, self.call_timeout = host, run, call_timeout
+        self.revision: int | None = None     # create_revision of our leader key: fencing token
+        self.record: LeaderRecord | None = None
+        self.holder: LeaderRecord | None = None   # who holds the key, as last seen
+        self.api = ""
+
+    @property
+    def leading(self) -> bool:
+        return self.revision is not None
+
+    def holds(self) -> bool:
+        """Leading and the lease confirmed recently enough to write."""
+        return self.revision is not None and self.lease.valid()
+
+    def step_down(self, reason: str) -> None:
+        if self.revision is not None:
+            log.warning("%s steps down as leader: %s", self.host, reason)
+        self.revision, self.record = None, None
+
+    async def campaign(self) -> bool:
+        """Create ``leader`` if absent, on our lease. True when this daemon now leads.
+        Raises StoreError (nothing is retried: a create that timed out is recognised on the
+        next campaign by its lease and run)."""
+        if self.revision is not None:
+            return True
+        if not self.lease.valid() or self.lease.id is None:
+            return False
+        rec = LeaderRecord(host=self.host, since=self.clock.wall(), api=self.api, run=self.run)
+        res = await self.store.txn(
+            [Compare(keys.LEADER, "create", "equal", 0)],
+            [Put(keys.LEADER, rec.encode(), self.lease.id)],
+            [Get(keys.LEADER)], timeout=self.call_timeout)
+        if res.succeeded:
+            self.revision, self.record, self.holder = res.revision, rec, rec
+            log.info("%s is leader (leader key revision %d, lease %x)", self.host,
+                     res.revision, self.lease.id)
+            return True
+        kv = _first(res)
+        self.holder = LeaderRecord.decode(kv.value) if kv is not None else None
+        if kv is not None and kv.lease == self.lease.id and self.holder is not None \
+                and self.holder.run == self.run:
+            # our own earlier create, whose answer was lost: adopt it
+            self.revision, self.record = kv.create_revision, self.holder
+            log.info("%s is leader (adopted its own leader key, revision %d)", self.host,
+                     kv.create_revision)
+            return True
+        return False
+
+    def observe_key(self, kv: KeyValue | None) -> None:
+        """The leader key as read by the leader's cycle: step down if it is not ours."""
+        self.holder = LeaderRecord.decode(kv.value) if kv is not None else None
+        if self.revision is None:
+            return
+        if kv is None:
+            self.step_down("the leader key is gone (lease expired or revoked)")
+        elif kv.create_revision != self.revision:
+            who = self.holder.host if self.holder else "an unknown holder"
+            self.step_down(f"the leader key now belongs to {who}")
+
+    async def move_to_lease(self, lease_id: int) -> None:
+        """Rebind our leader key to another lease, keeping its create_revision (fencing token
+        unchanged). Raises StoreError; steps down when the key is no longer ours."""
+        if self.revision is None or self.record is None:
+            return
+        res = await self.store.txn(
+            [Compare(keys.LEADER, "create", "equal", self.revision)],
+            [Put(keys.LEADER, self.record.encode(), lease_id)],
+            [Get(keys.LEADER)], timeout=self.call_timeout)
+        if not res.succeeded:
+            self.observe_key(_first(res))
+            self.step_down("the leader key changed hands during a lease change")
+
+
+def _first(res) -> KeyValue | None:
+    for r in res.responses:
+        if r is not None and r.kvs:
+            return r.kvs[0]
+    return None

@@ -1,0 +1,434 @@
+"""The daemon's main loop: one turn per poll, everything it needs passed in.
+
+One turn:
+1. renew the host lease (a new lease means the old report and leadership are gone);
+2. observe the local cards (concurrently, each bounded);
+3. write the host report to ``members/<host>`` on the lease;
+4. campaign for ``leader`` when nobody holds it; as leader run one ``LeaderLoop.cycle``;
+   otherwise follow the registry (for the status view);
+5. heartbeat (health marks, systemd watchdog).
+
+``Daemon`` is what ``awide-cluster run`` drives and what the demo and tests start in-process
+(``await d.start()`` ... ``await d.stop()``); ``abort()`` drops it like a crash (no revoke).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from pathlib import Path
+
+from awide_cluster import __version__
+from awide_cluster.config import daemon as daemon_config
+from awide_cluster.config.common import ConfigError
+from awide_cluster.config.daemon import DaemonConfig
+from awide_cluster.contract import keys, registry as regdoc, report as reportdoc
+from awide_cluster.contract.registry import Registry, RegistryError
+from awide_cluster.contract.report import HostReport
+from awide_cluster.daemon.clock import Clock, SystemClock
+from awide_cluster.daemon.leader import LeaderLoop, Outcome
+from awide_cluster.daemon.lease import HostLease, Leadership, LeaderRecord
+from awide_cluster.daemon.reconcile import Policy
+from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
+from awide_cluster.store.errors import StoreError
+
+log = logging.getLogger("awide_cluster.daemon")
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
+
+
+class ClusterTooSmall(RuntimeError):
+    """The etcd cluster has fewer than 3 members and the config does not say dev_cluster."""
+
+
+def store_for(cfg: DaemonConfig):
+    """The EtcdStore a config describes (keys relative to the cluster prefix)."""
+    from awide_cluster.store import EtcdStore, StoreConfig, TlsConfig
+    e = cfg.etcd
+    tls = None
+    if e.tls is not None:
+        tls = TlsConfig(ca_file=str(e.tls.ca_file),
+                        cert_file=str(e.tls.cert_file) if e.tls.cert_file else None,
+                        key_file=str(e.tls.key_file) if e.tls.key_file else None)
+    return EtcdStore(StoreConfig(
+        endpoints=tuple(e.endpoints), prefix=keys.prefix(cfg.cluster),
+        call_timeout=e.call_timeout, hedge_after=e.hedge_after, tls=tls,
+        username=e.username, password=e.resolved_password()))
+
+
+def policy_for(cfg: DaemonConfig) -> Policy:
+    return Policy(cluster=cfg.cluster, leader=cfg.host, sick_polls=cfg.timing.sick_polls,
+                  healthy_polls=cfg.timing.healthy_polls)
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, *, store=None, observer: CardObserver | None = None,
+                 runner=None, clock: Clock | None = None, config_path: str | Path | None = None,
+                 serve_api: bool = True, notifier=None, version: str = __version__) -> None:
+        from awide_cluster.api import DaemonHealth, DaemonMetrics, Notifier
+        self.config = config
+        self.config_path = config_path
+        self.clock = clock or SystemClock()
+        self._own_store = store is None
+        self.store = store if store is not None else store_for(config)
+        self._own_observer = observer is None
+        self._runner = runner
+        self.observer = observer if observer is not None else self._local_observer(config)
+        self.version = version
+        self.run_id = uuid.uuid4().hex[:12]
+        self.seq = 0
+        call = config.etcd.call_timeout
+        self.lease = HostLease(self.store, self.clock, ttl=config.timing.lease_ttl,
+                               call_timeout=call)
+        self.leadership = Leadership(self.store, self.lease, self.clock, host=config.host,
+                                     run=self.run_id, call_timeout=call)
+        self.health = DaemonHealth.for_timing(config.timing.poll_interval, call,
+                                              clock=self.clock.monotonic)
+        self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
+        self.leader_loop = LeaderLoop(self.store, self.leadership, self.clock,
+                                      policy=policy_for(config), call_timeout=call,
+                                      metrics=self.metrics)
+        self.notifier = notifier if notifier is not None else Notifier()
+        self.serve_api = serve_api
+        self.api = None
+        self.known_identity: dict[str, str] = {}
+        self.report: HostReport | None = None
+        self.registry: Registry | None = None
+        self._registry_rev = 0
+        self.cluster_size: int | None = None
+        self.turns = 0
+        self.outcomes: list[Outcome] = []           # last leader outcomes (bounded, for tests)
+        self.exit_code: int | None = None
+        self.fatal: str = ""
+        self._stop = asyncio.Event()
+        self._reload: DaemonConfig | str | Path | None = None
+        self._task: asyncio.Task | None = None
+        self._ready_sent = False
+        self._last_error = ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the API (if asked) and the main loop; returns at once."""
+        if self.serve_api and self.api is None:
+            from awide_cluster.api import DaemonApi, host_view  # noqa: F401
+            self.api = DaemonApi(health=self.health, metrics=self.metrics, view=self.view,
+                                 listen=self.config.api.listen)
+            await self.api.start()
+            self.leadership.api = self.api.url
+        self._task = asyncio.create_task(self._main(), name=f"awide-daemon-{self.config.host}")
+
+    async def wait(self) -> int:
+        """Until the main loop ends (stop or a fatal error); the exit code."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        return self.exit_code if self.exit_code is not None else EXIT_OK
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def request_reload(self, new: DaemonConfig | str | Path | None = None) -> None:
+        """Reload before the next turn: a config object, a file, or the file it started with."""
+        self._reload = new if new is not None else (self.config_path or self.config)
+
+    async def stop(self, *, bound: float = 10.0) -> None:
+        """Clean stop: finish the current turn, revoke the lease (the report and the leader key
+        vanish at once: immediate hand-over), close. Nothing is half-written: every write is
+        one etcd call, and the turn in progress is allowed to finish."""
+        self._stop.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), bound)
+            except TimeoutError:
+                log.warning("main loop did not finish its turn within %g s: cancelled", bound)
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+        self.notifier.stopping(status="stopping: revoking lease")
+        self.leadership.step_down("stopping")
+        await self.lease.revoke()
+        await self._close()
+
+    async def abort(self) -> None:
+        """Stop like a crash: no revoke (the lease expires after its TTL). For tests."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._close()
+
+    async def _close(self) -> None:
+        if self.api is not None:
+            await self.api.stop()
+            self.api = None
+        if self._own_store:
+            await self.store.close()
+        self.notifier.close()
+
+    # ------------------------------------------------------------------ main loop
+
+    async def _main(self) -> None:
+        try:
+            if not await self._check_cluster():
+                return
+            # a random phase: hosts started together must not poll in step (their reports
+            # would land right at the leader's reads, and etcd would see bursts)
+            await self._sleep(random.uniform(0, self.config.timing.poll_interval))
+            next_at = self.clock.monotonic()
+            while not self._stop.is_set():
+                await self.turn()
+                interval = self.config.timing.poll_interval
+                next_at += interval
+                now = self.clock.monotonic()
+                if next_at < now:               # overran: start again now, keep the phase
+                    next_at = now
+                await self._sleep(next_at - now)
+        except ClusterTooSmall as e:
+            self.fatal, self.exit_code = str(e), EXIT_CLUSTER
+            log.error("%s", e)
+        except Exception as e:               # a bug: say so and exit non-zero
+            self.fatal, self.exit_code = f"{type(e).__name__}: {e}", EXIT_FAILED
+            log.exception("daemon main loop failed")
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0 or self._stop.is_set():
+            return
+        stop = asyncio.ensure_future(self._stop.wait())
+        nap = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait({stop, nap}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (stop, nap):
+                f.cancel()
+            await asyncio.gather(stop, nap, return_exceptions=True)
+
+    async def _check_cluster(self) -> bool:
+        """Refuse an etcd cluster of fewer than 3 members unless dev_cluster. Retries (each
+        call bounded) until etcd answers or the daemon is stopped."""
+        while not self._stop.is_set():
+            try:
+                members = await self.store.members(timeout=self.config.etcd.call_timeout)
+            except StoreError as e:
+                self._note_error(f"etcd member list: {e}")
+                self.health.etcd_failed(str(e))
+                self.health.beat()
+                self.notifier.watchdog()
+                await self._sleep(self.config.timing.poll_interval)
+                continue
+            n = self.cluster_size = len(members)
+            if n < 3 and not self.config.dev_cluster:
+                raise ClusterTooSmall(
+                    f"etcd cluster has {n} member(s): a card cluster needs 3 or more to survive "
+                    "the loss of a host (set dev_cluster: true for a development cluster)")
+            if self.config.dev_cluster:
+                log.warning("DEVELOPMENT CLUSTER (dev_cluster: true): etcd has %d member(s); "
+                            "this cluster is not fit for production", n)
+            return True
+        return False
+
+    async def turn(self) -> None:
+        """One poll. Never raises for etcd or card trouble (counted, logged)."""
+        start = self.clock.monotonic()
+        if self._reload is not None:
+            await self._apply_reload()
+        cfg = self.config
+        call = cfg.etcd.call_timeout
+        etcd_ok = True
+        # 1. lease
+        try:
+            if await self.lease.renew():
+                self.leadership.step_down("a new lease was granted (the old one expired)")
+        except StoreError as e:
+            etcd_ok = False
+            self._note_error(f"lease: {e}")
+        if self.leadership.leading and not self.lease.valid():
+            self.leadership.step_down(
+                f"lease not confirmed for {self.lease.ttl - self.lease.remaining():.1f} s "
+                f"(TTL {self.lease.ttl} s, margin {self.lease.margin:g} s)")
+        # 2. cards
+        observations = await observe_all(self.observer, cfg.cards, self.known_identity)
+        for spec, obs in zip(cfg.cards, observations):
+            self.metrics.local_card(spec.name, obs.healthy)
+            for p in obs.probes:
+                self.metrics.probe_result(spec.name, p.probe, p.ok, p.elapsed)
+        # 3. host report
+        self.seq += 1
+        self.report = build_report(
+            host=cfg.host, role=cfg.role, version=self.version,
+            api=self.api.url if self.api is not None else "", run=self.run_id, seq=self.seq,
+            dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations)
+        if self.lease.id is not None:
+            try:
+                await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
+                                     lease=self.lease.id, timeout=call)
+                self.metrics.report_write(True)
+                self.health.report_written()
+            except StoreError as e:
+                etcd_ok = False
+                self.metrics.report_write(False)
+                self._note_error(f"host report: {e}")
+        # 4. leadership
+        was = self.leadership.leading
+        try:
+            if not self.leadership.leading and self.lease.valid():
+                holder = await self.store.get(keys.LEADER, timeout=call)
+                self.leadership.holder = LeaderRecord.decode(holder.value) if holder else None
+                if holder is None and await self.leadership.campaign():
+                    self.leader_loop.reset()
+        except StoreError as e:
+            etcd_ok = False
+            self._note_error(f"leader election: {e}")
+        if self.leadership.leading:
+            outcome = await self.leader_loop.cycle()
+            self.outcomes = (self.outcomes + [outcome])[-50:]
+            if outcome in (Outcome.SKIPPED, Outcome.ERROR):
+                etcd_ok = False
+            if self.leader_loop.registry is not None:
+                self.registry = self.leader_loop.registry
+        else:
+            if was:
+                self.leader_loop.reset()
+            etcd_ok = await self._follow() and etcd_ok
+        me = self.leadership.leading
+        holder = self.leadership.holder
+        self.metrics.observe_leader(holder.host if holder else None, me=me)
+        # 5. heartbeat
+        if etcd_ok:
+            self.health.etcd_ok()
+            self._last_error = ""
+        else:
+            self.health.etcd_failed(self._last_error or "etcd call failed")
+        self.health.beat()
+        self.notifier.watchdog()
+        if not self._ready_sent and self.report is not None and etcd_ok:
+            self._ready_sent = True
+            self.notifier.ready(status=f"reporting {len(cfg.cards)} card(s)")
+        self.turns += 1
+        self.metrics.poll_done(self.clock.monotonic() - start, ok=etcd_ok)
+
+    async def _follow(self) -> bool:
+        """A follower's read of the registry (only when it changed), for the status view."""
+        try:
+            after = self._registry_rev + 1 if self._registry_rev else None
+            kv = await self.store.get(keys.REGISTRY, min_mod_revision=after,
+                                      timeout=self.config.etcd.call_timeout)
+        except StoreError as e:
+            self._note_error(f"registry read: {e}")
+            return False
+        if kv is not None:
+            try:
+                self.registry = regdoc.decode(kv.value)
+                self.metrics.observe_registry(self.registry)
+            except RegistryError as e:
+                self.metrics.registry_refused("corrupt")
+                self._note_error(f"registry unreadable, keeping the last good one: {e}")
+            self._registry_rev = kv.mod_revision
+        return True
+
+    def _note_error(self, text: str) -> None:
+        if text != self._last_error:
+            log.warning("%s", text)
+        self._last_error = text
+
+    # ------------------------------------------------------------------ reload (SIGHUP)
+
+    async def _apply_reload(self) -> None:
+        source, self._reload = self._reload, None
+        try:
+            new = source if isinstance(source, DaemonConfig) else daemon_config.load(source)
+        except ConfigError as e:
+            log.error("reload refused, keeping the running config: %s", e)
+            return
+        fixed = daemon_config.reload_problems(self.config, new)
+        if fixed:
+            log.error("reload refused, keeping the running config: %s cannot change without "
+                      "a restart", ", ".join(fixed))
+            return
+        old = self.config
+        self.config = new
+        self.leader_loop.policy = policy_for(new)
+        self.known_identity.clear()         # an operator reload accepts the cards as they are
+        if self._own_observer and (new.sysfs_root, new.nvme_program) != \
+                (old.sysfs_root, old.nvme_program):
+            self.observer = self._local_observer(new)
+        log.info("config reloaded: %d card(s), poll %g s, lease TTL %d s, sick after %d polls",
+                 len(new.cards), new.timing.poll_interval, new.timing.lease_ttl,
+                 new.timing.sick_polls)
+        if new.timing.lease_ttl != old.timing.lease_ttl:
+            await self._change_lease(new.timing.lease_ttl)
+
+    async def _change_lease(self, ttl: int) -> None:
+        """Move the report and the leader key to a lease with the new TTL, keeping leadership
+        (the leader key's create_revision does not change), then revoke the old lease."""
+        try:
+            old = await self.lease.replace(ttl)
+            await self.leadership.move_to_lease(self.lease.id)
+        except StoreError as e:
+            log.warning("lease TTL change incomplete (%s): the next turn grants what is missing",
+                        e)
+            return
+        if old is not None:
+            try:
+                await self.store.revoke(old, timeout=self.config.etcd.call_timeout)
+            except StoreError as e:
+                log.warning("old lease %x not revoked (%s): it expires after its TTL", old, e)
+
+    def _local_observer(self, cfg: DaemonConfig) -> CardObserver:
+        from awide_cluster.nvme.runner import Runner
+        from awide_cluster.nvme.sysfs import Sysfs
+        runner = self._runner if self._runner is not None else Runner()
+        return LocalObserver(runner, Sysfs(cfg.sysfs_root), self.clock,
+                             nvme_program=cfg.nvme_program)
+
+    # ------------------------------------------------------------------ status
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leadership.holds()
+
+    def view(self) -> dict:
+        from awide_cluster.api import host_view
+        holder = self.leadership.holder
+        extra = {
+            "cluster": self.config.cluster,
+            "dev_cluster": self.config.dev_cluster,
+            "etcd_members": self.cluster_size,
+            "lease": f"{self.lease.id:x}" if self.lease.id else None,
+            "error": self._last_error or None,
+            "leader_error": self.leader_loop.last_error or None,
+        }
+        if self.config.dev_cluster:
+            extra["warning"] = ("DEVELOPMENT CLUSTER: dev_cluster is true; etcd has "
+                                f"{self.cluster_size} member(s)")
+        return host_view(host=self.config.host, role=self.config.role, version=self.version,
+                         report=self.report, registry=self.registry,
+                         leader=holder.host if holder else None, is_leader=self.is_leader,
+                         extra=extra)
+
+
+async def run_daemon(config_path: str | Path, *, install_signals: bool = True) -> int:
+    """``awide-cluster run``: load, start, run until SIGTERM/SIGINT; SIGHUP reloads.
+    The exit code: 0 clean stop, 2 bad config, 3 etcd cluster too small, 1 other failure."""
+    import signal
+    try:
+        cfg = daemon_config.load(config_path)
+    except ConfigError as e:
+        log.error("%s", e)
+        return EXIT_CONFIG
+    d = Daemon(cfg, config_path=config_path)
+    loop = asyncio.get_running_loop()
+    if install_signals:
+        loop.add_signal_handler(signal.SIGTERM, d.request_stop)
+        loop.add_signal_handler(signal.SIGINT, d.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, d.request_reload)
+    try:
+        await d.start()
+    except Exception as e:
+        log.error("cannot start: %s", e)
+        await d._close()
+        return EXIT_FAILED
+    log.info("awide-cluster %s running: cluster %s, host %s (%s), %d card(s), run %s",
+             d.version, cfg.cluster, cfg.host, cfg.role, len(cfg.cards), d.run_id)
+    code = await d.wait()
+    await d.stop()
+    return code

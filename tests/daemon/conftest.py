@@ -1,0 +1,121 @@
+"""Helpers for the daemon tests: one real 3-member etcd per module, directory cards with
+labels, command store probes flipped by a file, configs with short timings."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from awide_cluster.cards.directory import write_label
+from awide_cluster.config import daemon as daemon_config
+from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.embedded import EtcdCluster
+from awide_cluster.store import EtcdStore, StoreConfig
+
+_names = itertools.count()
+
+# poll 0.1 s, lease 1 s (> 0.1 + 2 x 0.3), 3 sick polls
+FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
+ETCD_CALL = 0.3
+
+
+@pytest.fixture(scope="module")
+def etcd(etcd_binaries, tmp_path_factory):
+    binary = next(iter(etcd_binaries.values()))
+    with EtcdCluster(tmp_path_factory.mktemp("etcd"), binary=binary, stop_timeout=0.5) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    """A fresh cluster name (key prefix) per test, so tests share one etcd."""
+    return f"t{next(_names)}-{int(time.time() * 1000) % 100000}"
+
+
+class Cards:
+    """Directory cards under tmp: labelled dirs, and a store probe each (a command that
+    succeeds while ``<dir>.ok`` exists)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def make(self, name: str, serial: str, *, model: str = "dir-card") -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        write_label(path, serial, model)
+        self.set_healthy(name, True)
+        return path
+
+    def relabel(self, name: str, serial: str, *, model: str = "dir-card") -> None:
+        write_label(self.root / name, serial, model, force=True)
+
+    def set_healthy(self, name: str, ok: bool) -> None:
+        flag = self.root / f"{name}.ok"
+        if ok:
+            flag.write_text("ok")
+        else:
+            flag.unlink(missing_ok=True)
+
+    def spec(self, name: str, probe_timeout: float = 0.25) -> dict[str, Any]:
+        return {"name": name, "kind": "dir", "path": str(self.root / name),
+                "probe_timeout": probe_timeout,
+                "store": {"command": [sys.executable, "-S", "-c",
+                                      "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1])"
+                                      " else 1)", str(self.root / f"{name}.ok")]}}
+
+
+@pytest.fixture
+def cards(tmp_path) -> Cards:
+    return Cards(tmp_path / "cards")
+
+
+def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: list[dict] = (), *,
+                role: str = "storage", timing: dict | None = None, dev: bool = False,
+                **extra: Any) -> dict[str, Any]:
+    d = {"cluster": cluster, "host": host, "role": role, "dev_cluster": dev,
+         "etcd": {"endpoints": list(etcd.client_urls), "call_timeout": ETCD_CALL},
+         "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
+         "cards": list(cards)}
+    d.update(extra)
+    return d
+
+
+def make_config(*args, **kwargs) -> daemon_config.DaemonConfig:
+    return daemon_config.parse(config_dict(*args, **kwargs), "<test>")
+
+
+def store_of(etcd: EtcdCluster, cluster: str) -> EtcdStore:
+    return EtcdStore(StoreConfig(endpoints=tuple(etcd.client_urls), prefix=keys.prefix(cluster),
+                                 call_timeout=1.0))
+
+
+async def registry(store: EtcdStore) -> regdoc.Registry | None:
+    kv = await store.get(keys.REGISTRY)
+    return regdoc.decode(kv.value) if kv else None
+
+
+async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll an (async or plain) predicate until truthy; its value. Generous bound."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = pred()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or pred}")
+        await asyncio.sleep(0.05)
+
+
+async def card_state(store: EtcdStore, card_id: str) -> str | None:
+    r = await registry(store)
+    c = r.card(card_id) if r else None
+    return c.state if c else None
