@@ -1,0 +1,130 @@
+"""The I/O shell of status: one bounded read of etcd, then the pure ``build_status``.
+
+One read is three concurrent calls, each within the store's call bound (0.5 s by default):
+every endpoint's status, the member list, and one range over the whole cluster prefix. When
+the (linearizable) key read fails but some member answers, the keys are read again
+serializably from any member, so a cluster that lost quorum still shows what its members
+hold (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
+
+``StatusReader`` keeps the observations between reads (report ages, see ``observe``):
+``snapshot()`` for ``--watch`` and the demo, ``sample(interval)`` for one-shot status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from awide_cluster.operator.model import ClusterStatus
+from awide_cluster.operator.observe import Observations, observe
+from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
+from awide_cluster.store.errors import StoreError
+from awide_cluster.store.types import EndpointStatus, Member, RangeResult
+
+
+class StatusStore(Protocol):
+    async def range(self, key: str, *, prefix: bool = False, serializable: bool = False,
+                    timeout: float | None = None) -> RangeResult: ...
+    async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
+    async def statuses(self, *, timeout: float | None = None
+                       ) -> dict[str, EndpointStatus | StoreError]: ...
+
+
+def describe_error(e: BaseException) -> str:
+    text = str(e) or "no detail"
+    return f"{type(e).__name__}: {text}"
+
+
+async def read_raw(
+    store: StatusStore, *, cluster: str, endpoints: tuple[str, ...], bound: float,
+    wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+) -> RawSnapshot:
+    """One bounded read. Never raises a StoreError: failures are in the snapshot."""
+
+    async def keys() -> tuple[Any, str]:
+        try:
+            return await store.range("", prefix=True), ""
+        except StoreError as e:
+            return None, describe_error(e)
+
+    async def members() -> tuple[Any, str]:
+        try:
+            return await store.members(), ""
+        except StoreError as e:
+            return None, describe_error(e)
+
+    async def statuses() -> dict[str, EndpointStatus | StoreError]:
+        return await store.statuses()
+
+    start_wall, start_mono = wall(), mono()
+    try:
+        async with asyncio.timeout(bound):
+            (result, read_error), (member_list, members_error), status_map = await asyncio.gather(
+                keys(), members(), statuses())
+            answered = any(isinstance(s, EndpointStatus) for s in status_map.values())
+            if result is None and answered:
+                try:
+                    result = await store.range("", prefix=True, serializable=True)
+                    read_error = (f"linearizable read failed ({read_error}); showing a "
+                                  "serializable read from one member, possibly stale")
+                except StoreError as e:
+                    read_error = f"{read_error}; serializable read: {describe_error(e)}"
+    except TimeoutError:
+        msg = f"no answer within {bound:g} s"
+        return RawSnapshot(
+            cluster=cluster, endpoints=endpoints,
+            answers=tuple(EndpointAnswer(ep, None, msg) for ep in endpoints),
+            members=None, members_error=msg, kvs=None, read_error=msg, revision=None,
+            wall=start_wall, mono=start_mono)
+    answers = tuple(
+        EndpointAnswer(ep, st, "") if isinstance(st, EndpointStatus)
+        else EndpointAnswer(ep, None, describe_error(st))
+        for ep, st in status_map.items())
+    return RawSnapshot(
+        cluster=cluster, endpoints=endpoints, answers=answers,
+        members=tuple(member_list) if member_list is not None else None,
+        members_error=members_error,
+        kvs=tuple(result.kvs) if result is not None else None,
+        read_error=read_error if read_error else "",
+        revision=result.revision if result is not None else None,
+        wall=start_wall, mono=start_mono)
+
+
+class StatusReader:
+    """Reads status again and again, keeping how long each key has held its value."""
+
+    def __init__(
+        self, store: StatusStore, *, cluster: str, endpoints: tuple[str, ...],
+        call_timeout: float = 0.5, policy: StatusPolicy = StatusPolicy(),
+        wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.endpoints = endpoints
+        self.policy = policy
+        # status, members and keys run concurrently; the serializable fallback after them
+        self.bound = 2 * call_timeout + 0.5
+        self._wall, self._mono = wall, mono
+        self.seen = Observations()
+        self.last_raw: RawSnapshot | None = None
+
+    async def read(self) -> RawSnapshot:
+        raw = await read_raw(self.store, cluster=self.cluster, endpoints=self.endpoints,
+                             bound=self.bound, wall=self._wall, mono=self._mono)
+        self.seen = observe(self.seen, raw.kvs, raw.mono)
+        self.last_raw = raw
+        return raw
+
+    async def snapshot(self) -> tuple[RawSnapshot, ClusterStatus]:
+        raw = await self.read()
+        return raw, build_status(raw, self.seen, self.policy)
+
+    async def sample(self, interval: float) -> tuple[RawSnapshot, ClusterStatus]:
+        """Two reads ``interval`` apart (one when 0, or when the first found nothing)."""
+        raw = await self.read()
+        if interval > 0 and not raw.unreachable:
+            await asyncio.sleep(interval)
+            raw = await self.read()
+        return raw, build_status(raw, self.seen, self.policy)

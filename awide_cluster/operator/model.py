@@ -1,0 +1,186 @@
+"""What ``awide-cluster status`` shows: frozen values, built by ``status.build_status``.
+
+``ClusterStatus.to_dict()`` is the JSON/YAML document (stable field names, documented in
+docs/operations.md); the table renderer reads the same values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from awide_cluster.operator.observe import Age
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: Severity
+    code: str                   # stable, e.g. card_out, quorum_lost (docs/operations.md)
+    subject: str                # what it is about: a card id, host, gateway id, namespace, ...
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "code": self.code, "subject": self.subject,
+                "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdMemberView:
+    name: str
+    id: str                     # hex member id, "" when unknown
+    endpoint: str
+    reachable: bool
+    is_leader: bool
+    raft_term: int | None
+    raft_index: int | None
+    version: str
+    db_size: int | None
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdView:
+    quorum: Literal["ok", "lost", "unknown"]
+    up: int                     # members answering and seeing a raft leader
+    total: int                  # members of the cluster (member list, else endpoints given)
+    leader: str                 # raft leader's name ("" if none seen)
+    raft_term: int | None
+    members: tuple[EtcdMemberView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderView:
+    host: str
+    since: str                  # ISO time from the leader's own clock, "" if unknown
+    held_for: float | None      # seconds, by this reader's clock (informational)
+    api: str
+    error: str = ""             # the leader key did not decode
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    host: str
+    role: str
+    version: str
+    api: str
+    cards: int
+    dev_cluster: bool
+    is_leader: bool
+    report_age: Age | None
+    error: str = ""             # the report did not decode; "no report" for a missing host
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryView:
+    generation: int | None
+    leader: str                 # who wrote it
+    written_at: str
+    age: Age | None
+    cards: int
+    slots_used: int
+    error: str = ""             # missing or refused (corrupt, unknown schema)
+
+
+@dataclass(frozen=True, slots=True)
+class CardView:
+    id: str
+    serial: str
+    model: str
+    host: str
+    name: str
+    kind: str
+    target: str                 # NVMe-oF address (transport://traddr:trsvcid/subnqn) or path
+    slot: int | None
+    state: str                  # in, out, drained; "unregistered" (reported, not yet admitted)
+    health: str                 # ok, sick, unknown
+    reason: str
+    since: str                  # when the state last changed (leader's clock), "" if unknown
+    changed_generation: int | None
+    conflict: str               # why it is in conflict, "" if not
+    unplaced: str               # why it has no slot, "" if it has one or needs none
+    reported: str               # its host's latest observation: ok, sick: why, not found, no report
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayView:
+    id: str
+    host: str
+    pod: str
+    namespace: str
+    placement: str
+    fingerprint: str
+    generation: int | None      # registry generation applied
+    lag: int | None             # registry generation minus the one applied
+    engine: str
+    version: str
+    stale: bool
+    age: Age | None             # since its record last changed
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IntentView:
+    card_id: str
+    action: str
+    by: str
+    age: Age | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    cluster: str
+    taken_at: str               # ISO time of the read (this machine's clock)
+    revision: int | None        # etcd revision of the key read
+    read_error: str             # the key read failed ("" when it worked)
+    etcd: EtcdView
+    leader: LeaderView | None
+    registry: RegistryView
+    hosts: tuple[HostView, ...]
+    cards: tuple[CardView, ...]
+    gateways: tuple[GatewayView, ...]
+    intents: tuple[IntentView, ...]
+    problems: tuple[Problem, ...]
+    dev_cluster: bool
+
+    @property
+    def healthy(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster, "healthy": self.healthy, "taken_at": self.taken_at,
+            "revision": self.revision, "read_error": self.read_error,
+            "dev_cluster": self.dev_cluster,
+            "etcd": _plain(self.etcd), "leader": _plain(self.leader),
+            "registry": _plain(self.registry),
+            "hosts": [_plain(h) for h in self.hosts],
+            "cards": [_plain(c) for c in self.cards],
+            "gateways": [_plain(g) for g in self.gateways],
+            "intents": [_plain(i) for i in self.intents],
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses to dicts (Age as {at_least, at_most}), recursively, field order kept."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Age):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None:
+        return {name: _plain(getattr(value, name)) for name in fields}
+    return value
+
+
+def card_to_dict(card: CardView) -> dict[str, Any]:
+    return _plain(card)

@@ -1,0 +1,178 @@
+"""Rendering a ``ClusterStatus``: ``table`` (for people), ``json`` and ``yaml`` (for scripts).
+
+The table is plain text, one section per part of the cluster, problems last (and a DEV
+CLUSTER banner first when a host runs with dev settings). JSON and YAML are the same document,
+``ClusterStatus.to_dict()``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from awide_cluster.operator.model import CardView, ClusterStatus, card_to_dict
+
+FORMATS = ("table", "json", "yaml")
+
+
+def columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _since(card: CardView) -> str:
+    parts = []
+    if card.changed_generation is not None:
+        parts.append(f"gen {card.changed_generation}")
+    if card.since:
+        parts.append(card.since)
+    return " ".join(parts)
+
+
+def card_lines(cards: Sequence[CardView]) -> list[str]:
+    if not cards:
+        return ["  (no cards)"]
+    rows = []
+    for c in cards:
+        notes = "; ".join(x for x in (
+            c.reason, f"conflict: {c.conflict}" if c.conflict else "",
+            f"unplaced: {c.unplaced}" if c.unplaced else "",
+            f"host sees: {c.reported}" if c.reported not in ("ok", "") else "") if x)
+        rows.append((
+            "-" if c.slot is None else c.slot, c.id, c.serial, c.host, c.name, c.target,
+            c.state.upper() if c.state != "in" else c.state, c.health, _since(c), notes))
+    return columns(("SLOT", "ID", "SERIAL", "HOST", "NAME", "TARGET", "STATE", "HEALTH",
+                    "SINCE", "REASON"), rows)
+
+
+def table(st: ClusterStatus) -> str:
+    out: list[str] = []
+    verdict = "HEALTHY" if st.healthy else f"UNHEALTHY ({len(st.errors)} problem" + (
+        "s)" if len(st.errors) != 1 else ")")
+    out.append(f"cluster {st.cluster}: {verdict}   etcd revision {st.revision or '?'}   "
+               f"at {st.taken_at}")
+    if st.dev_cluster:
+        devs = ", ".join(h.host for h in st.hosts if h.dev_cluster)
+        out.append("")
+        out.append("!!! DEV CLUSTER: " + devs + " run with dev settings - NOT FOR PRODUCTION !!!")
+    if st.read_error:
+        out.append(f"note: {st.read_error}")
+
+    e = st.etcd
+    out.append("")
+    out.append(f"ETCD  quorum {e.quorum} ({e.up}/{e.total} up)   raft leader "
+               f"{e.leader or 'none'}   term {e.raft_term if e.raft_term is not None else '?'}")
+    out += columns(("MEMBER", "ENDPOINT", "ID", "LEADER", "TERM", "VERSION", "DB", "STATUS"), [
+        (m.name or "?", m.endpoint, m.id, "*" if m.is_leader else "",
+         m.raft_term if m.raft_term is not None else "", m.version, size(m.db_size),
+         "ok" if m.reachable and not m.error else (m.error or "down"))
+        for m in e.members])
+
+    out.append("")
+    if st.leader is None:
+        out.append("LEADER  none")
+    elif st.leader.error:
+        out.append(f"LEADER  unreadable: {st.leader.error}")
+    else:
+        held = f" (for {duration(st.leader.held_for)})" if st.leader.held_for is not None else ""
+        out.append(f"LEADER  {st.leader.host} since {st.leader.since or '?'}{held}"
+                   f"{'   api ' + st.leader.api if st.leader.api else ''}")
+
+    r = st.registry
+    if r.error:
+        out.append(f"REGISTRY  {r.error}")
+    else:
+        out.append(f"REGISTRY  generation {r.generation}, written by {r.leader} at "
+                   f"{r.written_at or '?'}, {r.cards} cards, {r.slots_used}/8 slots used")
+
+    out.append("")
+    out.append("HOSTS")
+    out += columns(("HOST", "ROLE", "VERSION", "CARDS", "REPORT AGE", "LEADER", "API", "NOTE"), [
+        (h.host, h.role, h.version, h.cards, h.report_age.describe() if h.report_age else "-",
+         "*" if h.is_leader else "", h.api, ("DEV " if h.dev_cluster else "") + h.error)
+        for h in st.hosts]) if st.hosts else ["  (no hosts)"]
+
+    out.append("")
+    out.append("CARDS")
+    out += card_lines(st.cards)
+
+    out.append("")
+    out.append("GATEWAYS")
+    if st.gateways:
+        out += columns(("ID", "HOST", "POD", "NAMESPACE", "PLACEMENT", "FINGERPRINT", "GEN",
+                        "LAG", "ENGINE", "NOTE"), [
+            (g.id, g.host, g.pod, g.namespace, g.placement, g.fingerprint,
+             g.generation if g.generation is not None else "?",
+             g.lag if g.lag is not None else "?", g.engine,
+             g.error or ("stale view" if g.stale else ""))
+            for g in st.gateways])
+    else:
+        out.append("  (no gateways)")
+
+    if st.intents:
+        out.append("")
+        out.append("INTENTS (pending)")
+        out += columns(("CARD", "ACTION", "BY", "AGE"), [
+            (i.card_id, i.action, i.by, i.age.describe() if i.age else "-") for i in st.intents])
+
+    out.append("")
+    if st.problems:
+        out.append("PROBLEMS")
+        for p in st.problems:
+            out.append(f"  {p.severity.upper():7}  {p.code}: {p.message}")
+    else:
+        out.append("PROBLEMS  none")
+    return "\n".join(out)
+
+
+def render(st: ClusterStatus, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(st.to_dict(), indent=2)
+    if fmt == "yaml":
+        return yaml.safe_dump(st.to_dict(), sort_keys=False).rstrip()
+    if fmt == "table":
+        return table(st)
+    raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+def render_cards(st: ClusterStatus, fmt: str) -> str:
+    doc = {"cluster": st.cluster, "registry_generation": st.registry.generation,
+           "cards": [card_to_dict(c) for c in st.cards]}
+    if fmt == "json":
+        return json.dumps(doc, indent=2)
+    if fmt == "yaml":
+        return yaml.safe_dump(doc, sort_keys=False).rstrip()
+    if fmt == "table":
+        gen = st.registry.generation
+        head = f"cluster {st.cluster}, registry generation {gen if gen is not None else '?'}"
+        if st.registry.error:
+            head += f" ({st.registry.error})"
+        return "\n".join([head] + card_lines(st.cards))
+    raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
