@@ -1,0 +1,178 @@
+"""Pure parts: config validation, namespace/fingerprint, follower decisions, view, events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.health import Hysteresis
+from awide_cluster.store.errors import Timeout
+from awide_cluster.store.types import KeyValue, RangeResult
+from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster.cardpath import Probe, advance
+from awide_gateway_cluster.config import ConfigError, load_config, parse_config
+from awide_gateway_cluster.events import diff
+from awide_gateway_cluster.follower import FollowState, decide
+from awide_gateway_cluster.view import LocalCard, build
+from tests.gateway.support import make_card
+
+BASE = {
+    "mode": "cluster", "cluster": "c1", "host": "gpu1", "pod": "vllm-0",
+    "etcd": {"endpoints": ["http://127.0.0.1:2379"]},
+    "model": {"name": "meta-llama/Llama-3.1-8B"},
+}
+
+
+def cfg(**over):
+    doc = {**BASE}
+    for k, v in over.items():
+        doc[k] = {**doc.get(k, {}), **v} if isinstance(v, dict) else v
+    return parse_config(doc, "gw.yaml")
+
+
+def test_config_defaults():
+    c = cfg()
+    assert c.id == "gpu1-vllm-0" and c.key_placement == "dialog" and c.watch
+    assert (c.timing.poll_interval, c.timing.sick_polls, c.timing.healthy_polls) == (1.0, 3, 1)
+    assert c.etcd.call_timeout == 0.5
+
+
+@pytest.mark.parametrize("over,field,words", [
+    ({"mode": "local"}, "mode", "cluster"),
+    ({"key_placement": "random"}, "key_placement", "dialog"),
+    ({"timing": {"poll_interval": 0.4}}, "timing", "call_timeout"),
+    ({"timing": {"lease_ttl": 2}}, "timing", "lease_ttl"),
+    ({"timing": {"sick_polls": 0}}, "timing.sick_polls", "greater"),
+    ({"cluster": "bad name/"}, "cluster", "not a valid name"),
+    ({"etcd": {"endpoints": ["10.0.0.1:2379"]}}, "etcd.endpoints", "http"),
+    ({"model": {"dtype": "float7"}}, "model.dtype", "float7"),
+    ({"nvme": {"hostnqn": "nqn.bad,x"}}, "nvme.hostnqn", "NQN"),
+    ({"bogus": 1}, "bogus", "Extra"),
+])
+def test_config_refusals_name_the_field(over, field, words):
+    with pytest.raises(ConfigError) as err:
+        cfg(**over)
+    assert err.value.field == field
+    assert words.lower() in err.value.reason.lower()
+    assert str(err.value).startswith("gw.yaml: ")
+
+
+def test_config_file_errors(tmp_path: Path):
+    p = tmp_path / "g.yaml"
+    p.write_text("mode: cluster\ncluster: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert err.value.field.startswith("line")
+    with pytest.raises(ConfigError):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_namespace_per_model_configuration():
+    base = cfg().model
+    ns = lay.namespace(base)
+    assert ns.startswith("llama-3-1-8b-") and len(ns) <= 63
+    assert lay.namespace(base) == ns
+    for change in ({"revision": "v2"}, {"dtype": "float16"}, {"block_tokens": 32},
+                   {"extra": {"tensor_parallel": "2"}}, {"name": "meta-llama/Llama-3.1-70B"}):
+        assert lay.namespace(cfg(model=change).model) != ns
+
+
+def test_fingerprint_covers_namespace_placement_and_table():
+    t1 = slotfn.SlotTable(("c1",) + (None,) * 7)
+    t2 = slotfn.SlotTable((None, "c1") + (None,) * 6)
+    fp = lay.fingerprint("ns", "dialog", t1)
+    assert fp == lay.fingerprint("ns", "dialog", t1)
+    assert len({fp, lay.fingerprint("ns2", "dialog", t1), lay.fingerprint("ns", "stripe", t1),
+                lay.fingerprint("ns", "dialog", t2)}) == 4
+
+
+def test_layout_record_roundtrip_and_compare():
+    mine = lay.LayoutRecord("ns", "dialog", created_by="g1")
+    assert lay.decode_record(lay.encode_record(mine)) == mine
+    assert lay.compare(mine, lay.LayoutRecord("ns", "dialog", created_by="g2")) is None
+    m = lay.compare(mine, lay.LayoutRecord("ns", "dialog", algorithm=2, created_by="g2"))
+    assert m is not None and "placement-algorithm=1" in str(m) and "placement-algorithm=2" in str(m)
+    with pytest.raises(lay.LayoutError):
+        lay.decode_record(b"[]")
+
+
+def _rr(value: bytes | None, mod: int = 5, count: int = 1) -> RangeResult:
+    kvs = (KeyValue("registry", value, 2, mod, 3),) if value is not None else ()
+    return RangeResult(revision=mod, kvs=kvs, count=count)
+
+
+def _reg(cards, gen=1, prev=slotfn.EMPTY):
+    return regmod.Registry(cluster="c1", generation=gen, leader="s1", cards=tuple(cards),
+                           slots=regmod.slot_table(tuple(cards), prev))
+
+
+def test_decide_applies_keeps_and_never_empties():
+    a = make_card(1)
+    reg = _reg([a])
+    st, d = decide(FollowState(), _rr(regmod.encode(reg)), 10.0, cluster="c1")
+    assert d.outcome == "applied" and st.registry == reg and st.seen_revision == 5
+    st2, d = decide(st, _rr(None), 11.0, cluster="c1")
+    assert d.outcome == "unchanged" and st2.registry == reg and st2.last_ok == 11.0
+    st3, d = decide(st2, Timeout("frozen"), 12.0, cluster="c1")
+    assert d.outcome == "failed" and st3.registry == reg and st3.last_ok == 11.0
+    assert "frozen" in st3.problem
+    st4, d = decide(st3, _rr(None, count=0), 13.0, cluster="c1")
+    assert d.outcome == "failed" and st4.registry == reg and "absent" in st4.problem
+    st5, d = decide(st4, _rr(b"garbage", mod=9), 14.0, cluster="c1")
+    assert d.outcome == "rejected" and st5.registry == reg and st5.seen_revision == 9
+    assert st5.applied_revision == 5 and "keeping generation 1" in st5.problem
+    st6, d = decide(st5, _rr(None, mod=9), 15.0, cluster="c1")
+    assert d.outcome == "unchanged" and st6.problem        # still on the refused document
+
+
+def test_view_reasons_in_order():
+    a = make_card(1)
+    reg = _reg([a])
+    up = LocalCard(a.id, device="/dev/nvme0n1", verified=True, note="")
+    v = build(reg, {a.id: up}, namespace="n", placement="dialog", fingerprint="f",
+              layout_ok=True)
+    assert v.card(a.id).in_service and v.card(a.id).why == ""
+    assert "layout" in build(reg, {a.id: up}, namespace="n", placement="dialog",
+                             fingerprint="f", layout_ok=False,
+                             layout_problem="layout mismatch").card(a.id).why
+    sick = LocalCard(a.id, device="/dev/nvme0n1", verified=True,
+                     health=Hysteresis(up=False, bad=3, reason="state resetting"))
+    why = build(reg, {a.id: sick}, namespace="n", placement="dialog", fingerprint="f",
+                layout_ok=True).card(a.id).why
+    assert why == "local: state resetting (3 bad polls)"
+
+
+def test_advance_uses_hysteresis_and_refusal_is_immediate():
+    loc = LocalCard("c", device="/dev/nvme0n1", verified=True)
+    bad = Probe(device="/dev/nvme0n1", verified=True, good=False, reason="io")
+    loc = advance(loc, bad, sick_polls=2, healthy_polls=1)
+    assert loc.health.up
+    loc = advance(loc, Probe(device="/dev/nvme0n1", verified=True), sick_polls=2,
+                  healthy_polls=1)                         # no observation: no change
+    assert loc.health.up and loc.health.bad == 1
+    loc = advance(loc, bad, sick_polls=2, healthy_polls=1)
+    assert not loc.health.up
+    loc = advance(loc, Probe(refused="wrong serial"), sick_polls=2, healthy_polls=1)
+    assert loc.refused == "wrong serial"
+
+
+def test_diff_moves_name_both_cards_and_both_slots():
+    a, b, c = make_card(1), make_card(2, admitted=2), make_card(3, admitted=3)
+    up = {x.id: LocalCard(x.id, device="/dev/x", verified=True) for x in (a, b, c)}
+    kw = dict(namespace="n", placement="dialog", fingerprint="f", layout_ok=True)
+    t_old = slotfn.SlotTable((a.id, b.id) + (None,) * 6)
+    t_new = slotfn.SlotTable((c.id, a.id) + (None,) * 6)
+    old = build(regmod.Registry("c1", 1, "s1", (a, b), t_old), up, **kw)
+    new = build(regmod.Registry("c1", 2, "s1", (a, c), t_new), up, **kw)
+    evs = diff(old, new)
+    kinds = [(e.kind, e.card_id) for e in evs]
+    assert ("moved", a.id) in kinds and ("moved", b.id) in kinds and ("joined", c.id) in kinds
+    mv = next(e for e in evs if e.kind == "moved" and e.card_id == a.id)
+    assert (mv.old_slot, mv.slot) == (0, 1)
+    assert b.id in mv.detail and c.id in mv.detail          # who held slot 1, who holds slot 0
+    assert "slot=0->1" in mv.line()
+    left = next(e for e in evs if e.card_id == b.id)
+    assert left.slot is None and "no slot" in left.detail
