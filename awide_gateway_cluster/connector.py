@@ -185,10 +185,13 @@ class Connector:
             return Probe(note=f"directory {path} has no label (not mounted?)",
                          good=False, reason="no label")
         serial = str(getattr(label, "serial", ""))
+        model = str(getattr(label, "model", ""))
         identity = str(getattr(label, "identity", ""))
-        if serial != card.serial or (card.identity and identity != card.identity):
-            msg = (f"directory {path} is labelled serial {serial!r} identity {identity!r}, "
-                   f"registry says serial {card.serial!r} identity {card.identity!r}")
+        if (serial, model) != (card.serial, card.model) or (
+                card.identity and identity != card.identity):
+            msg = (f"directory {path} is labelled serial {serial!r} model {model!r} identity "
+                   f"{identity!r}, registry says serial {card.serial!r} model {card.model!r} "
+                   f"identity {card.identity!r}: other storage in its place")
             log.error("card %s REFUSED: %s", card.id, msg)
             return Probe(refused=msg)
         problems = f"{io_errors} I/O error(s) reported" if io_errors else ""

