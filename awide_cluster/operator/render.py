@@ -81,7 +81,7 @@ def table(st: ClusterStatus) -> str:
     if st.dev_cluster:
         devs = ", ".join(h.host for h in st.hosts if h.dev_cluster)
         out.append("")
-        out.append("!!! DEV CLUSTER: " + devs + " run with dev settings - NOT FOR PRODUCTION !!!")
+        out.append("!!! DEV CLUSTER: " + devs + " run with dev_cluster: true - NOT FOR PRODUCTION !!!")
     if st.read_error:
         out.append(f"note: {st.read_error}")
 

@@ -85,8 +85,8 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
         devs = ", ".join(h.host for h in hosts if h.dev_cluster)
         problems.append(Problem(
             "warning", "dev_cluster", devs,
-            f"DEV CLUSTER: {devs} run(s) with dev settings (directory cards, relaxed checks): "
-            "not for production"))
+            f"DEV CLUSTER: {devs} run(s) with dev_cluster: true (an etcd cluster of fewer "
+            "than 3 members is accepted): not for production"))
     order = {"error": 0, "warning": 1}
     problems.sort(key=lambda p: (order[p.severity], p.code, p.subject))
     return ClusterStatus(
@@ -164,6 +164,10 @@ def _etcd(raw: RawSnapshot, problems: list[Problem]) -> EtcdView:
     if len(leaders) > 1:
         problems.append(Problem("warning", "etcd_leader_disagreement", "etcd",
                                 "members name different raft leaders (an election is going on)"))
+    if raw.members is not None and 0 < len(raw.members) < 3:
+        problems.append(Problem("warning", "etcd_too_small", "etcd",
+                                f"etcd has {len(raw.members)} member(s): it tolerates no member "
+                                "failure (3 or more are needed for that)"))
     versions = {r.version for r in rows if r.version}
     if len(versions) > 1:
         problems.append(Problem("warning", "etcd_version_skew", "etcd",

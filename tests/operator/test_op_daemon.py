@@ -1,0 +1,91 @@
+"""Status and the daemon HTTP API against real daemons (in-process) on a real etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import aiohttp
+
+from awide_cluster.cards.directory import write_label
+from awide_cluster.config import daemon as daemon_config
+from awide_cluster.daemon.service import Daemon
+from awide_cluster.operator.gather import StatusReader
+from awide_cluster.operator.render import render
+from tests.operator import op_state as state
+from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
+
+FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
+
+
+def _config(etcd, cluster, host, cards, role="storage"):
+    return daemon_config.parse({
+        "cluster": cluster, "host": host, "role": role,
+        "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
+        "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}, "<test>")
+
+
+def _dir_card(root, name, serial):
+    path = root / name
+    path.mkdir(parents=True)
+    write_label(path, serial, "dir-card")
+    flag = root / f"{name}.ok"
+    flag.write_text("ok")
+    spec = {"name": name, "kind": "dir", "path": str(path), "probe_timeout": 0.25,
+            "store": {"command": [sys.executable, "-S", "-c",
+                                  "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) "
+                                  "else 1)", str(flag)]}}
+    return spec, flag
+
+
+async def _until(reader, pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        _, st = await reader.snapshot()
+        if pred(st) or time.monotonic() > deadline:
+            return st
+        await asyncio.sleep(0.1)
+
+
+async def test_status_of_running_daemons_and_their_api(shared_etcd, cluster_name, tmp_path):
+    spec, flag = _dir_card(tmp_path, "card0", "SN-DIR-1")
+    daemons = [Daemon(_config(shared_etcd, cluster_name, "h1", [spec])),
+               Daemon(_config(shared_etcd, cluster_name, "w1", [], role="witness"))]
+    store = state.store_for(shared_etcd.endpoints, cluster_name)
+    reader = StatusReader(store, cluster=cluster_name, endpoints=shared_etcd.endpoints)
+    try:
+        for d in daemons:
+            await d.start()
+        st = await _until(reader, lambda s: s.healthy and [c.state for c in s.cards] == ["in"])
+        assert st.healthy, st.problems
+        assert st.leader is not None and st.leader.host in ("h1", "w1")
+        assert [h.host for h in st.hosts] == ["h1", "w1"]
+        (card,) = st.cards
+        assert card.state == "in" and card.slot == 0 and card.target == spec["path"]
+        await asyncio.sleep(0.3)
+        _, st = await reader.snapshot()           # reports rewritten every poll: fresh
+        assert all(h.report_age.at_most is not None and h.report_age.at_most < 2.0
+                   for h in st.hosts), [h.report_age for h in st.hosts]
+
+        api = daemons[0].api
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            for path in ("/healthz", "/readyz"):
+                async with http.get(api.url + path) as r:
+                    assert r.status == 200, (path, await r.text())
+            async with http.get(api.url + "/v1/status") as r:
+                doc = await r.json()
+            assert doc["host"] == "h1" and doc["registry_cards"][0]["serial"] == "SN-DIR-1"
+            async with http.get(api.url + "/metrics") as r:
+                text = await r.text()
+            assert 'awide_polls_total{result="ok"}' in text
+            assert 'awide_local_card_healthy{card="card0"} 1.0' in text
+
+        flag.unlink()                             # the card's store dies: out after 3 polls
+        st = await _until(reader, lambda s: any(p.code == "card_out" for p in s.problems))
+        assert not st.healthy and [p.code for p in st.errors] == ["card_out"]
+        assert "OUT" in render(st, "table")
+    finally:
+        for d in daemons:
+            await d.stop()
+        await store.close()
