@@ -1,0 +1,244 @@
+"""Health probes of a local card. Each is bounded and returns a ProbeResult with a reason.
+
+I/O probes (``probe_store``, ``probe_listener``, ``probe_writable``) never raise: a timeout or
+an error becomes ``ok=False`` with human words. ``check_device`` and ``check_identity`` are
+pure functions over what discovery found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import uuid as uuidlib
+from pathlib import Path
+from typing import Awaitable, Callable, Sequence
+
+import aiohttp
+
+from awide_cluster.cards.model import DEVICE, IDENTITY, LISTENER, STORE, WRITABLE, LocalCard, \
+    ProbeResult
+from awide_cluster.cards.spec import StoreProbeSpec, parse_host_port
+from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, ProgramNotFound, RunnerError
+from awide_cluster.nvme.target import NvmeTarget
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+async def timed(probe: str, timeout: float, clock: Clock,
+                check: Callable[[], Awaitable[tuple[bool, str]]]) -> ProbeResult:
+    """Run ``check`` under ``timeout``; any timeout or error becomes a failed ProbeResult."""
+    start = clock()
+    try:
+        async with asyncio.timeout(timeout):
+            ok, reason = await check()
+    except TimeoutError:
+        ok, reason = False, f"{probe}: no answer within {timeout:g} s"
+    except CommandTimeout as exc:
+        ok, reason = False, f"{probe}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a probe reports, it never crashes the poll
+        log.debug("probe %s failed", probe, exc_info=True)
+        ok, reason = False, f"{probe}: {type(exc).__name__}: {exc}"
+    return ProbeResult(probe, ok, reason, max(0.0, clock() - start))
+
+
+# ------------------------------------------------------------------ store service
+
+async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: float,
+                      clock: Clock, *, systemctl: str = "systemctl") -> ProbeResult:
+    kind = spec.kind
+    if kind == "systemd_unit":
+        assert spec.systemd_unit is not None
+        unit = spec.systemd_unit
+        check = lambda: _systemd(runner, systemctl, unit, timeout)  # noqa: E731
+    elif kind == "http":
+        assert spec.http is not None
+        url = spec.http
+        check = lambda: _http(url, timeout)  # noqa: E731
+    elif kind == "tcp":
+        assert spec.tcp is not None
+        host, port = parse_host_port(spec.tcp)
+        check = lambda: _tcp(host, port, "store")  # noqa: E731
+    else:
+        assert spec.command is not None
+        argv = list(spec.command)
+        check = lambda: _command(runner, argv, timeout)  # noqa: E731
+    return await timed(STORE, timeout, clock, check)
+
+
+async def _systemd(runner: CommandRunner, systemctl: str, unit: str,
+                   timeout: float) -> tuple[bool, str]:
+    try:
+        done = await runner.run([systemctl, "is-active", "--", unit], timeout)
+    except ProgramNotFound:
+        return False, f"store unit {unit}: {systemctl} not found"
+    state = (done.stdout.strip().splitlines() or ["unknown"])[0][:40]
+    if done.rc == 0:
+        return True, f"store unit {unit} is {state or 'active'}"
+    return False, f"store unit {unit} is {state} (systemctl is-active exit {done.rc})"
+
+
+async def _http(url: str, timeout: float) -> tuple[bool, str]:
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=client_timeout) as session:
+            async with session.get(url, allow_redirects=False) as resp:
+                status = resp.status
+    except aiohttp.ClientError as exc:
+        return False, f"store {url}: {type(exc).__name__}: {exc}"
+    if 200 <= status < 300:
+        return True, f"store {url} answered {status}"
+    return False, f"store {url} answered {status}"
+
+
+async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        _reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        return False, f"{what} {shown}: {_why(exc)}"
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+    return True, f"{what} {shown} accepts connections"
+
+
+def _why(exc: OSError) -> str:
+    """'Connection refused' rather than asyncio's 'Connect call failed (addr)'."""
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+async def _command(runner: CommandRunner, argv: Sequence[str],
+                   timeout: float) -> tuple[bool, str]:
+    try:
+        done = await runner.run(list(argv), timeout)
+    except RunnerError as exc:
+        if isinstance(exc, CommandTimeout):
+            raise
+        return False, f"store command: {exc}"
+    if done.rc == 0:
+        return True, f"store command {argv[0]} exited 0"
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return False, f"store command {argv[0]} exited {done.rc}" + (f": {said[0][:200]}" if said
+                                                                  else "")
+
+
+# ------------------------------------------------------------------ NVMe-oF listener
+
+async def probe_listener(target: NvmeTarget, timeout: float, clock: Clock) -> ProbeResult:
+    """The card's NVMe-oF target accepts TCP connections on traddr:trsvcid."""
+    return await timed(LISTENER, timeout, clock,
+                       lambda: _tcp(target.traddr, target.trsvcid, "NVMe-oF listener"))
+
+
+# ------------------------------------------------------------------ pure checks
+
+def check_device(card: LocalCard, *, namespace_missing: bool = False,
+                 controller: str | None = None) -> ProbeResult:
+    """NVMe: the controller is live and shows the namespace."""
+    ctrl = controller or "controller"
+    if namespace_missing or card.device is None:
+        return ProbeResult(DEVICE, False, f"{ctrl} shows no namespace", 0.0)
+    if card.controller_state != "live":
+        return ProbeResult(DEVICE, False,
+                           f"{card.device}: controller state {card.controller_state or 'unknown'}"
+                           " (not live)", 0.0)
+    return ProbeResult(DEVICE, True, f"{card.device} live", 0.0)
+
+
+def check_identity(card: LocalCard, known_identity: str | None, why: str = "") -> ProbeResult:
+    """The on-card identity is readable and equal to the one first seen (if any)."""
+    if card.identity is None:
+        return ProbeResult(IDENTITY, False,
+                           f"no on-card identity readable{': ' + why if why else ''}", 0.0)
+    if known_identity is None:
+        return ProbeResult(IDENTITY, True, f"identity {card.identity} (first seen)", 0.0)
+    if card.identity == known_identity:
+        return ProbeResult(IDENTITY, True, f"identity {card.identity} unchanged", 0.0)
+    return ProbeResult(IDENTITY, False,
+                       f"identity changed: was {known_identity}, now {card.identity} "
+                       f"(serial {card.serial}): not the same card", 0.0)
+
+
+# ------------------------------------------------------------------ directory writable
+
+_inflight: set[str] = set()
+_inflight_lock = threading.Lock()
+
+
+def _write_probe(path: str) -> None:
+    """create + write + fsync + unlink a temp file (runs in its own thread)."""
+    try:
+        name = os.path.join(path, f".awide-probe-{os.getpid()}-{uuidlib.uuid4().hex[:8]}")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"awide write probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    finally:
+        with _inflight_lock:
+            _inflight.discard(path)
+
+
+def _in_own_thread(fn: Callable[[str], None], arg: str) -> asyncio.Future[None]:
+    """Run ``fn(arg)`` in a fresh daemon thread that always runs to its end (so its cleanup
+    always happens), even when the awaiting task gives up."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            fn(arg)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:  # the loop is gone; nobody waits any more
+            pass
+
+    threading.Thread(target=work, name=f"awide-write-probe {arg}", daemon=True).start()
+    return fut
+
+
+async def probe_writable(path: Path | str, timeout: float, clock: Clock) -> ProbeResult:
+    """The directory takes a small fsynced write. A write stuck in the kernel keeps its thread;
+    while it is stuck, later probes of the same path fail at once instead of piling up."""
+    key = str(path)
+
+    async def check() -> tuple[bool, str]:
+        with _inflight_lock:
+            if key in _inflight:
+                return False, f"directory {key}: previous write probe still stuck"
+            _inflight.add(key)
+        try:
+            started = _in_own_thread(_write_probe, key)
+        except BaseException:
+            with _inflight_lock:
+                _inflight.discard(key)
+            raise
+        try:
+            await started
+        except OSError as exc:
+            return False, f"directory {key} not writable: {_why(exc)}"
+        return True, f"directory {key} writable"
+
+    result = await timed(WRITABLE, timeout, clock, check)
+    if not result.ok and "no answer within" in result.reason:
+        return ProbeResult(WRITABLE, False, f"directory {key}: write+fsync did not finish "
+                           f"within {timeout:g} s", result.elapsed)
+    return result

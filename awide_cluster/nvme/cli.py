@@ -1,0 +1,117 @@
+"""nvme-cli 2.3, driven through a bounded runner with argv built only from validated values.
+
+Every argument that carries data comes from an ``NvmeTarget`` (validated on construction),
+``validate_nqn`` or ``validate_device_name``; options are passed as ``--name=value`` so that
+no value can ever be read as an option. Nothing here builds a shell string.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from awide_cluster.nvme import parse
+from awide_cluster.nvme.errors import (
+    AlreadyConnected, ConnectFailed, DisconnectFailed, NvmeCommandFailed,
+)
+from awide_cluster.nvme.runner import Completed, CommandRunner
+from awide_cluster.nvme.target import NvmeTarget, validate_device_name, validate_nqn
+
+log = logging.getLogger(__name__)
+
+
+class NvmeCli:
+    """Wraps the ``nvme`` program. Raises NvmeCommandFailed (and subclasses), NvmeParseError,
+    InvalidTarget/InvalidDeviceName (before anything runs) and the runner's errors
+    (CommandTimeout, ProgramNotFound, ...)."""
+
+    def __init__(self, runner: CommandRunner, program: str = "nvme", timeout: float = 5.0) -> None:
+        if not isinstance(program, str) or not program or program.startswith("-"):
+            raise ValueError(f"bad nvme program name {program!r}")
+        self._runner = runner
+        self.program = program
+        self.timeout = timeout
+
+    async def _run(self, command: str, args: Sequence[str], timeout: float | None) -> Completed:
+        argv = [self.program, command, *args]
+        return await self._runner.run(argv, self.timeout if timeout is None else timeout)
+
+    async def _checked(self, command: str, args: Sequence[str],
+                       timeout: float | None) -> Completed:
+        done = await self._run(command, args, timeout)
+        if done.rc != 0:
+            raise NvmeCommandFailed(command, done.rc, done.stderr or done.stdout)
+        return done
+
+    async def list_subsys(self, *, timeout: float | None = None) -> tuple[parse.Subsystem, ...]:
+        done = await self._checked("list-subsys", ["--output-format=json"], timeout)
+        return parse.parse_list_subsys(done.stdout)
+
+    async def list(self, *, timeout: float | None = None) -> tuple[parse.ListedNamespace, ...]:
+        done = await self._checked("list", ["--output-format=json"], timeout)
+        return parse.parse_list(done.stdout)
+
+    async def id_ctrl(self, device: str, *, timeout: float | None = None) -> parse.ControllerIdentity:
+        """``device``: nvmeN or nvmeNnM (with or without /dev/)."""
+        name = validate_device_name(device)
+        done = await self._checked("id-ctrl", [f"/dev/{name}", "--output-format=json"], timeout)
+        return parse.parse_id_ctrl(done.stdout)
+
+    async def id_ns(self, device: str, *, timeout: float | None = None) -> parse.NamespaceIdentity:
+        """``device``: a namespace, nvmeNnM (with or without /dev/)."""
+        name = validate_device_name(device, namespace=True)
+        done = await self._checked("id-ns", [f"/dev/{name}", "--output-format=json"], timeout)
+        return parse.parse_id_ns(done.stdout)
+
+    async def connect(self, target: NvmeTarget, hostnqn: str | None = None, *,
+                      ctrl_loss_tmo: int | None = None, reconnect_delay: int | None = None,
+                      timeout: float | None = None) -> str:
+        """Connect and return the new controller's name (``nvmeN``).
+
+        Raises AlreadyConnected (exit 1 with 'already connected'), ConnectFailed otherwise.
+        """
+        if not isinstance(target, NvmeTarget):
+            raise TypeError("connect() takes a validated NvmeTarget, not "
+                            f"{type(target).__name__}")
+        args = [
+            f"--transport={target.transport}",
+            f"--traddr={target.traddr}",
+            f"--trsvcid={target.trsvcid}",
+            f"--nqn={target.subnqn}",
+        ]
+        if hostnqn is not None:
+            args.append(f"--hostnqn={validate_nqn(hostnqn, 'hostnqn')}")
+        if ctrl_loss_tmo is not None:
+            args.append(f"--ctrl-loss-tmo={_small_int('ctrl_loss_tmo', ctrl_loss_tmo, -1)}")
+        if reconnect_delay is not None:
+            args.append(f"--reconnect-delay={_small_int('reconnect_delay', reconnect_delay, 1)}")
+        done = await self._run("connect", args, timeout)
+        if done.rc != 0:
+            text = f"{done.stderr}\n{done.stdout}"
+            if "already connected" in text.lower():
+                raise AlreadyConnected("connect", done.rc, text)
+            raise ConnectFailed("connect", done.rc, text)
+        device = parse.parse_connect(done.stdout)
+        log.info("nvme connect %s -> %s", target, device)
+        return device
+
+    async def disconnect(self, subnqn: str, *, timeout: float | None = None) -> int:
+        """Disconnect every controller of ``subnqn``; return how many.
+
+        Raises DisconnectFailed when nvme-cli says it disconnected 0 controllers (even if it
+        exited 0), NvmeCommandFailed on a non-zero exit.
+        """
+        nqn = validate_nqn(subnqn)
+        done = await self._checked("disconnect", [f"--nqn={nqn}"], timeout)
+        count = parse.parse_disconnect(done.stdout + "\n" + done.stderr)
+        if count == 0:
+            raise DisconnectFailed("disconnect", done.rc,
+                                   f"disconnected 0 controller(s) for {nqn}")
+        log.info("nvme disconnect %s: %d controller(s)", nqn, count)
+        return count
+
+
+def _small_int(name: str, value: int, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 86400:
+        raise ValueError(f"{name} must be an integer in {low}..86400, got {value!r}")
+    return value

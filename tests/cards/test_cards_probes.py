@@ -1,0 +1,221 @@
+"""Probes: real sockets, a real HTTP server, fake systemctl/commands on the runner's PATH."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+
+import pytest
+from aiohttp import web
+
+from awide_cluster.cards.model import LocalCard, ProbeResult
+from awide_cluster.cards.probes import (
+    check_device, check_identity, probe_listener, probe_store, probe_writable,
+)
+from awide_cluster.cards.spec import StoreProbeSpec
+from awide_cluster.nvme.runner import Runner
+from awide_cluster.nvme.target import NvmeTarget
+from tests.fakes import install_python_program
+
+FAKE_SYSTEMCTL = """
+import json, os, sys, time
+units = json.load(open(os.environ["FAKE_UNITS"]))
+assert sys.argv[1:3] == ["is-active", "--"], sys.argv
+state = units.get(sys.argv[3], "inactive")
+if state == "hang":
+    time.sleep(3600)
+print(state)
+sys.exit(0 if state == "active" else 3)
+"""
+
+
+@pytest.fixture
+def units(tmp_path):
+    bin_dir = tmp_path / "bin"
+    install_python_program(bin_dir, "systemctl", FAKE_SYSTEMCTL)
+    install_python_program(bin_dir, "store-check",
+                           "import sys, time\n"
+                           "if sys.argv[1] == 'hang': time.sleep(3600)\n"
+                           "print('store says', sys.argv[1], file=sys.stderr)\n"
+                           "sys.exit(int(sys.argv[1]))\n")
+    path = tmp_path / "units.json"
+    path.write_text(json.dumps({"store-a.service": "active", "store-b.service": "failed",
+                                "store-h.service": "hang"}))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_UNITS": str(path)}
+    return Runner(env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def http_url():
+    async def ok(_):
+        return web.Response(text="ok")
+
+    async def bad(_):
+        return web.Response(status=500)
+
+    release = asyncio.Event()
+
+    async def slow(_):
+        await asyncio.wait_for(release.wait(), 10)
+        return web.Response(text="late")
+
+    async def moved(_):
+        raise web.HTTPFound("/ok")
+
+    app = web.Application()
+    app.add_routes([web.get("/ok", ok), web.get("/bad", bad), web.get("/slow", slow),
+                    web.get("/moved", moved)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    yield f"http://127.0.0.1:{port}"
+    release.set()
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def listening_port():
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+
+
+clock = time.monotonic
+
+
+def _ok(r: ProbeResult, probe: str, *words: str) -> None:
+    assert r.probe == probe and r.ok, r.reason
+    for w in words:
+        assert w in r.reason
+    assert r.elapsed >= 0
+
+
+def _bad(r: ProbeResult, probe: str, *words: str) -> None:
+    assert r.probe == probe and not r.ok
+    for w in words:
+        assert w in r.reason, r.reason
+
+
+# ------------------------------------------------------------------ store
+
+async def test_systemd_unit_states(units):
+    _ok(await probe_store(StoreProbeSpec(systemd_unit="store-a.service"), units, 5, clock),
+        "store", "store-a.service is active")
+    _bad(await probe_store(StoreProbeSpec(systemd_unit="store-b.service"), units, 5, clock),
+         "store", "store-b.service is failed")
+    _bad(await probe_store(StoreProbeSpec(systemd_unit="store-x.service"), units, 5, clock),
+         "store", "inactive")
+
+
+async def test_systemd_unit_hang_is_bounded(units):
+    start = time.monotonic()
+    r = await probe_store(StoreProbeSpec(systemd_unit="store-h.service"), units, 0.5, clock)
+    _bad(r, "store", "0.5 s")
+    assert time.monotonic() - start < 5            # generous bound
+
+
+async def test_systemctl_missing(tmp_path):
+    r = await probe_store(StoreProbeSpec(systemd_unit="a.service"),
+                          Runner(env={"PATH": str(tmp_path)}), 5, clock)
+    _bad(r, "store", "systemctl not found")
+
+
+async def test_command_probe(units):
+    _ok(await probe_store(StoreProbeSpec(command=("store-check", "0")), units, 5, clock),
+        "store", "exited 0")
+    _bad(await probe_store(StoreProbeSpec(command=("store-check", "2")), units, 5, clock),
+         "store", "exited 2", "store says 2")
+    _bad(await probe_store(StoreProbeSpec(command=("store-check", "hang")), units, 0.5, clock),
+         "store", "0.5 s")
+    _bad(await probe_store(StoreProbeSpec(command=("no-such-program",)), units, 5, clock),
+         "store", "not found")
+
+
+async def test_http_probe(http_url):
+    _ok(await probe_store(StoreProbeSpec(http=f"{http_url}/ok"), None, 5, clock),
+        "store", "answered 200")
+    _bad(await probe_store(StoreProbeSpec(http=f"{http_url}/bad"), None, 5, clock),
+         "store", "answered 500")
+    _bad(await probe_store(StoreProbeSpec(http=f"{http_url}/moved"), None, 5, clock),
+         "store", "answered 302")
+    _bad(await probe_store(StoreProbeSpec(http=f"{http_url}/slow"), None, 0.5, clock),
+         "store", "0.5 s")
+    port = free_port()
+    _bad(await probe_store(StoreProbeSpec(http=f"http://127.0.0.1:{port}/"), None, 5, clock),
+         "store", f"127.0.0.1:{port}")
+
+
+async def test_tcp_probe(listening_port):
+    _ok(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5, clock),
+        "store", "accepts connections")
+    port = free_port()
+    _bad(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{port}"), None, 5, clock),
+         "store", "refused")
+
+
+# ------------------------------------------------------------------ listener
+
+async def test_listener_probe(listening_port):
+    t = NvmeTarget("tcp", "127.0.0.1", listening_port, "nqn.2024-01.io.awide:sub1")
+    _ok(await probe_listener(t, 5, clock), "listener", f"127.0.0.1:{listening_port}")
+    t = NvmeTarget("tcp", "127.0.0.1", free_port(), "nqn.2024-01.io.awide:sub1")
+    _bad(await probe_listener(t, 5, clock), "listener", "NVMe-oF listener", "refused")
+
+
+async def test_listener_unroutable_is_bounded():
+    # TEST-NET-1 is never routed: the connect either fails at once or is cut by the bound
+    t = NvmeTarget("tcp", "192.0.2.1", 4420, "nqn.2024-01.io.awide:sub1")
+    start = time.monotonic()
+    r = await probe_listener(t, 0.3, clock)
+    assert not r.ok and time.monotonic() - start < 5
+
+
+# ------------------------------------------------------------------ writable
+
+async def test_writable(tmp_path):
+    _ok(await probe_writable(tmp_path, 5, clock), "writable", "writable")
+    assert list(tmp_path.iterdir()) == []                    # the probe file is gone
+    _bad(await probe_writable(tmp_path / "absent", 5, clock), "writable", "not writable")
+    (tmp_path / "file").write_text("x")
+    _bad(await probe_writable(tmp_path / "file", 5, clock), "writable", "not writable")
+
+
+# ------------------------------------------------------------------ pure checks
+
+CARD = LocalCard(name="card0", kind="nvme", serial="SN1", model="M",
+                 identity="nguid:0102030405060708090a0b0c0d0e0f10", device="nvme3n1",
+                 controller_state="live", target=None)
+
+
+def test_check_device():
+    assert check_device(CARD).ok
+    from dataclasses import replace
+    r = check_device(replace(CARD, controller_state="connecting"))
+    assert not r.ok and "connecting" in r.reason
+    r = check_device(replace(CARD, device=None), namespace_missing=True, controller="nvme3")
+    assert not r.ok and "nvme3 shows no namespace" in r.reason
+
+
+def test_check_identity():
+    from dataclasses import replace
+    assert check_identity(CARD, None).ok
+    assert "first seen" in check_identity(CARD, None).reason
+    assert check_identity(CARD, CARD.identity).ok
+    r = check_identity(CARD, "nguid:" + "ff" * 16)
+    assert not r.ok and "identity changed" in r.reason and "not the same card" in r.reason
+    r = check_identity(replace(CARD, identity=None), CARD.identity, "no NGUID")
+    assert not r.ok and "no NGUID" in r.reason
+    assert not check_identity(replace(CARD, identity=None), None).ok
