@@ -16,7 +16,8 @@ _names = itertools.count(1)
 @pytest.fixture(scope="module")
 def shared_etcd(etcd_binaries, tmp_path_factory):
     binary = next(iter(etcd_binaries.values()))
-    with EtcdCluster(tmp_path_factory.mktemp("op-etcd"), binary=binary) as cluster:
+    with EtcdCluster(tmp_path_factory.mktemp("op-etcd"), binary=binary,
+                     stop_timeout=0.5) as cluster:
         yield cluster
 
 

@@ -1,0 +1,92 @@
+"""The pure parts of status: age observation and etcd quorum judgement, no etcd needed."""
+
+from __future__ import annotations
+
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.operator.observe import Age, Observations, observe
+from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
+from awide_cluster.store.types import EndpointStatus, KeyValue, Member
+from tests.operator import op_state as state
+
+
+def kv(key, rev, value=b"x"):
+    return KeyValue(key=key, value=value, create_revision=1, mod_revision=rev, version=1)
+
+
+def test_ages_from_mod_revisions():
+    s = observe(Observations(), [kv("members/h1", 5), kv("members/h2", 6)], now=10.0)
+    assert s.age("members/h1", 10.0) == Age(0.0, None)          # unknown after one read
+    s = observe(s, [kv("members/h1", 9), kv("members/h2", 6), kv("members/h3", 8)], now=11.0)
+    assert s.age("members/h1", 11.0) == Age(0.0, 1.0)           # changed between the reads
+    assert s.age("members/h3", 11.0) == Age(0.0, 1.0)           # appeared between the reads
+    assert s.age("members/h2", 11.0) == Age(1.0, None)          # unchanged for >= 1 s
+    assert observe(s, None, now=12.0) is s                      # a failed read changes nothing
+    s = observe(s, [kv("members/h2", 6)], now=14.0)
+    assert s.age("members/h1", 14.0) is None                    # gone
+    assert s.age("members/h2", 14.0).describe() == ">=4.0s"
+    assert Age(0.0, 1.0).describe() == "<=1.0s" and Age(2.0, 3.0).describe() == "2.0-3.0s"
+    assert Age(0.0).describe() == "?"
+
+
+def _status(answers, members, kvs=(), endpoints=None):
+    eps = endpoints or tuple(a.endpoint for a in answers)
+    raw = RawSnapshot(cluster="c1", endpoints=eps, answers=tuple(answers), members=members,
+                      members_error="", kvs=tuple(kvs), read_error="", revision=10,
+                      wall=1_800_000_000.0, mono=100.0)
+    return build_status(raw, observe(Observations(), kvs, 100.0), StatusPolicy())
+
+
+def _member(i):
+    return Member(id=i, name=f"m{i}", client_urls=(f"http://127.0.0.1:{2379 + i}",),
+                  peer_urls=())
+
+
+def _answer(i, leader, term=4):
+    ep = f"http://127.0.0.1:{2379 + i}"
+    return EndpointAnswer(ep, EndpointStatus(ep, i, leader, term, 100, "3.5.1", 20000))
+
+
+def _down(i):
+    return EndpointAnswer(f"http://127.0.0.1:{2379 + i}", None, "Timeout: no answer")
+
+
+def codes(st):
+    return sorted(p.code for p in st.problems)
+
+
+def test_quorum_ok_with_one_member_down():
+    st = _status([_answer(1, 2), _answer(2, 2), _down(3)], tuple(_member(i) for i in (1, 2, 3)))
+    assert st.etcd.quorum == "ok" and (st.etcd.up, st.etcd.total) == (2, 3)
+    assert st.etcd.leader == "m2"
+    assert "etcd_member_down" in codes(st) and "quorum_lost" not in codes(st)
+    down = next(m for m in st.etcd.members if not m.reachable)
+    assert down.name == "m3"
+
+
+def test_quorum_lost_and_unknown():
+    members = tuple(_member(i) for i in (1, 2, 3))
+    st = _status([_answer(1, 0), _down(2), _down(3)], members)
+    assert st.etcd.quorum == "lost" and "quorum_lost" in codes(st)
+    five = tuple(_member(i) for i in range(1, 6))
+    st = _status([_answer(1, 2), _answer(2, 2)], five)   # 3 members not among the endpoints
+    assert st.etcd.quorum == "unknown" and "quorum_unknown" in codes(st)
+    assert sum(1 for m in st.etcd.members if m.error.startswith("not checked")) == 3
+
+
+def test_minority_member_without_raft_leader_and_leader_disagreement():
+    members = tuple(_member(i) for i in (1, 2, 3))
+    st = _status([_answer(1, 2), _answer(2, 2), _answer(3, 0)], members)
+    assert "etcd_no_raft_leader" in codes(st)
+    st = _status([_answer(1, 1), _answer(2, 2), _answer(3, 2)], members)
+    assert "etcd_leader_disagreement" in codes(st)
+
+
+def test_gateway_ahead_of_the_registry():
+    reg = state.registry([state.card("h1", "card0", "SN-1")], generation=3)
+    kvs = [kv(keys.REGISTRY, 5, regdoc.encode(reg)), kv(keys.LEADER, 4, state.leader()),
+           kv(keys.member("h1"), 6, state.healthy_state()[keys.member("h1")]),
+           kv(keys.gateway("g1"), 7, state.gateway("g1", generation=9))]
+    members = tuple(_member(i) for i in (1, 2, 3))
+    st = _status([_answer(i, 1) for i in (1, 2, 3)], members, kvs)
+    assert "gateway_ahead" in codes(st) and not st.healthy
