@@ -126,8 +126,9 @@ class GatewayConfig(Section):
     watch: bool = Field(default=True, description="also watch the registry (the poll stays)")
     wipe_on_start: bool = Field(default=False,
                                 description="always refused in cluster mode: cards are shared")
-    start_timeout: float = Field(default=3.0, gt=0.0, le=60.0,
-                                 description="how long start() waits for a first registry")
+    start_timeout: float = Field(
+        default=3.0, gt=0.0, le=60.0,
+        description="how long start() waits for the first probe of the cards")
 
     @field_validator("cluster")
     @classmethod

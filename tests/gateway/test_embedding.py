@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from awide_gateway_cluster import ThreadedClusterGateway
-from tests.gateway.support import config, in_service, make_card, serve, wait_for
+from tests.gateway.support import config, in_service, make_card, serve
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
