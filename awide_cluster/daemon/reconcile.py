@@ -264,9 +264,10 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
         candidate = replace(candidate, generation=next_gen, written_at=now)
         moves = slotfn.moves(previous_table, table)
         for m in moves:
-            who = cards.get(m.card_id)
+            who = cards.get(m.card_id) or (prev.card(m.card_id) if prev is not None else None)
             name = describe(who) if who else f"card {m.card_id}"
-            log.append(f"{name} moved: {_place(m.old)} -> {_place(m.new)}")
+            what = "placed" if m.old is None else "left its slot" if m.new is None else "moved"
+            log.append(f"{name} {what}: {_place(m.old)} -> {_place(m.new)}")
         was = dict(previous_table.unplaced)
         for cid, why in table.unplaced:
             if was.get(cid) != why:

@@ -25,7 +25,7 @@ FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 
 ETCD_CALL = 0.3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def etcd(etcd_binaries, tmp_path_factory):
     binary = next(iter(etcd_binaries.values()))
     with EtcdCluster(tmp_path_factory.mktemp("etcd"), binary=binary, stop_timeout=0.5) as c:
@@ -119,3 +119,23 @@ async def card_state(store: EtcdStore, card_id: str) -> str | None:
     r = await registry(store)
     c = r.card(card_id) if r else None
     return c.state if c else None
+
+
+class FakeClock:
+    """A monotonic clock moved by hand (``advance``); ``sleep`` advances it."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def wall(self) -> str:
+        return f"2026-01-01T00:00:{int(self.t) % 60:02d}+00:00"
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds

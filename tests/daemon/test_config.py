@@ -1,0 +1,167 @@
+"""The daemon config: every invalid case names the file, the field and the reason (exit 2)."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from awide_cluster.cli.main import cli
+from awide_cluster.config import daemon as daemon_config
+from awide_cluster.config.common import ConfigError
+
+BASE = {
+    "cluster": "c1", "host": "h1", "role": "storage",
+    "etcd": {"endpoints": ["http://127.0.0.1:2379", "http://127.0.0.1:2380"]},
+    "timing": {"poll_interval": 1.0, "lease_ttl": 5, "sick_polls": 3, "healthy_polls": 1},
+    "cards": [
+        {"name": "c0", "kind": "dir", "path": "/srv/c0", "store": {"tcp": "127.0.0.1:7000"}},
+        {"name": "n0", "kind": "nvme", "serial": "SN1",
+         "target": {"transport": "tcp", "traddr": "10.0.0.1", "trsvcid": 4420,
+                    "subnqn": "nqn.2024-01.io.awide:sub1"},
+         "store": {"systemd_unit": "awide-store@n0.service"}},
+    ],
+}
+
+
+def with_(path: str, value, base=BASE) -> dict:
+    d = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    cur = d
+    for p in parents:
+        cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+    if value is DELETE:
+        del cur[last]
+    elif isinstance(cur, list):
+        cur[int(last)] = value
+    else:
+        cur[last] = value
+    return d
+
+
+DELETE = object()
+
+BAD = [
+    # (case, data, field expected, words expected in the reason)
+    ("missing cluster", with_("cluster", DELETE), "cluster", "Field required"),
+    ("bad cluster name", with_("cluster", "a/b"), "cluster", "not a valid name"),
+    ("bad host name", with_("host", "h 1"), "host", "not a valid name"),
+    ("unknown role", with_("role", "gateway"), "role", "storage"),
+    ("unknown key", with_("colour", "red"), "colour", "Extra inputs"),
+    ("typo in timing", with_("timing.poll", 1), "timing.poll", "Extra inputs"),
+    ("no endpoints", with_("etcd.endpoints", []), "etcd.endpoints", "at least 1"),
+    ("endpoint not a URL", with_("etcd.endpoints", ["10.0.0.1:2379"]), "etcd.endpoints",
+     "http(s)://HOST:PORT"),
+    ("hedge not below call", with_("etcd.hedge_after", 0.6), "etcd", "hedge_after"),
+    ("poll zero", with_("timing.poll_interval", 0), "timing.poll_interval", "greater"),
+    ("lease too short", with_("timing.lease_ttl", 2), "timing.lease_ttl",
+     "not longer than poll_interval + 2 x etcd.call_timeout"),
+    ("lease equal to floor", with_("etcd", {"endpoints": ["http://a:1"], "call_timeout": 1.0},
+                                   with_("timing.lease_ttl", 3)), "timing.lease_ttl",
+     "= 3 s"),
+    ("lease fractional", with_("timing.lease_ttl", 2.5), "timing.lease_ttl", "integer"),
+    ("sick_polls zero", with_("timing.sick_polls", 0), "timing.sick_polls", "greater"),
+    ("healthy_polls zero", with_("timing.healthy_polls", 0), "timing.healthy_polls", "greater"),
+    ("bad api listen", with_("api", {"listen": "localhost"}), "api.listen", "HOST:PORT"),
+    ("witness with cards", with_("role", "witness"), "cards", "witness"),
+    ("duplicate card names", with_("cards.1.name", "c0",
+                                   with_("cards.1", {"name": "c0", "kind": "dir",
+                                                     "path": "/srv/c9"})),
+     "cards.1.name", "already used"),
+    ("duplicate dir paths", with_("cards.1", {"name": "c1", "kind": "dir", "path": "/srv/c0"}),
+     "cards.1.path", "already used"),
+    ("duplicate nvme serial", with_("cards.0", {"name": "n9", "kind": "nvme", "serial": "SN1"}),
+     "cards.1.serial", "already used"),
+    ("card kind", with_("cards.0.kind", "tape"), "cards.0.kind", "dir"),
+    ("dir card relative path", with_("cards.0.path", "srv/c0"), "cards.0", "absolute"),
+    ("nvme card without serial", with_("cards.1.serial", DELETE), "cards.1", "serial"),
+    ("bad target", with_("cards.1.target.subnqn", "nqn,evil=1"), "cards.1.target", "subnqn"),
+    ("two store probes", with_("cards.0.store", {"tcp": "a:1", "http": "http://a/"}),
+     "cards.0.store", "exactly one"),
+    ("probe longer than sick window", with_("cards.0.probe_timeout", 3.0),
+     "cards.0.probe_timeout", "sick_polls x poll_interval"),
+    ("relative sysfs", with_("sysfs_root", "sys"), "sysfs_root", "absolute"),
+    ("dev_cluster not bool", with_("dev_cluster", "maybe"), "dev_cluster", "boolean"),
+]
+
+
+@pytest.mark.parametrize("case,data,field,words", BAD, ids=[b[0] for b in BAD])
+def test_invalid_config_names_field_and_reason(case, data, field, words) -> None:
+    with pytest.raises(ConfigError) as e:
+        daemon_config.parse(data, "f.yaml")
+    assert e.value.file == "f.yaml"
+    assert e.value.field == field, str(e.value)
+    assert words in e.value.reason, str(e.value)
+    assert str(e.value).startswith(f"f.yaml: {field}: ")
+
+
+def test_good_config_and_defaults() -> None:
+    cfg = daemon_config.parse(BASE)
+    assert cfg.api.listen == "127.0.0.1:9700" and cfg.timing.lease_ttl == 5
+    assert str(cfg.sysfs_root) == "/sys" and cfg.nvme_program == "nvme"
+    minimal = daemon_config.parse({"cluster": "c1", "role": "witness",
+                                   "etcd": {"endpoints": ["http://e:2379"]}})
+    assert minimal.host == socket.gethostname().split(".")[0] and minimal.cards == ()
+
+
+def test_reload_refuses_fields_that_need_a_restart() -> None:
+    a = daemon_config.parse(BASE)
+    b = daemon_config.parse(with_("timing.sick_polls", 5, with_("host", "h2")))
+    assert daemon_config.reload_problems(a, b) == ["host"]
+    assert daemon_config.reload_problems(a, daemon_config.parse(
+        with_("timing.sick_polls", 5))) == []
+
+
+@pytest.mark.parametrize("text,field,words", [
+    ("cluster: [unclosed", "line 1", "not valid YAML"),
+    ("- a list\n- not a mapping\n", "-", "mapping"),
+    ("", "-", "mapping"),
+])
+def test_unreadable_files(tmp_path, text, field, words) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    res = CliRunner().invoke(cli, ["check-config", str(f)])
+    assert res.exit_code == 2
+    assert res.output.startswith(f"{f}: {field}: ") and words in res.output
+
+
+def test_missing_file(tmp_path) -> None:
+    res = CliRunner().invoke(cli, ["check-config", str(tmp_path / "nope.yaml")])
+    assert res.exit_code == 2 and "cannot read the file" in res.output
+
+
+def test_check_config_ok(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    res = CliRunner().invoke(cli, ["check-config", str(f)])
+    assert res.exit_code == 0 and "ok (cluster c1, host h1, storage, 2 card(s))" in res.output
+
+
+def test_run_with_a_bad_file_exits_2_before_touching_etcd(tmp_path) -> None:
+    """A listener stands in for etcd: ``run`` must not connect to it at all."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    port = srv.getsockname()[1]
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(with_("timing.lease_ttl", 1, with_(
+        "etcd.endpoints", [f"http://127.0.0.1:{port}"]))))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c",
+                           "from awide_cluster.cli.main import main; main()",
+                           "run", "--config", str(f)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"{f}: timing.lease_ttl: 1 s is not longer than poll_interval + 2 x etcd.call_timeout "
+        "= 1 + 2 x 0.5 = 2 s: the lease could expire between two keepalives of a healthy daemon")
+    with pytest.raises(TimeoutError):
+        srv.accept()                                   # nobody connected
+    srv.close()
+    assert time.monotonic() - started < 30

@@ -1,0 +1,254 @@
+"""The leader cycle against real etcd, driven turn by turn (``Daemon.turn`` without its loop)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from awide_cluster.cards.directory import read_label
+from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.contract.registry import card_id
+from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.lease import HostLease, Leadership
+from awide_cluster.daemon.service import Daemon
+from awide_cluster.store import EtcdStore, StoreConfig
+
+from .conftest import FakeClock, make_config, registry, store_of
+
+
+def cid_of(path) -> str:
+    lab = read_label(path)
+    return card_id(lab.serial, lab.model, lab.identity)
+
+
+def daemon(etcd, cluster, host, specs, **kw) -> Daemon:
+    return Daemon(make_config(etcd, cluster, host, specs, **kw), serve_api=False)
+
+
+async def test_out_after_exactly_n_bad_polls_and_back_after_one(etcd, cluster_name, cards):
+    p = cards.make("c0", "SN1")
+    A = cid_of(p)
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        assert d.is_leader and d.outcomes[-1] is Outcome.WROTE
+        reg = await registry(store)
+        assert reg.card(A).state == "in" and reg.slots.slot_of(A) == 0
+        cards.set_healthy("c0", False)
+        states = []
+        for _ in range(3):
+            await d.turn()
+            states.append((await registry(store)).card(A).state)
+        assert states == ["in", "in", "out"]
+        reg = await registry(store)
+        assert "store" in reg.card(A).reason and reg.slots.slot_of(A) == 0
+        cards.set_healthy("c0", True)
+        await d.turn()
+        assert (await registry(store)).card(A).state == "in"
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_registry_written_only_on_change(etcd, cluster_name, cards):
+    cards.make("c0", "SN1")
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        first = await store.get(keys.REGISTRY)
+        for _ in range(5):
+            await d.turn()
+        again = await store.get(keys.REGISTRY)
+        assert again.mod_revision == first.mod_revision
+        assert d.outcomes[-5:] == [Outcome.UNCHANGED] * 5
+        # its own report kept advancing meanwhile
+        assert d.seq == 6
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards):
+    """A leader frozen between its reads and its write: another took over meanwhile; etcd
+    refuses the old leader's transaction (fencing on the leader key's create_revision)."""
+    cards.make("c0", "SN1")
+    a = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    b = daemon(etcd, cluster_name, "h2", [])
+    store = store_of(etcd, cluster_name)
+    gate = asyncio.Event()
+    reads_done = asyncio.Event()
+    real_txn = a.store.txn
+
+    async def gated_txn(*args, **kw):          # the old leader "freezes" before its write
+        reads_done.set()
+        await gate.wait()
+        return await real_txn(*args, **kw)
+
+    try:
+        await a.turn()
+        assert a.is_leader
+        gen = (await registry(store)).generation
+        cards.make("c1", "SN2")
+        a.config = make_config(etcd, cluster_name, "h1", [cards.spec("c0"), cards.spec("c1")])
+        a.leader_loop.store = type("Gated", (), {
+            "txn": staticmethod(gated_txn), "range": a.store.range, "get": a.store.get})()
+        cycle = asyncio.ensure_future(a.turn())
+        await asyncio.wait_for(reads_done.wait(), 5)
+        # meanwhile: a's lease is revoked (as if it expired) and b takes the leader key
+        await store.revoke(a.lease.id)
+        await b.turn()
+        assert b.is_leader
+        assert a.lease.valid() and a.leadership.leading          # a still believes it leads
+        gate.set()
+        await asyncio.wait_for(cycle, 5)
+        # a had decided to admit c1 (generation gen + 1): etcd refused the transaction
+        assert a.outcomes[-1] is Outcome.DEPOSED and not a.leadership.leading
+        assert 'awide_registry_writes_total{result="conflict"} 1.0' in \
+            a.metrics.exposition().decode()
+        after = await registry(store)
+        assert after.generation == gen and len(after.cards) == 1
+    finally:
+        gate.set()
+        await a.stop()
+        await b.stop()
+        await store.close()
+
+
+async def test_leader_steps_down_when_its_lease_is_not_confirmed(etcd, cluster_name, cards):
+    clock = FakeClock()
+    cfg = make_config(etcd, cluster_name, "h1", [])
+    d = Daemon(cfg, serve_api=False, clock=clock)
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        assert d.is_leader
+        # no keepalive confirmed for TTL - margin: it stops writing, whatever etcd thinks
+        clock.advance(cfg.timing.lease_ttl - cfg.etcd.call_timeout + 0.01)
+        assert not d.is_leader
+        assert await d.leader_loop.cycle() is Outcome.DEPOSED
+        assert not d.leadership.leading
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
+    cards.make("c0", "SN1")
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")], timing={
+        "poll_interval": 0.2, "lease_ttl": 1, "sick_polls": 2, "healthy_polls": 1})
+    dead = EtcdStore(StoreConfig(endpoints=("http://127.0.0.1:9",), prefix="/awide/x/",
+                                 call_timeout=0.2))
+    try:
+        await d.turn()
+        cards.set_healthy("c0", False)
+        await d.turn()                          # bad 1 of 2
+        memory = d.leader_loop.memory
+        live = d.leader_loop.store
+        d.leader_loop.store = dead              # the leader's reads fail for a while
+        for _ in range(3):
+            assert await d.leader_loop.cycle() is Outcome.SKIPPED
+        assert d.leader_loop.memory is memory   # nothing counted
+        d.leader_loop.store = live
+        assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "in"
+        await d.turn()                          # bad 2 of 2
+        assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "out"
+    finally:
+        await d.stop()
+        await dead.close()
+
+
+async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, cards):
+    p = cards.make("c0", "SN1")
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        await store.put(keys.member("hx"), b"{not json")
+        await store.put(keys.member("hy"), b'{"schema": 1, "host": "hy", "role": "storage"}')
+        await store.put(keys.member("hz"), b'{"schema": 99}')
+        for _ in range(3):
+            await d.turn()
+        assert d.outcomes[-3:] == [Outcome.UNCHANGED] * 3
+        assert d.leader_loop.refused_reports == {"hx": 3, "hy": 3, "hz": 3}
+        text = d.metrics.exposition().decode()
+        assert 'awide_reports_rejected_total{host="hx"} 3.0' in text
+        reg = await registry(store)
+        assert [c.id for c in reg.cards] == [cid_of(p)] and reg.card(cid_of(p)).state == "in"
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_swapped_directory_label_is_not_the_old_card(etcd, cluster_name, cards):
+    p = cards.make("c0", "SN1")
+    old = cid_of(p)
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        cards.relabel("c0", "SN9")               # other storage mounted in its place
+        new = cid_of(p)
+        assert new != old
+        for _ in range(3):
+            await d.turn()
+        reg = await registry(store)
+        o, n = reg.card(old), reg.card(new)
+        assert o.state == "out" and "now holds another card (serial SN9)" in o.reason
+        # the newcomer is a different card: admitted, but not in service while this host
+        # has seen another identity under that name
+        assert n is not None and n.serial == "SN9" and n.state == "out"
+        assert "identity changed" in n.reason
+        assert reg.slots.slot_of(old) == 0 and reg.slots.slot_of(new) == 1
+        # an operator reload accepts the cards as they are now: the new card goes in
+        d.request_reload(d.config)
+        await d.turn()
+        reg = await registry(store)
+        assert reg.card(new).state == "in" and reg.card(old).state == "out"
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_ninth_card_is_kept_without_a_slot(etcd, cluster_name, cards):
+    paths = [cards.make(f"c{i}", f"SN{i}") for i in range(9)]
+    specs = [cards.spec(f"c{i}") for i in range(9)]
+    d = daemon(etcd, cluster_name, "h1", specs[:8])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        before = (await registry(store)).slots
+        d.request_reload(make_config(etcd, cluster_name, "h1", specs))
+        await d.turn()
+        reg = await registry(store)
+        ninth = cid_of(paths[8])
+        assert reg.card(ninth).state == "in" and reg.slots.slot_of(ninth) is None
+        assert dict(reg.slots.unplaced)[ninth].startswith("no free slot")
+        assert reg.slots.slots == before.slots          # nobody moved
+        assert regdoc.check_slots(reg) is None
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_duplicate_serial_on_two_hosts_is_a_conflict(etcd, cluster_name, cards):
+    pa = cards.make("a0", "SAME")
+    pb = cards.make("b0", "SAME")                # same serial, another label uuid
+    a = daemon(etcd, cluster_name, "h1", [cards.spec("a0")])
+    b = daemon(etcd, cluster_name, "h2", [cards.spec("b0")])
+    store = store_of(etcd, cluster_name)
+    try:
+        await a.turn()
+        await b.turn()
+        await a.turn()
+        reg = await registry(store)
+        ca, cb = reg.card(cid_of(pa)), reg.card(cid_of(pb))
+        assert ca and cb and ca.id != cb.id               # never merged
+        assert cb.id in ca.conflict and "h2" in ca.conflict
+        assert ca.id in cb.conflict and "h1" in cb.conflict
+        assert reg.slots.slot_of(ca.id) == 0 and reg.slots.slot_of(cb.id) is None
+        assert not ca.usable and not cb.usable
+    finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
