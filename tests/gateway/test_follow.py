@@ -71,7 +71,7 @@ async def test_new_card_connected_within_two_polls(etcd, leader, world, cluster_
     serve(world, a)
     serve(world, b)
     await leader.publish([a])
-    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.5}),
+    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.8}),
                  world)
     await gw.start()
     try:
