@@ -156,7 +156,7 @@ def load(path: str | Path) -> DaemonConfig:
     return cfg
 
 
-RESTART_FIELDS = ("cluster", "host", "role", "etcd", "api")
+RESTART_FIELDS = ("cluster", "host", "role", "dev_cluster", "etcd", "api")
 
 
 def reload_problems(old: DaemonConfig, new: DaemonConfig) -> list[str]:
