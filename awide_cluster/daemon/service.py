@@ -29,6 +29,7 @@ from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
+from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.lease import HostLease, Leadership, LeaderRecord
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
@@ -72,7 +73,8 @@ class Daemon:
         self.config_path = config_path
         self.clock = clock or SystemClock()
         self._own_store = store is None
-        self.store = store if store is not None else store_for(config)
+        self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
+        self.store = MeteredStore(store if store is not None else store_for(config), self.metrics)
         self._own_observer = observer is None
         self._runner = runner
         self.observer = observer if observer is not None else self._local_observer(config)
@@ -86,7 +88,6 @@ class Daemon:
                                      run=self.run_id, call_timeout=call)
         self.health = DaemonHealth.for_timing(config.timing.poll_interval, call,
                                               clock=self.clock.monotonic)
-        self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
         self.leader_loop = LeaderLoop(self.store, self.leadership, self.clock,
                                       policy=policy_for(config), call_timeout=call,
                                       metrics=self.metrics)

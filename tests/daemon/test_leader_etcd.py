@@ -8,7 +8,7 @@ from awide_cluster.cards.directory import read_label
 from awide_cluster.contract import keys, registry as regdoc
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
-from awide_cluster.daemon.lease import HostLease, Leadership
+from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
 
@@ -18,6 +18,16 @@ from .conftest import FakeClock, make_config, registry, store_of
 def cid_of(path) -> str:
     lab = read_label(path)
     return card_id(lab.serial, lab.model, lab.identity)
+
+
+class Gated:
+    """The leader's store with its transactions held at a gate (the leader 'freezes')."""
+
+    def __init__(self, store, txn) -> None:
+        self.store, self.txn = store, txn
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
 
 
 def daemon(etcd, cluster, host, specs, **kw) -> Daemon:
@@ -91,8 +101,7 @@ async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards
         gen = (await registry(store)).generation
         cards.make("c1", "SN2")
         a.config = make_config(etcd, cluster_name, "h1", [cards.spec("c0"), cards.spec("c1")])
-        a.leader_loop.store = type("Gated", (), {
-            "txn": staticmethod(gated_txn), "range": a.store.range, "get": a.store.get})()
+        a.leader_loop.store = Gated(a.store, gated_txn)
         cycle = asyncio.ensure_future(a.turn())
         await asyncio.wait_for(reads_done.wait(), 5)
         # meanwhile: a's lease is revoked (as if it expired) and b takes the leader key
@@ -145,10 +154,13 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
         await d.turn()                          # bad 1 of 2
         memory = d.leader_loop.memory
         live = d.leader_loop.store
-        d.leader_loop.store = dead              # the leader's reads fail for a while
+        d.leader_loop.store = MeteredStore(dead, d.metrics)   # its reads fail for a while
         for _ in range(3):
             assert await d.leader_loop.cycle() is Outcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
+        text = d.metrics.exposition().decode()
+        assert 'awide_etcd_call_errors_total{error="Unavailable",op="range"}' in text or \
+            'awide_etcd_call_errors_total{error="Timeout",op="range"}' in text
         d.leader_loop.store = live
         assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "in"
         await d.turn()                          # bad 2 of 2
