@@ -114,7 +114,7 @@ class Daemon:
     async def start(self) -> None:
         """Start the API (if asked) and the main loop; returns at once."""
         if self.serve_api and self.api is None:
-            from awide_cluster.api import DaemonApi, host_view  # noqa: F401
+            from awide_cluster.api import DaemonApi
             self.api = DaemonApi(health=self.health, metrics=self.metrics, view=self.view,
                                  listen=self.config.api.listen)
             await self.api.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +19,7 @@ from awide_cluster.embedded import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
 
 _names = itertools.count()
+TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
 
 # poll 0.1 s, lease 1 s (> 0.1 + 2 x 0.3), 3 sick polls
 FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
@@ -65,9 +66,7 @@ class Cards:
     def spec(self, name: str, probe_timeout: float = 0.25) -> dict[str, Any]:
         return {"name": name, "kind": "dir", "path": str(self.root / name),
                 "probe_timeout": probe_timeout,
-                "store": {"command": [sys.executable, "-S", "-c",
-                                      "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1])"
-                                      " else 1)", str(self.root / f"{name}.ok")]}}
+                "store": {"command": [TEST_PROGRAM, "-e", str(self.root / f"{name}.ok")]}}
 
 
 @pytest.fixture

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 
-from awide_cluster.contract import keys, registry as regdoc, report as reportdoc
+from awide_cluster.contract import keys, report as reportdoc
 from awide_cluster.contract.registry import card_id
 from awide_cluster.cards.directory import read_label
 from awide_cluster.daemon.service import Daemon
 
-from .conftest import card_state, make_config, registry, store_of, wait_for
+from .conftest import make_config, registry, store_of, wait_for
 
 
 def cid_of(path) -> str:

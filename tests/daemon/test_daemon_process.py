@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import yaml
 
 from awide_cluster.cards.directory import read_label
@@ -18,7 +17,7 @@ from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.lease import LeaderRecord
 from awide_cluster.daemon.service import Daemon
 
-from .conftest import card_state, config_dict, make_config, registry, store_of, wait_for
+from .conftest import config_dict, make_config, registry, store_of, wait_for
 
 RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
 
