@@ -4,7 +4,13 @@
   ``FILE: field: reason`` on stderr.
 - ``gateway watch --config FILE``: starts a ``ClusterGateway``, prints the slot table, then
   every change event, one line each (stdout flushed per line), and the table again after each
-  change of the slots; stops cleanly on SIGTERM/SIGINT (exit 0). Exit 3 when the gateway
+  change of the slots; stops cleanly on SIGTERM/SIGINT (exit 0). With ``--json`` each line is
+  one JSON object carrying ``t`` = ``time.monotonic()`` (system-wide on Linux, so times compare
+  across processes): ``{"type": "event", "kind", "card", "slot", "old_slot", "generation",
+  "in_service", "detail"}`` and ``{"type": "table", "generation", "fingerprint", "layout_ok",
+  "slots": [null | {"slot", "card", "in", "why", "serial", "host", "name", "state"}],
+  "unplaced"}`` (a table after each event and whenever the view changed, checked every 0.1 s),
+  plus ``started`` / ``stopped``; every object has ``gateway``. Exit 3 when the gateway
   refuses to start (layout mismatch, wipe asked for), 2 on a bad config.
 """
 
@@ -50,7 +56,48 @@ def _out(line: str) -> None:
     sys.stdout.flush()
 
 
-async def _watch(cfg, duration: float | None) -> int:  # type: ignore[no-untyped-def]
+def _json_line(line_type: str, gateway_id: str, **fields: object) -> None:
+    import json
+    import time
+    _out(json.dumps({"type": line_type, "t": time.monotonic(), "gateway": gateway_id, **fields}))
+
+
+def _json_table(gateway_id: str, v) -> None:  # type: ignore[no-untyped-def]
+    slots = [None if s.card_id is None else {
+        "slot": s.slot, "card": s.card_id, "in": s.in_service, "why": s.why,
+        "serial": s.serial, "host": s.host, "name": s.name, "state": s.registry_state}
+        for s in v.slots]
+    _json_line("table", gateway_id, generation=v.generation, fingerprint=v.fingerprint,
+               layout_ok=v.layout_ok, slots=slots, unplaced=[list(u) for u in v.unplaced])
+
+
+async def _json_printer(gw, sub) -> None:  # type: ignore[no-untyped-def]
+    shown = None
+
+    def table_if_changed() -> None:
+        nonlocal shown
+        now = gw.snapshot()
+        if shown is None or now.slots != shown.slots or now.generation != shown.generation:
+            shown = now
+            _json_table(gw.id, now)
+
+    async def ticker() -> None:
+        while True:
+            table_if_changed()
+            await asyncio.sleep(0.1)
+
+    tick = asyncio.create_task(ticker())
+    try:
+        async for e in sub:
+            _json_line("event", gw.id, kind=e.kind, card=e.card_id, slot=e.slot,
+                       old_slot=e.old_slot, generation=e.generation, in_service=e.in_service,
+                       detail=e.detail)
+            table_if_changed()
+    finally:
+        tick.cancel()
+
+
+async def _watch(cfg, duration: float | None, as_json: bool = False) -> int:  # type: ignore[no-untyped-def]
     from awide_gateway_cluster import ClusterGateway, LayoutMismatch, WipeRefused
 
     gw = ClusterGateway(cfg)
@@ -77,8 +124,11 @@ async def _watch(cfg, duration: float | None) -> int:  # type: ignore[no-untyped
                 for line in now.table_lines():
                     _out(line)
 
-    _out(f"gateway {gw.id} started")
-    task = asyncio.create_task(printer())
+    if as_json:
+        _json_line("started", gw.id)
+    else:
+        _out(f"gateway {gw.id} started")
+    task = asyncio.create_task(_json_printer(gw, sub) if as_json else printer())
     try:
         try:
             async with asyncio.timeout(duration):
@@ -89,7 +139,10 @@ async def _watch(cfg, duration: float | None) -> int:  # type: ignore[no-untyped
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await gw.stop()
-        _out(f"gateway {gw.id} stopped")
+        if as_json:
+            _json_line("stopped", gw.id)
+        else:
+            _out(f"gateway {gw.id} stopped")
     return 0
 
 
@@ -99,9 +152,11 @@ async def _watch(cfg, duration: float | None) -> int:  # type: ignore[no-untyped
 @click.option("--duration", type=float, default=None,
               help="stop after this many seconds (default: until SIGTERM/SIGINT)")
 @click.option("-v", "--verbose", is_flag=True, help="log the library's INFO lines to stderr")
-def watch(config_file: str, duration: float | None, verbose: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per line (events and slot tables, with time.monotonic())")
+def watch(config_file: str, duration: float | None, verbose: bool, as_json: bool) -> None:
     """Run the gateway library standalone: print the slot table and every change."""
     cfg = _load(config_file)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(asyncio.run(_watch(cfg, duration)))
+    sys.exit(asyncio.run(_watch(cfg, duration, as_json)))

@@ -1,0 +1,202 @@
+"""What an embedded cluster is made of, its config files and the bounds its timing implies.
+
+Pure: frozen dataclasses and functions from them to config dicts (written as YAML by the
+harness) and to convergence bounds (used by the tour and the benchmarks).
+
+Names: storage hosts ``s1..sN``, witness hosts ``w1..wM``, cards ``<host>/c<i>`` (directory
+``<work>/cards/<host>/c<i>``, serial ``EMB-<HOST>-C<i>``), gateways ``gpu<k>-vllm-0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+DIR_MODEL = "awide-dir-card"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Daemon and gateway timing (the gateways poll at the daemons' interval)."""
+
+    poll_interval: float = 1.0
+    lease_ttl: int = 5
+    sick_polls: int = 3
+    healthy_polls: int = 1
+    call_timeout: float = 0.5
+
+    @classmethod
+    def quick(cls) -> "Timing":
+        """Short timings for tests and ``--quick``: every event still happens, just sooner."""
+        return cls(poll_interval=0.25, lease_ttl=2, sick_polls=3, healthy_polls=1,
+                   call_timeout=0.2)
+
+    @property
+    def gateway_lease_ttl(self) -> int:
+        return max(2, self.lease_ttl)
+
+    @property
+    def probe_timeout(self) -> float:
+        return round(min(0.5, self.poll_interval, self.sick_polls * self.poll_interval / 2), 3)
+
+    def problems(self) -> list[str]:
+        """Combinations the daemon or gateway config would refuse, in plain words."""
+        out = []
+        if not self.lease_ttl > self.poll_interval + 2 * self.call_timeout:
+            out.append(f"lease_ttl {self.lease_ttl} s must be longer than poll_interval + "
+                       f"2 x call_timeout = {self.poll_interval + 2 * self.call_timeout:g} s")
+        if not self.poll_interval > self.call_timeout:
+            out.append(f"poll_interval {self.poll_interval:g} s must be longer than "
+                       f"call_timeout {self.call_timeout:g} s (gateway polls)")
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Hosts, gateways and timing of an embedded cluster.
+
+    ``first_leader``: start this host's daemon first and wait until it leads (the tour kills a
+    leader that has cards); None starts all daemons together. ``netns`` maps a host (daemon
+    host or gateway id) to a network namespace its processes are started in (``ip netns exec``);
+    empty on loopback.
+    """
+
+    cluster: str = "demo"
+    storage_hosts: int = 2
+    cards_per_host: int = 2
+    witness_hosts: int = 1
+    gateways: int = 2
+    timing: Timing = Timing()
+    etcd_binary: str | None = None
+    etcd_members: int = 3
+    first_leader: str | None = None
+    model: str = "demo/tiny-llm"
+    netns: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def storage_names(self) -> tuple[str, ...]:
+        return tuple(f"s{i + 1}" for i in range(self.storage_hosts))
+
+    @property
+    def witness_names(self) -> tuple[str, ...]:
+        return tuple(f"w{i + 1}" for i in range(self.witness_hosts))
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.storage_names + self.witness_names
+
+    @property
+    def gateway_ids(self) -> tuple[str, ...]:
+        return tuple(gateway_id(i) for i in range(self.gateways))
+
+    def role(self, host: str) -> str:
+        return "storage" if host in self.storage_names else "witness"
+
+    def problems(self) -> list[str]:
+        out = list(self.timing.problems())
+        if self.etcd_members < 3:
+            out.append("the daemons need an etcd cluster of 3 or more members")
+        if not self.hosts:
+            out.append("no daemon host")
+        if self.storage_hosts * self.cards_per_host > 8:
+            out.append("at most 8 cards take a slot")
+        if self.first_leader is not None and self.first_leader not in self.hosts:
+            out.append(f"first_leader {self.first_leader!r} is not one of {self.hosts}")
+        return out
+
+
+def gateway_id(index: int) -> str:
+    return f"gpu{index + 1}-vllm-0"
+
+
+def card_key(host: str, index: int) -> str:
+    return f"{host}/c{index}"
+
+
+def card_serial(key: str) -> str:
+    return "EMB-" + key.replace("/", "-").upper()
+
+
+def card_spec(name: str, path: str, store_port: int, timing: Timing) -> dict[str, Any]:
+    return {"name": name, "kind": "dir", "path": path,
+            "store": {"tcp": f"127.0.0.1:{store_port}"}, "probe_timeout": timing.probe_timeout}
+
+
+def etcd_section(endpoints: tuple[str, ...], timing: Timing) -> dict[str, Any]:
+    return {"endpoints": list(endpoints), "call_timeout": timing.call_timeout,
+            "hedge_after": round(min(0.05, timing.call_timeout / 4), 3)}
+
+
+def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_port: int,
+                  cards: list[dict[str, Any]]) -> dict[str, Any]:
+    t = spec.timing
+    return {
+        "cluster": spec.cluster, "host": host, "role": spec.role(host),
+        "etcd": etcd_section(endpoints, t),
+        "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
+                   "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},
+        "api": {"listen": f"127.0.0.1:{api_port}"},
+        "cards": list(cards),
+    }
+
+
+def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...]) -> dict[str, Any]:
+    t = spec.timing
+    return {
+        "mode": "cluster", "cluster": spec.cluster, "host": f"gpu{index + 1}", "pod": "vllm-0",
+        "etcd": etcd_section(endpoints, t),
+        "timing": {"poll_interval": t.poll_interval, "sick_polls": t.sick_polls,
+                   "healthy_polls": t.healthy_polls, "lease_ttl": t.gateway_lease_ttl},
+        "key_placement": "dialog",
+        "model": {"name": spec.model},
+        "start_timeout": max(1.0, 4 * t.poll_interval),
+    }
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Seconds within which every gateway must have seen a change (generous: derived from the
+    timing plus slack for a loaded machine). See ``bounds``."""
+
+    detection: float      # a card's store dies -> out on every gateway
+    return_: float        # the store is back -> in on every gateway
+    join: float           # a new card (SIGHUP) -> placed and in on every gateway
+    election: float       # the leader daemon SIGKILLed -> another host holds `leader`
+    handover: float       # ... -> the dead leader's cards out on every gateway
+    restart: float        # the killed daemon restarted -> its cards in on every gateway
+    agreement: float      # after convergence -> every gateway shows the same table and states
+    freeze_hold: float    # how long the tour keeps an etcd member frozen
+    slack: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"detection": self.detection, "return": self.return_, "join": self.join,
+                "election": self.election, "handover": self.handover, "restart": self.restart,
+                "agreement": self.agreement, "freeze_hold": self.freeze_hold,
+                "slack": self.slack}
+
+
+def bounds(t: Timing, *, start_slack: float = 6.0) -> Bounds:
+    """Derived bounds. P poll, C call bound, S sick polls, H healthy polls, T lease TTL; the
+    gateway polls every P too (its registry watch usually wakes it sooner).
+
+    - detection = (S + 2)·P + P + 4·C + slack: S bad reports, the leader's cycle phase and one
+      report of jitter, the gateway's poll, the calls on the way;
+    - return = (H + 2)·P + P + 4·C + slack; join = return + P (the reload applies next turn);
+    - election = T + P + 2·C + slack: the dead leader's lease expires, a host campaigns;
+    - handover = election + (S + 1)·P + P + 2·C: the new leader counts S polls without the dead
+      host's report;
+    - restart = return + ``start_slack`` (a Python process starting on a loaded machine);
+    - agreement = P + 2·C + slack.
+    slack = 1.5 s + 2·P.
+    """
+    P, C, S, H, T = t.poll_interval, t.call_timeout, t.sick_polls, t.healthy_polls, t.lease_ttl
+    slack = 1.5 + 2 * P
+    detection = (S + 2) * P + P + 4 * C + slack
+    return_ = (H + 2) * P + P + 4 * C + slack
+    election = T + P + 2 * C + slack
+    r = lambda x: round(x, 3)  # noqa: E731
+    return Bounds(
+        detection=r(detection), return_=r(return_), join=r(return_ + P),
+        election=r(election), handover=r(election + (S + 1) * P + P + 2 * C),
+        restart=r(return_ + start_slack), agreement=r(P + 2 * C + slack),
+        freeze_hold=r(T + 2 * P), slack=r(slack))
