@@ -119,6 +119,11 @@ class Daemon:
                                  listen=self.config.api.listen)
             await self.api.start()
             self.leadership.api = self.api.url
+        dog = self.notifier.watchdog_interval()
+        if dog is not None and 2 * self.config.timing.poll_interval > dog:
+            log.warning("systemd watchdog interval %g s is less than two polls (%g s each): "
+                        "a slow poll may get the daemon restarted", dog,
+                        self.config.timing.poll_interval)
         self._task = asyncio.create_task(self._main(), name=f"awide-daemon-{self.config.host}")
 
     async def wait(self) -> int:
@@ -348,6 +353,9 @@ class Daemon:
         old = self.config
         self.config = new
         self.leader_loop.policy = policy_for(new)
+        poll, call = new.timing.poll_interval, new.etcd.call_timeout
+        self.health.loop_stale_after = 3 * poll + 4 * call        # as DaemonHealth.for_timing
+        self.health.report_stale_after = 3 * poll + 2 * call
         self.known_identity.clear()         # an operator reload accepts the cards as they are
         if self._own_observer and (new.sysfs_root, new.nvme_program) != \
                 (old.sysfs_root, old.nvme_program):
