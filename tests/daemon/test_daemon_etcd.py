@@ -16,7 +16,10 @@ def cid_of(path) -> str:
     return card_id(lab.serial, lab.model, lab.identity)
 
 
-async def test_three_daemons_elect_one_leader_and_register_cards(etcd, cluster_name, cards):
+async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, cluster_name,
+                                                                 cards):
+    """On both etcd series (3.5 from the wheel, Debian's 3.4 when installed)."""
+    etcd = etcd_cluster
     specs = {h: [cards.spec(f"{h}c0")] for h in ("h1", "h2")}
     paths = {h: cards.make(f"{h}c0", f"SN-{h}") for h in ("h1", "h2")}
     daemons = [Daemon(make_config(etcd, cluster_name, h, specs.get(h, []),
