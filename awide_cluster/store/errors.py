@@ -8,9 +8,13 @@ Callers decide on the type, never on a message:
 - ``Denied``: authentication or permission refused.
 - ``BadResponse``: a member answered something that is not a valid etcd answer, or an
   answer whose revision went backwards (refused, see ``RevisionWentBack``).
-- ``LeaseExpired``: a keepalive found the lease gone.
+- ``LeaseExpired``: a keepalive found the lease gone (or a put named a lease that is gone).
+- ``InvalidRequest``: etcd refused the request itself (bad argument, compacted or future
+  revision); sending it again will not help.
+- ``WatchCompacted`` / ``WatchCanceled``: a watch ended; re-read, then watch again.
 
-A timed-out *write* may still have happened; ``Timeout.maybe_applied`` says so.
+A failed *write* may still have happened; ``maybe_applied`` (on every error, False unless
+said otherwise) says so. Only ``Timeout`` and ``Unavailable`` ever set it.
 """
 
 from __future__ import annotations
@@ -19,9 +23,15 @@ from __future__ import annotations
 class StoreError(Exception):
     """Base of every error the store raises."""
 
+    maybe_applied: bool = False
+
 
 class Unavailable(StoreError):
     """No etcd member answered (connection refused/reset, no leader, no quorum)."""
+
+    def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class Timeout(StoreError):
@@ -50,3 +60,19 @@ class RevisionWentBack(BadResponse):
 
 class LeaseExpired(StoreError):
     """The lease no longer exists on the cluster."""
+
+
+class InvalidRequest(StoreError):
+    """etcd refused the request as such (invalid argument, compacted/future revision)."""
+
+
+class WatchCompacted(StoreError):
+    """The watch's start revision was compacted away: re-read the keys, then watch again."""
+
+    def __init__(self, message: str, *, compact_revision: int) -> None:
+        super().__init__(message)
+        self.compact_revision = compact_revision
+
+
+class WatchCanceled(StoreError):
+    """etcd canceled the watch (reason in the message)."""

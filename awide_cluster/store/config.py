@@ -1,0 +1,71 @@
+"""Configuration of an ``EtcdStore``: endpoints, key prefix, deadlines, TLS, credentials."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """CA to trust, and a client certificate when the members demand one."""
+
+    ca_file: str
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("TlsConfig: cert_file and key_file go together")
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A verifying client context (hostname checked against the certificate's SAN)."""
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file is not None:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``endpoints``: client URLs (``http://127.0.0.1:2379``, ``https://[::1]:2379``).
+
+    ``prefix``: every key given to or returned by the store is relative to it.
+    ``call_timeout``: default deadline of a whole call (hedges and endpoint rotation included).
+    ``hedge_after``: a read not answered after this long is also sent to the next endpoint.
+    """
+
+    endpoints: tuple[str, ...]
+    prefix: str
+    call_timeout: float = 0.5
+    hedge_after: float = 0.05
+    tls: TlsConfig | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.endpoints, str):
+            raise ValueError("StoreConfig.endpoints: a tuple of URLs, not one string")
+        eps = tuple(e.rstrip("/") for e in self.endpoints)
+        if not eps:
+            raise ValueError("StoreConfig.endpoints: at least one endpoint")
+        for e in eps:
+            parts = urlsplit(e)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"StoreConfig.endpoints: not an http(s) URL: {e!r}")
+            try:
+                parts.port
+            except ValueError as exc:
+                raise ValueError(f"StoreConfig.endpoints: bad port in {e!r}") from exc
+            if parts.path or parts.query:
+                raise ValueError(f"StoreConfig.endpoints: no path expected in {e!r}")
+        if len(set(eps)) != len(eps):
+            raise ValueError("StoreConfig.endpoints: duplicate endpoint")
+        object.__setattr__(self, "endpoints", eps)
+        if not (self.call_timeout > 0):
+            raise ValueError("StoreConfig.call_timeout must be > 0")
+        if not (self.hedge_after >= 0):
+            raise ValueError("StoreConfig.hedge_after must be >= 0")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("StoreConfig: username and password go together")

@@ -1,0 +1,297 @@
+"""``EtcdStore``: etcd's v3 JSON API over aiohttp, bounded, hedged, typed. See docs/store.md.
+
+Every call finishes within its deadline (``timeout=`` or ``StoreConfig.call_timeout``), hedges
+and endpoint changes included. Reads are hedged across members; writes go to one member and
+are never repeated once they may have reached it. Every answer's revision is checked against
+the highest revision seen before the call was sent (``last_revision``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+from awide_cluster.store import codec
+from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
+from awide_cluster.store.config import StoreConfig
+from awide_cluster.store.errors import (
+    BadResponse, Conflict, Denied, LeaseExpired, RevisionWentBack, StoreError, Timeout,
+)
+from awide_cluster.store.hedge import EndpointRing, hedged, write_once
+from awide_cluster.store.transport import SendState, Transport
+from awide_cluster.store.types import (
+    Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, RangeResult, TxnResult,
+)
+from awide_cluster.store.watch import Watch
+
+T = TypeVar("T")
+Op = Put | Delete | Get
+
+
+class EtcdStore:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.codec = Codec(config.prefix)
+        self.ring = EndpointRing(config.endpoints)
+        self.transport = Transport(config)
+        self._last_revision = 0
+        self._auth_lock: asyncio.Lock | None = None
+        self._auth_off = False  # credentials configured but the cluster has auth disabled
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def last_revision(self) -> int:
+        """Highest cluster revision seen in any answer (0 before the first)."""
+        return self._last_revision
+
+    @property
+    def preferred_endpoint(self) -> str:
+        return self.ring.preferred
+
+    def observe(self, revision: int) -> None:
+        if revision > self._last_revision:
+            self._last_revision = revision
+
+    def check_revision(self, body: dict[str, Any], floor: int, endpoint: str) -> int:
+        """Refuse an answer whose revision is below ``floor`` (seen before the call was sent)."""
+        rev = codec.header_revision(body)
+        if rev and rev < floor:
+            raise RevisionWentBack(
+                f"{endpoint}: answered at revision {rev}, below revision {floor} already seen")
+        self.observe(rev)
+        return rev
+
+    def deadline(self, timeout: float | None) -> float:
+        t = self.config.call_timeout if timeout is None else timeout
+        return asyncio.get_running_loop().time() + t
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _authed(self, call: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """Run ``call`` with a token (when credentials are configured); on a rejected token,
+        authenticate again and repeat the call once (the rejection proves it was not applied)."""
+        if self.config.username is not None and not self._auth_off and not self.transport.token:
+            await self._authenticate(deadline, stale=None)
+        try:
+            return await call()
+        except Denied as exc:
+            stale = self.transport.token
+            if self.config.username is None:
+                if isinstance(exc, TokenRejected):
+                    raise Denied(f"etcd wants authentication, the store has no credentials: {exc}")
+                raise
+            if not isinstance(exc, TokenRejected) and stale is not None:
+                raise  # a real refusal (wrong password, permission)
+            await self._authenticate(deadline, stale=stale)
+        try:
+            return await call()
+        except TokenRejected as exc:
+            raise Denied(f"token rejected again after re-authentication: {exc}") from None
+
+    async def _authenticate(self, deadline: float, stale: str | None) -> None:
+        if self._auth_lock is None:
+            self._auth_lock = asyncio.Lock()
+        async with self._auth_lock:
+            if self.transport.token is not None and self.transport.token != stale:
+                return  # another call authenticated meanwhile
+            body = {"name": self.config.username, "password": self.config.password}
+
+            async def attempt(ep: str) -> str:
+                answer = await self.transport.post(ep, "/v3/auth/authenticate", body)
+                token = answer.get("token")
+                if not isinstance(token, str) or not token:
+                    raise BadResponse(f"{ep}: authenticate answered no token")
+                return token
+
+            self.transport.token = None
+            try:
+                # password checks cost etcd CPU (bcrypt): hedge late, not after 50 ms
+                _, token = await hedged(attempt, self.ring, max(self.config.hedge_after, 0.2),
+                                        deadline, "authenticate")
+                self._auth_off = False
+            except AuthNotEnabled:
+                token = None  # credentials configured, auth off on the cluster: go without
+                self._auth_off = True
+            self.transport.token = token
+
+    async def read(self, path: str, body: dict[str, Any], timeout: float | None,
+                   what: str) -> tuple[str, dict[str, Any]]:
+        """A hedged idempotent call; answers below the revision floor move on to other members."""
+        deadline = self.deadline(timeout)
+        floor = self._last_revision
+
+        async def attempt(ep: str) -> dict[str, Any]:
+            answer = await self.transport.post(ep, path, body)
+            self.check_revision(answer, floor, ep)
+            return answer
+
+        return await self._bounded(
+            self._authed(lambda: hedged(attempt, self.ring, self.config.hedge_after, deadline,
+                                        what), deadline), deadline, what, write=False)
+
+    async def write(self, path: str, body: dict[str, Any], timeout: float | None,
+                    what: str) -> tuple[str, dict[str, Any]]:
+        """A single-shot write (see hedge.write_once)."""
+        deadline = self.deadline(timeout)
+        floor = self._last_revision
+
+        async def attempt(ep: str, sent: SendState) -> dict[str, Any]:
+            answer = await self.transport.post(ep, path, body, write=True, sent=sent)
+            self.check_revision(answer, floor, ep)
+            return answer
+
+        return await self._bounded(
+            self._authed(lambda: write_once(attempt, self.ring, deadline, what), deadline),
+            deadline, what, write=True)
+
+    @staticmethod
+    async def _bounded(coro: Awaitable[T], deadline: float, what: str, *, write: bool) -> T:
+        # a safety net only: hedged/write_once keep the deadline themselves, with the details
+        try:
+            async with asyncio.timeout_at(deadline + 0.02):
+                return await coro
+        except TimeoutError:
+            raise Timeout(f"{what}: no answer within the deadline", maybe_applied=write) from None
+
+    # ------------------------------------------------------------------ keys
+
+    async def range(self, key: str, *, prefix: bool = False, min_mod_revision: int | None = None,
+                    serializable: bool = False, keys_only: bool = False, limit: int = 0,
+                    timeout: float | None = None) -> RangeResult:
+        body = self.codec.range_request(key, prefix=prefix, min_mod_revision=min_mod_revision,
+                                        serializable=serializable, keys_only=keys_only,
+                                        limit=limit)
+        ep, answer = await self.read("/v3/kv/range", body, timeout, f"range {key!r}")
+        return self.codec.range_result(answer, ep)
+
+    async def get(self, key: str, **kw: Any) -> KeyValue | None:
+        """The key's KeyValue or None; keyword arguments as for ``range``."""
+        result = await self.range(key, **kw)
+        return result.kvs[0] if result.kvs else None
+
+    async def txn(self, compares: Iterable[Compare], success: Iterable[Op],
+                  failure: Iterable[Op] = (), *, timeout: float | None = None) -> TxnResult:
+        compares, success, failure = tuple(compares), tuple(success), tuple(failure)
+        body = self.codec.txn_request(compares, success, failure)
+        ep, answer = await self.write("/v3/kv/txn", body, timeout, "txn")
+        branch = success if answer.get("succeeded", False) is True else failure
+        return self.codec.txn_result(answer, branch, ep)
+
+    async def create(self, key: str, value: bytes | str, *, lease: int = 0,
+                     timeout: float | None = None) -> int:
+        """Put ``key`` only if absent; its revision, or Conflict when it already exists."""
+        result = await self.txn([Compare(key, "create", "equal", 0)],
+                                [Put(key, codec.to_bytes(value), lease)], timeout=timeout)
+        if not result.succeeded:
+            raise Conflict(f"create {key!r}: the key already exists")
+        return result.revision
+
+    async def put(self, key: str, value: bytes | str, *, lease: int = 0,
+                  timeout: float | None = None) -> int:
+        """Unconditional put; the revision of the write."""
+        _, answer = await self.write("/v3/kv/put", self.codec.put_request(key, value, lease),
+                                     timeout, f"put {key!r}")
+        return codec.header_revision(answer)
+
+    async def delete(self, key: str, *, prefix: bool = False,
+                     timeout: float | None = None) -> int:
+        """Delete ``key`` (or every key under it); how many keys were deleted."""
+        _, answer = await self.write("/v3/kv/deleterange", self.codec.key_range(key, prefix),
+                                     timeout, f"delete {key!r}")
+        return codec.as_int(answer, "deleted")
+
+    # ------------------------------------------------------------------ leases
+
+    async def grant(self, ttl: int, *, timeout: float | None = None) -> Lease:
+        ep, answer = await self.write("/v3/lease/grant", {"TTL": str(int(ttl))}, timeout,
+                                      "lease grant")
+        lease = Lease(id=codec.as_int(answer, "ID"), ttl=codec.as_int(answer, "TTL"))
+        if not lease.id or lease.ttl <= 0:
+            raise BadResponse(f"{ep}: lease grant answered {answer!r}")
+        return lease
+
+    async def keepalive(self, lease_id: int, *, timeout: float | None = None) -> int:
+        """Renew the lease; its remaining TTL. LeaseExpired when etcd no longer has it."""
+        _, answer = await self.read("/v3/lease/keepalive", {"ID": str(lease_id)}, timeout,
+                                    "lease keepalive")
+        result = codec.as_dict(answer.get("result", {}), "keepalive result")
+        ttl = codec.as_int(result, "TTL")
+        if ttl <= 0:
+            raise LeaseExpired(f"lease {lease_id:x} has expired")
+        return ttl
+
+    async def revoke(self, lease_id: int, *, timeout: float | None = None) -> None:
+        """Revoke the lease (its keys vanish). A lease already gone is not an error."""
+        try:
+            await self.write("/v3/lease/revoke", {"ID": str(lease_id)}, timeout, "lease revoke")
+        except LeaseExpired:
+            pass
+
+    async def time_to_live(self, lease_id: int, *, timeout: float | None = None) -> int:
+        """Remaining TTL in seconds; LeaseExpired when the lease is gone."""
+        _, answer = await self.read("/v3/lease/timetolive", {"ID": str(lease_id)}, timeout,
+                                    "lease time-to-live")
+        ttl = codec.as_int(answer, "TTL")
+        if ttl < 0:
+            raise LeaseExpired(f"lease {lease_id:x} has expired")
+        return ttl
+
+    # ------------------------------------------------------------------ cluster
+
+    async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]:
+        _, answer = await self.read("/v3/cluster/member/list", {}, timeout, "member list")
+        raw = answer.get("members", [])
+        if not isinstance(raw, list):
+            raise BadResponse("member list: members is not a list")
+        return tuple(codec.member(m) for m in raw)
+
+    async def endpoint_status(self, endpoint: str, *,
+                              timeout: float | None = None) -> EndpointStatus:
+        """``/v3/maintenance/status`` of one member (no hedging: that member is the question)."""
+        deadline = self.deadline(timeout)
+        endpoint = endpoint.rstrip("/")
+
+        async def call() -> dict[str, Any]:
+            return await self.transport.post(endpoint, "/v3/maintenance/status", {})
+
+        try:
+            async with asyncio.timeout_at(deadline):
+                answer = await self._authed(call, deadline)
+        except TimeoutError:
+            raise Timeout(f"{endpoint}: status: no answer within the deadline") from None
+        self.observe(codec.header_revision(answer))
+        return codec.endpoint_status(answer, endpoint)
+
+    async def statuses(self, *, timeout: float | None = None
+                       ) -> dict[str, EndpointStatus | StoreError]:
+        """The status of every configured endpoint, asked concurrently within one deadline."""
+        eps = self.config.endpoints
+        results = await asyncio.gather(
+            *(self.endpoint_status(ep, timeout=timeout) for ep in eps), return_exceptions=True)
+        out: dict[str, EndpointStatus | StoreError] = {}
+        for ep, res in zip(eps, results):
+            if isinstance(res, (EndpointStatus, StoreError)):
+                out[ep] = res
+            else:
+                raise res  # a bug, not an etcd answer
+        return out
+
+    # ------------------------------------------------------------------ watch
+
+    def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,
+              stall_after: float = 3.0) -> Watch:
+        """An async iterator of WatchBatch (also an async context manager; see watch.py)."""
+        return Watch(self, key, prefix=prefix, start_revision=start_revision,
+                     stall_after=stall_after)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def __aenter__(self) -> "EtcdStore":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,139 @@
+"""Which member to ask, and how: hedged idempotent calls, single-shot writes.
+
+``hedged``: ask the preferred member; if it has not answered after ``hedge_after``, ask the
+next one as well, and so on; an error answer moves on at once. The first valid answer wins and
+the other requests are cancelled. A frozen or dead member is thus left within the deadline.
+
+``write_once``: a write goes to one member. Only a connection that failed before anything was
+sent moves it to the next member; a deadline that passes once the request may have left
+raises ``Timeout(maybe_applied=True)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable, Sequence, TypeVar
+
+from awide_cluster.store.codec import AuthNotEnabled
+from awide_cluster.store.errors import (
+    Denied, InvalidRequest, LeaseExpired, StoreError, Timeout, Unavailable,
+)
+from awide_cluster.store.transport import ConnectFailed, SendState
+
+T = TypeVar("T")
+
+# answers that another member would give just the same: stop at once
+FINAL = (Denied, InvalidRequest, LeaseExpired, AuthNotEnabled)
+
+
+class EndpointRing:
+    """The endpoints in a fixed ring, with a preferred one (the last that answered first)."""
+
+    def __init__(self, endpoints: Sequence[str]) -> None:
+        self.endpoints = tuple(endpoints)
+        self._preferred = 0
+
+    @property
+    def preferred(self) -> str:
+        return self.endpoints[self._preferred]
+
+    def order(self, after: str | None = None) -> list[str]:
+        """All endpoints, the preferred first (or the one following ``after``)."""
+        start = self._preferred
+        if after in self.endpoints:
+            start = (self.endpoints.index(after) + 1) % len(self.endpoints)
+        return [self.endpoints[(start + i) % len(self.endpoints)]
+                for i in range(len(self.endpoints))]
+
+    def prefer(self, endpoint: str) -> None:
+        self._preferred = self.endpoints.index(endpoint)
+
+    def demote(self, endpoint: str) -> None:
+        if self.preferred == endpoint:
+            self._preferred = (self._preferred + 1) % len(self.endpoints)
+
+
+def combine(errors: list[StoreError], what: str) -> StoreError:
+    """One error for a call every member failed: same kind if all agree, else Unavailable."""
+    detail = "; ".join(str(e) for e in errors)
+    kinds = {type(e) for e in errors}
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind is ConnectFailed:
+            return Unavailable(f"{what}: no member reachable: {detail}")
+        if kind is Timeout:
+            return Timeout(f"{what}: {detail}", maybe_applied=any(e.maybe_applied for e in errors))
+        try:
+            return kind(f"{what}: {detail}")
+        except TypeError:
+            return errors[0]
+    return Unavailable(f"{what}: every member failed: {detail}")
+
+
+async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hedge_after: float,
+                 deadline: float, what: str) -> tuple[str, T]:
+    """Run ``attempt(endpoint)`` on the members in ring order, hedged; first success wins."""
+    loop = asyncio.get_running_loop()
+    queue = ring.order()
+    pending: dict[asyncio.Task[T], str] = {}
+    errors: list[StoreError] = []
+    next_launch = loop.time()
+    try:
+        while True:
+            now = loop.time()
+            if queue and (not pending or now >= next_launch):
+                ep = queue.pop(0)
+                pending[asyncio.ensure_future(attempt(ep))] = ep
+                next_launch = now + hedge_after
+            if not pending:
+                raise combine(errors, what)
+            remaining = deadline - now
+            if remaining <= 0:
+                waiting = ", ".join(pending.values())
+                extra = f" (others failed: {'; '.join(map(str, errors))})" if errors else ""
+                raise Timeout(f"{what}: no answer within the deadline from {waiting}{extra}")
+            wait = min(remaining, max(0.0, next_launch - now)) if queue else remaining
+            done, _ = await asyncio.wait(pending, timeout=wait,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                ep = pending.pop(task)
+                exc = task.exception()
+                if exc is None:
+                    ring.prefer(ep)
+                    return ep, task.result()
+                if isinstance(exc, FINAL) or not isinstance(exc, StoreError):
+                    raise exc
+                ring.demote(ep)
+                errors.append(exc)
+                next_launch = loop.time()  # an error answer moves on at once
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def write_once(attempt: Callable[[str, SendState], Awaitable[T]], ring: EndpointRing,
+                     deadline: float, what: str) -> tuple[str, T]:
+    """Send a write to one member; move on only when the connection failed before sending."""
+    errors: list[StoreError] = []
+    for ep in ring.order():
+        sent = SendState()
+        try:
+            async with asyncio.timeout_at(deadline):
+                result = await attempt(ep, sent)
+        except TimeoutError:
+            ring.demote(ep)
+            raise Timeout(f"{what}: no answer from {ep} within the deadline"
+                          + (" (the write may have been applied)" if sent.connected else ""),
+                          maybe_applied=sent.connected) from None
+        except ConnectFailed as exc:
+            ring.demote(ep)
+            errors.append(exc)
+            continue
+        except (Unavailable, Timeout):
+            ring.demote(ep)
+            raise
+        ring.prefer(ep)
+        return ep, result
+    raise combine(errors, what)

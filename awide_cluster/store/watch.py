@@ -1,0 +1,210 @@
+"""A watch that never goes silent: progress notifications, a stall watchdog, resumption.
+
+``Watch`` streams ``POST /v3/watch`` (``progress_notify`` on) from one member. If neither
+events nor a progress notification arrive within ``stall_after`` seconds, the stream is
+dropped and the watch resumes on the next member from the last delivered revision + 1, so
+no event is lost and none is delivered twice. Opening a stream (until etcd says ``created``)
+is bounded by the store's call timeout; when every member failed to open one in a row, the
+watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
+revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
+
+etcd sends progress notifications every ``--experimental-watch-progress-notify-interval``
+(default 10 min!): run members with an interval below ``stall_after`` (the embedded test
+cluster uses 1 s), otherwise an idle watch is re-opened every ``stall_after``.
+
+Use as ``async with store.watch("registry") as w: async for batch in w: ...`` (or close it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from awide_cluster.store import codec
+from awide_cluster.store.codec import TokenRejected, WatchFrame
+from awide_cluster.store.errors import (
+    Denied, RevisionWentBack, StoreError, Timeout, Unavailable, WatchCanceled, WatchCompacted,
+)
+from awide_cluster.store.hedge import FINAL, combine
+from awide_cluster.store.transport import LineReader
+from awide_cluster.store.types import WatchBatch
+
+if TYPE_CHECKING:
+    from awide_cluster.store.etcd import EtcdStore
+
+
+class _Stalled(Exception):
+    pass
+
+
+class Watch:
+    def __init__(self, store: "EtcdStore", key: str, *, prefix: bool = False,
+                 start_revision: int | None = None, stall_after: float = 3.0) -> None:
+        if not stall_after > 0:
+            raise ValueError("stall_after must be > 0")
+        self._store = store
+        self._key = key
+        self._prefix = prefix
+        self._next_rev = start_revision or None  # first revision not yet delivered
+        self._stall_after = stall_after
+        self._resp: aiohttp.ClientResponse | None = None
+        self._reader: LineReader | None = None
+        self._endpoint: str | None = None
+        self._closed = False
+        self.reconnects = 0   # streams re-opened after a stall or a broken stream
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def endpoint(self) -> str | None:
+        """The member the current stream comes from (None between streams)."""
+        return self._endpoint
+
+    @property
+    def revision(self) -> int:
+        """Everything up to this revision has been delivered (0 before the first stream)."""
+        return (self._next_rev or 1) - 1
+
+    def __aiter__(self) -> "Watch":
+        return self
+
+    async def __anext__(self) -> WatchBatch:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._reader is None:
+                await self._open()
+            assert self._reader is not None
+            try:
+                frame = await self._next_frame()
+            except (_Stalled, Unavailable, Timeout):
+                self._drop()
+                self.reconnects += 1
+                continue
+            except BaseException:
+                self._drop()
+                raise
+            batch = self._handle(frame)
+            if batch is not None:
+                return batch
+
+    async def close(self) -> None:
+        self._closed = True
+        self._drop()
+
+    aclose = close
+
+    async def __aenter__(self) -> "Watch":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ frames
+
+    async def _next_frame(self) -> WatchFrame:
+        assert self._reader is not None
+        try:
+            async with asyncio.timeout(self._stall_after):
+                line = await self._reader.next_line()
+        except TimeoutError:
+            raise _Stalled() from None
+        if line is None:
+            raise Unavailable(f"{self._endpoint}: watch stream ended")
+        return codec.watch_frame(line)
+
+    def _handle(self, frame: WatchFrame) -> WatchBatch | None:
+        if frame.canceled:
+            self._drop()
+            self._closed = True
+            raise self._cancel_error(frame)
+        self._store.observe(frame.revision)
+        if frame.created:
+            return None
+        events = tuple(self._store.codec.event(e) for e in frame.events)
+        floor = self._next_rev or 0
+        events = tuple(e for e in events if e.kv.mod_revision >= floor)  # resumed: no repeats
+        if events:
+            self._next_rev = max(e.kv.mod_revision for e in events) + 1
+            return WatchBatch(revision=frame.revision, events=events)
+        if frame.events:
+            return None  # only repeats
+        if frame.revision + 1 > floor:
+            self._next_rev = frame.revision + 1
+        return WatchBatch(revision=frame.revision, events=(), progress=True)
+
+    def _cancel_error(self, frame: WatchFrame) -> StoreError:
+        where = f"{self._endpoint}: watch {self._key!r}"
+        if frame.compact_revision:
+            return WatchCompacted(
+                f"{where}: revision {self._next_rev} compacted (compact revision "
+                f"{frame.compact_revision})", compact_revision=frame.compact_revision)
+        reason = frame.cancel_reason.lower()
+        if "permission denied" in reason or "auth" in reason:
+            return Denied(f"{where}: canceled: {frame.cancel_reason}")
+        return WatchCanceled(f"{where}: canceled: {frame.cancel_reason or 'no reason given'}")
+
+    # ------------------------------------------------------------------ streams
+
+    async def _open(self) -> None:
+        """Open a stream on the next member that says ``created`` within the call timeout."""
+        store = self._store
+        errors: list[StoreError] = []
+        for ep in store.ring.order(after=self._endpoint):
+            deadline = store.deadline(None)
+            try:
+                await self._open_on(ep, deadline)
+                return
+            except (*FINAL, WatchCanceled, WatchCompacted):
+                self._drop()
+                raise
+            except StoreError as exc:
+                self._drop()
+                errors.append(exc)
+        raise combine(errors, f"watch {self._key!r}")
+
+    async def _open_on(self, ep: str, deadline: float) -> None:
+        store = self._store
+        body = store.codec.watch_request(self._key, self._prefix, self._next_rev)
+
+        async def attempt() -> WatchFrame:
+            self._drop()
+            self._endpoint = ep
+            self._resp = await store.transport.open_stream(ep, "/v3/watch", body)
+            self._reader = LineReader(self._resp)
+            line = await self._reader.next_line()
+            if line is None:
+                raise Unavailable(f"{ep}: watch stream ended before it was created")
+            frame = codec.watch_frame(line)
+            reason = frame.cancel_reason.lower()
+            if frame.canceled and ("invalid auth token" in reason or (
+                    store.config.username is not None and "permission denied" in reason)):
+                # an unknown token: "invalid auth token" (3.4) or "permission denied" (3.5)
+                raise TokenRejected(f"{ep}: watch {self._key!r}: {frame.cancel_reason}")
+            return frame
+
+        try:
+            async with asyncio.timeout_at(deadline):
+                frame = await store._authed(attempt, deadline)
+        except TimeoutError:
+            raise Timeout(f"{ep}: watch not created within the deadline") from None
+        if frame.canceled:
+            raise self._cancel_error(frame)
+        if not frame.created:
+            raise Unavailable(f"{ep}: watch stream did not start with 'created'")
+        delivered = (self._next_rev or 1) - 1
+        if frame.revision and frame.revision < delivered:
+            raise RevisionWentBack(f"{ep}: watch created at revision {frame.revision}, below "
+                                   f"revision {delivered} already delivered")
+        store.observe(frame.revision)
+        if self._next_rev is None:
+            self._next_rev = frame.revision + 1
+
+    def _drop(self) -> None:
+        """Close the current stream; ``_endpoint`` stays: the next one starts after it."""
+        if self._resp is not None:
+            self._resp.close()
+        self._resp = None
+        self._reader = None

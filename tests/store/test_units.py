@@ -1,0 +1,76 @@
+"""Pure parts of the store: config validation, key ranges, answer parsing, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from awide_cluster.store import (
+    BadResponse, Denied, InvalidRequest, LeaseExpired, StoreConfig, Timeout, TlsConfig, Unavailable,
+)
+from awide_cluster.store.codec import Codec, TokenRejected, error_from_body, prefix_end, watch_frame
+from awide_cluster.store.hedge import EndpointRing
+
+
+def test_config_validation():
+    cfg = StoreConfig(endpoints=("http://127.0.0.1:2379/", "https://[::1]:2379"), prefix="/a/")
+    assert cfg.endpoints == ("http://127.0.0.1:2379", "https://[::1]:2379")
+    for bad in [dict(endpoints=()), dict(endpoints="http://x:1"), dict(endpoints=("x:1",)),
+                dict(endpoints=("http://a:1", "http://a:1")), dict(endpoints=("http://a:1/v3",)),
+                dict(endpoints=("http://a:1",), call_timeout=0),
+                dict(endpoints=("http://a:1",), hedge_after=-1),
+                dict(endpoints=("http://a:1",), username="u")]:
+        with pytest.raises(ValueError):
+            StoreConfig(**{"prefix": "/a/", **bad})
+    with pytest.raises(ValueError):
+        TlsConfig("ca.pem", cert_file="c.pem")
+
+
+def test_prefix_end():
+    assert prefix_end(b"/a/") == b"/a0"
+    assert prefix_end(b"a\xff") == b"b"
+    assert prefix_end(b"") == b"\x00" and prefix_end(b"\xff\xff") == b"\x00"
+
+
+def test_keys_outside_the_prefix_and_junk_are_bad_responses():
+    codec = Codec("/p/")
+    with pytest.raises(BadResponse):
+        codec.rel("L3EveA==")  # "/q/x"
+    with pytest.raises(BadResponse):
+        codec.kv({"key": "not base64!", "mod_revision": "1"})
+    with pytest.raises(BadResponse):
+        codec.range_result({"header": {"revision": "x"}})
+    with pytest.raises(BadResponse):
+        watch_frame(b"<html>")
+    assert codec.range_result({"header": {"revision": "7"}, "kvs": [
+        {"key": "L3AvYQ==", "value": "MQ==", "mod_revision": "5", "lease": "9"}], "count": "1"}
+    ).kvs[0].key == "a"
+
+
+@pytest.mark.parametrize("body,write,kind,maybe", [
+    ({"error": "etcdserver: invalid auth token", "code": 16}, False, TokenRejected, False),
+    ({"error": "etcdserver: permission denied", "code": 7}, True, Denied, False),
+    ({"error": "etcdserver: authentication failed, invalid user ID or password", "code": 3},
+     False, Denied, False),
+    ({"error": "etcdserver: requested lease not found", "code": 5}, True, LeaseExpired, False),
+    ({"error": "etcdserver: mvcc: required revision has been compacted", "code": 11}, False,
+     InvalidRequest, False),
+    ({"error": "etcdserver: no leader", "code": 14}, True, Unavailable, False),
+    ({"error": "etcdserver: request timed out", "code": 14}, True, Unavailable, True),
+    ({"error": "context deadline exceeded", "code": 4}, True, Timeout, True),
+    ({"error": {"grpc_code": 14, "message": "etcdserver: leader changed"}}, True, Unavailable, True),
+])
+def test_grpc_errors_map_to_types(body, write, kind, maybe):
+    err = error_from_body(body, 500, write=write)
+    assert type(err) is kind
+    assert err.maybe_applied is maybe
+
+
+def test_endpoint_ring_prefers_and_rotates():
+    ring = EndpointRing(["a", "b", "c"])
+    assert ring.order() == ["a", "b", "c"]
+    ring.demote("a")
+    assert ring.order() == ["b", "c", "a"]
+    ring.demote("a")  # not preferred: no change
+    assert ring.preferred == "b"
+    ring.prefer("c")
+    assert ring.order() == ["c", "a", "b"] and ring.order(after="a") == ["b", "c", "a"]
