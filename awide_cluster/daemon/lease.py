@@ -140,9 +140,9 @@ class Leadership:
         """Leading and the lease confirmed recently enough to write."""
         return self.revision is not None and self.lease.valid()
 
-    def step_down(self, reason: str) -> None:
+    def step_down(self, reason: str, *, level: int = logging.WARNING) -> None:
         if self.revision is not None:
-            log.warning("%s steps down as leader: %s", self.host, reason)
+            log.log(level, "%s steps down as leader: %s", self.host, reason)
         self.revision, self.record = None, None
 
     async def campaign(self) -> bool:

@@ -152,7 +152,8 @@ class Daemon:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         self.notifier.stopping(status="stopping: revoking lease")
-        self.leadership.step_down("stopping")
+        self.leadership.step_down("stopping (lease revoked: immediate hand-over)",
+                                  level=logging.INFO)
         await self.lease.revoke()
         await self._close()
 
