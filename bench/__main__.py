@@ -1,0 +1,135 @@
+"""``python -m bench [--quick] [--only 5,6] [--out bench/results.json]``: run the benchmarks.
+
+Prints one table of every figure and writes the rows (with the machine, the command, the date
+and the load average before and after) to ``bench/results.json``. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench.common import REPO, Context, Row, find_bench_etcd, loadavg, machine
+
+FIGURES: dict[int, str] = {
+    1: "bench.fig1_4_cluster",      # figures 1-4 run together (one embedded cluster)
+    5: "bench.fig5_propagation",
+    6: "bench.fig6_capacity",
+    7: "bench.fig7_faults",
+    8: "bench.fig8_footprint",
+}
+ALIASES = {2: 1, 3: 1, 4: 1}
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        if abs(v) >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def table(rows: list[Row]) -> str:
+    head = ["fig", "figure", "value", "unit", "stat", "runs", "median", "p99", "max",
+            "floor/base", "ratio", "goal", "met"]
+    lines = [head]
+    for r in rows:
+        fb = r.floor if r.floor is not None else r.baseline
+        met = "-" if r.met is None else ("met" if r.met else "MISSED")
+        lines.append([str(r.figure), r.name, _fmt(r.value), r.unit, r.stat, str(r.runs),
+                      _fmt(r.median), _fmt(r.p99), _fmt(r.max), _fmt(fb), _fmt(r.ratio),
+                      r.goal or "-", met])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for k, line in enumerate(lines):
+        out.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(line)).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def select(only: str | None) -> list[str]:
+    if not only:
+        return list(dict.fromkeys(FIGURES.values()))
+    mods = []
+    for part in only.split(","):
+        n = int(part)
+        n = ALIASES.get(n, n)
+        if n not in FIGURES:
+            raise SystemExit(f"no figure {part} (figures: 1-8)")
+        mods.append(FIGURES[n])
+    return list(dict.fromkeys(mods))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs (about two minutes)")
+    ap.add_argument("--only", help="comma-separated figure numbers (1-4 run together)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = ap.parse_args(argv)
+
+    started = time.monotonic()
+    when = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    work = Path(tempfile.mkdtemp(prefix="awide-bench-"))
+    ctx = Context(quick=args.quick, work=work, etcd_binary=find_bench_etcd(),
+                  log=lambda s: print(s, file=sys.stderr, flush=True))
+    # the library's own log lines (e.g. "registry stale" while etcd is frozen) go to a file
+    logging.basicConfig(filename=str(work / "bench.log"), level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    info = machine()
+    rows: list[Row] = []
+    errors: dict[str, str] = {}
+    try:
+        for mod_name in select(args.only):
+            t0 = time.monotonic()
+            ctx.say(f"== {mod_name} ({'quick' if args.quick else 'full'})")
+            try:
+                mod = importlib.import_module(mod_name)
+                got = mod.run(ctx)
+            except Exception as e:  # noqa: BLE001 - one broken figure does not hide the others
+                errors[mod_name] = f"{type(e).__name__}: {e}"
+                ctx.say(traceback.format_exc())
+                continue
+            rows.extend(got)
+            ctx.say(f"   {mod_name}: {len(got)} rows in {time.monotonic() - t0:.0f} s")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.monotonic() - started
+    print(table(rows))
+    for mod_name, err in errors.items():
+        print(f"ERROR {mod_name}: {err}")
+    doc = {
+        "command": "python -m bench" + (" --quick" if args.quick else "")
+                   + (f" --only {args.only}" if args.only else ""),
+        "mode": "quick" if args.quick else "full",
+        "date": when,
+        "elapsed_s": round(elapsed, 1),
+        "machine": {**info, "loadavg_end": loadavg()},
+        "etcd_binary": ctx.etcd_binary,
+        "figures": [r.to_dict() for r in rows],
+        "errors": errors,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out} ({len(rows)} rows, {elapsed:.0f} s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

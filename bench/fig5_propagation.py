@@ -1,0 +1,126 @@
+"""Figure 5: registry written -> applied by every gateway, with 100 gateways.
+
+100 real ``ClusterGateway`` instances (own store, registration, card workers and watch each)
+run in a few child processes (``bench.fleet``) against a 3-member etcd on loopback. The bench
+plays the leader: each round flips one card between ``in`` and ``drained`` in a new registry
+generation; every gateway reports the moment it published that generation's change event.
+Latency of a round = (last gateway's publish time) - (time the put was sent); per-gateway
+latencies are kept too. Two fleets: with the registry watch (goal p99 <= 50 ms), and poll-only
+(goal <= the poll interval, which is also the floor of a poll-only design).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import time
+import uuid
+from typing import Any
+
+from bench.common import (
+    Context, RegistryWriter, Row, latency_row, make_dir_cards, ms, start_etcd, store_for,
+    summary,
+)
+from bench.proc import Worker, WorkerError, close_all
+
+POLL = 1.0
+
+
+async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool,
+                        gateways: int, procs: int, rounds: int) -> dict[str, Any]:
+    cluster = f"p5{'w' if watch else 'p'}{uuid.uuid4().hex[:6]}"
+    store = store_for(endpoints, cluster)
+    cards = make_dir_cards(ctx.work / "cards5", 8)
+    writer = RegistryWriter(store, cluster, cards)
+    await writer.publish()
+    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    per = [gateways // procs + (1 if k < gateways % procs else 0) for k in range(procs)]
+    workers: list[Worker] = []
+    try:
+        first = 0
+        for k, n in enumerate(per):
+            spec = {"endpoints": list(endpoints), "cluster": cluster, "count": n,
+                    "first": first, "watch": watch, "poll_interval": POLL,
+                    "call_timeout": 0.5, "expect_in": len(cards)}
+            workers.append(Worker("bench.fleet", spec, log_dir=ctx.work / "logs",
+                                  name=f"fleet5-{'w' if watch else 'p'}{k}", sink=sink))
+            first += n
+        t0 = time.monotonic()
+        readies = [w.expect("ready", 120.0) for w in workers]
+        ready = sum(r["ready"] for r in readies)
+        ctx.say(f"  {gateways} gateways ({'watch' if watch else 'poll only'}) ready in "
+                f"{time.monotonic() - t0:.1f} s ({ready} with every card in service)")
+        await asyncio.sleep(1.5)         # let registrations and first probes settle
+        while not sink.empty():
+            sink.get_nowait()
+        rng = random.Random(5)
+        every: list[float] = []
+        each: list[float] = []
+        missing = 0
+        puts: list[float] = []
+        bound = 3.0 if watch else 3.0 * POLL + 1.0
+        for r in range(rounds):
+            await asyncio.sleep(rng.uniform(0.2, 0.5) if watch else rng.uniform(0.1, 0.4))
+            gen, sent = await writer.toggle(r % len(cards))
+            puts.append(time.monotonic() - sent)
+            seen: dict[int, float] = {}
+            deadline = sent + bound
+            while len(seen) < gateways and time.monotonic() < deadline:
+                try:
+                    msg = sink.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if msg and msg.get("gen") == gen and msg["gw"] not in seen:
+                    seen[msg["gw"]] = msg["t"]
+            lat = [t - sent for t in seen.values()]
+            each.extend(lat)
+            missing += gateways - len(seen)
+            if len(seen) == gateways:
+                every.append(max(lat))
+            # a round that misses a gateway is reported as missing, never as fast
+        return {"every": every, "each": each, "missing": missing, "puts": puts,
+                "ready": ready, "rounds": rounds}
+    finally:
+        close_all(workers, bound=15.0)
+        await store.close()
+
+
+def run(ctx: Context) -> list[Row]:
+    gateways = 100
+    rounds = 6 if ctx.quick else 30
+    procs = 4
+    etcd = start_etcd(ctx, "etcd5")
+    rows: list[Row] = []
+    try:
+        for watch in (True, False):
+            try:
+                res = asyncio.run(_fleet_rounds(ctx, etcd.endpoints, watch=watch,
+                                                gateways=gateways, procs=procs,
+                                                rounds=rounds if watch else max(4, rounds // 2)))
+            except WorkerError as e:
+                rows.append(Row(5, f"propagation ({'watch' if watch else 'poll only'})", None,
+                                "ms", 0, note=f"not measured: {e}"))
+                continue
+            each = summary(res["each"])
+            extra = {"gateways": gateways, "processes": procs, "poll_interval_s": POLL,
+                     "rounds": res["rounds"], "missing_applies": res["missing"],
+                     "per_gateway_median_ms": ms(each["median"]),
+                     "per_gateway_p99_ms": ms(each["p99"]), "per_gateway_samples": len(res["each"]),
+                     "put_p99_ms": ms(summary(res["puts"])["p99"])}
+            note = (f"last of {gateways} gateways; per gateway p99 {ms(each['p99'])} ms; "
+                    f"{res['missing']} applies missing")
+            if watch:
+                rows.append(latency_row(5, "propagation, watch (write -> every gateway)",
+                                        res["every"], goal="p99 <= 50 ms", goal_s=0.050,
+                                        note=note, **extra))
+            else:
+                rows.append(latency_row(5, "propagation, poll only (write -> every gateway)",
+                                        res["every"], floor_s=POLL,
+                                        goal=f"p99 <= poll interval ({POLL * 1000:.0f} ms)",
+                                        goal_s=POLL, note=note, **extra))
+            if res["missing"]:
+                rows[-1].met = False
+    finally:
+        etcd.stop()
+    return rows

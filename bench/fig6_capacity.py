@@ -1,0 +1,154 @@
+"""Figure 6: how many gateways a 3-member etcd on this machine carries, and at what cost.
+
+Simulated gateways (``bench.pollers``: the library's own ``Follower.poll()`` on its own store
+and connection, 1 Hz, random phases) are split over a few load processes. The count steps up;
+a step is held when, over its measuring window, the p99 poll latency is <= 50 ms, no poll
+failed or took longer than the 0.5 s bound, and >= 95 % of the polls due were made (a load
+generator that falls behind would otherwise look fast). The first step not held ends the climb.
+
+Side by side, at one fixed count: the same pollers as a naive poller that fetches and decodes
+the full registry every second. etcd CPU seconds (utime+stime of the three members, from
+/proc) per 1,000 polls, net of etcd's idle CPU measured just before, for both, and the ratio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from bench.common import (
+    Context, RegistryWriter, Row, etcd_cpu, etcd_settings, make_dir_cards, ms, pct,
+    start_etcd, store_for,
+)
+from bench.loadset import LoadSet, Window, sleep_until
+
+P99_GOAL = 0.050
+BOUND = 0.5
+
+
+async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
+    store = store_for(endpoints, cluster)
+    try:
+        w = RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards6", 8))
+        await w.publish()
+        assert w.reg is not None
+        from awide_cluster.contract.registry import encode
+        return len(encode(w.reg))
+    finally:
+        await store.close()
+
+
+def _measure(load: LoadSet, etcd: Any, warmup: float, measure: float) -> tuple[Window, float]:
+    time.sleep(warmup)
+    t0 = time.monotonic()
+    c0, e0 = load.cpu(), etcd_cpu(etcd)
+    sleep_until(t0 + measure)
+    t1 = time.monotonic()
+    e1 = etcd_cpu(etcd)
+    return load.window(t0, t1, c0), e1 - e0
+
+
+def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
+    span = win.t1 - win.t0
+    due = count * span
+    lat = win.seconds
+    p99 = pct(lat, 99)
+    made = win.polls / due if due else 0.0
+    held = (p99 is not None and p99 <= P99_GOAL and win.failed == 0 and win.over == 0
+            and made >= 0.95)
+    return {"gateways": count, "polls": win.polls, "polls_per_s": round(win.polls / span, 1),
+            "made_of_due": round(made, 3), "p50_ms": ms(pct(lat, 50)), "p99_ms": ms(p99),
+            "max_ms": ms(max(lat) if lat else None), "failed": win.failed, "over_bound": win.over,
+            "load_lag_max_ms": win.late_ms_max, "late_starts_over_100ms": win.late_over_100ms,
+            "etcd_cpu_cores": round(etcd_s / span, 3),
+            "load_cpu_cores": round(win.load_cpu_s / span, 3), "held": held}
+
+
+def run(ctx: Context) -> list[Row]:
+    if ctx.quick:
+        steps, warmup, measure, procs = [100, 250], 1.5, 3.0, 2
+        cmp_count, cmp_measure = 100, 3.0
+    else:
+        steps, warmup, measure, procs = [250, 500, 750, 1000, 1250, 1500, 2000, 2500, 3000], \
+            3.0, 8.0, 3
+        cmp_count, cmp_measure = 400, 8.0
+    etcd = start_etcd(ctx, "etcd6")
+    cluster = f"cap{uuid.uuid4().hex[:6]}"
+    load: LoadSet | None = None
+    rows: list[Row] = []
+    try:
+        doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
+        e0 = etcd_cpu(etcd)
+        time.sleep(2.0)
+        idle_rate = (etcd_cpu(etcd) - e0) / 2.0
+        load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
+                       name="poll6-")
+        records: list[dict[str, Any]] = []
+        for count in steps:
+            load.set(count, "follower")
+            win, etcd_s = _measure(load, etcd, warmup, measure)
+            rec = _step_record(count, win, etcd_s)
+            records.append(rec)
+            ctx.say(f"  {count} gateways: p99 {rec['p99_ms']} ms, max {rec['max_ms']} ms, "
+                    f"{rec['polls_per_s']} polls/s, failed {rec['failed']}, over "
+                    f"{rec['over_bound']}, etcd {rec['etcd_cpu_cores']} cores, load "
+                    f"{rec['load_cpu_cores']} cores -> {'held' if rec['held'] else 'NOT held'}")
+            if not rec["held"]:
+                break
+        held = [r["gateways"] for r in records if r["held"]]
+        largest = max(held) if held else 0
+        failing = next((r for r in records if not r["held"]), None)
+        if failing is None:
+            why = f"every step held (the climb stops at {steps[-1]})"
+        else:
+            why = (f"first step not held: {failing['gateways']} gateways, p99 "
+                   f"{failing['p99_ms']} ms, {failing['failed']} failed, "
+                   f"{failing['over_bound']} over 0.5 s, {failing['made_of_due']:.0%} of polls "
+                   f"made; etcd used {failing['etcd_cpu_cores']} cores, the load processes "
+                   f"{failing['load_cpu_cores']} cores (2 cores in all)")
+        cap = Row(6, "capacity: gateways at 1 Hz held (p99 <= 50 ms, none over 0.5 s)",
+                  float(largest), "gateways", len(records), stat="value", goal=">= 2000",
+                  met=largest >= 2000, note=why,
+                  extra={"steps": records, "load_processes": procs, "warmup_s": warmup,
+                         "measure_s": measure, "etcd": etcd_settings(etcd),
+                         "registry_bytes": doc_bytes,
+                         "etcd_idle_cpu_cores": round(idle_rate, 3)})
+        rows.append(cap)
+
+        # the same pollers, cheap change check vs naive full fetch + decode
+        costs: dict[str, dict[str, Any]] = {}
+        for kind in ("follower", "naive"):
+            load.set(cmp_count, kind)
+            win, etcd_s = _measure(load, etcd, warmup, cmp_measure)
+            span = win.t1 - win.t0
+            net = max(0.0, etcd_s - idle_rate * span)
+            n = max(1, win.polls)
+            costs[kind] = {"polls": win.polls, "etcd_cpu_s": round(etcd_s, 3),
+                           "etcd_cpu_s_net": round(net, 3),
+                           "etcd_cpu_s_per_1000": round(net / n * 1000, 4),
+                           "client_cpu_s_per_1000": round(win.load_cpu_s / n * 1000, 4),
+                           "p99_ms": ms(pct(win.seconds, 99)), "failed": win.failed}
+            ctx.say(f"  {kind}: {costs[kind]}")
+        f, nv = costs["follower"], costs["naive"]
+        ratio = (nv["etcd_cpu_s_per_1000"] / f["etcd_cpu_s_per_1000"]
+                 if f["etcd_cpu_s_per_1000"] else None)
+        rows.append(Row(6, "etcd CPU per 1,000 polls: gateway poll (changed since?)",
+                        f["etcd_cpu_s_per_1000"], "CPU s", f["polls"], stat="value",
+                        baseline=nv["etcd_cpu_s_per_1000"],
+                        ratio=None if ratio is None else round(ratio, 2),
+                        ratio_of="naive / gateway poll",
+                        note=f"{cmp_count} pollers; client CPU {f['client_cpu_s_per_1000']} s "
+                             f"per 1,000 polls",
+                        extra={"gateway_poll": f, "naive": nv, "pollers": cmp_count}))
+        rows.append(Row(6, "etcd CPU per 1,000 polls: naive full fetch + decode",
+                        nv["etcd_cpu_s_per_1000"], "CPU s", nv["polls"], stat="value",
+                        note=f"{cmp_count} pollers; client CPU {nv['client_cpu_s_per_1000']} s "
+                             f"per 1,000 polls; registry of 8 cards, {doc_bytes} bytes",
+                        extra={"naive": nv}))
+    finally:
+        if load is not None:
+            load.close()
+        etcd.stop()
+    return rows

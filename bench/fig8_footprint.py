@@ -1,0 +1,211 @@
+"""Figure 8: footprint at steady state.
+
+A real ``awide-cluster run`` subprocess with 8 directory cards (store probes: TCP listeners in
+this process) leads a 3-host cluster (two witness daemons complete it) on a 3-member etcd,
+with one gateway following it. Over a steady window, from /proc: the daemon's RSS and its CPU
+share of one core (its reaped children included), the gateway library's added RSS (a child that
+measures itself before and after importing and starting it) and CPU share, and etcd writes per
+second per host (the cluster revision counts every write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from awide_cluster.contract import keys
+from awide_cluster.contract.registry import decode
+from awide_cluster.daemon.lease import LeaderRecord
+from bench.common import (
+    Context, Row, bench_python_env, cpu_seconds, etcd_settings, make_dir_cards, rss_bytes,
+    start_etcd, store_for,
+)
+from bench.proc import Worker
+
+RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
+MB = 1024 * 1024
+
+
+class Listeners:
+    """TCP listeners that accept and close (the cards' store services, as the probes see them)."""
+
+    def __init__(self, n: int) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.socks = []
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(64)
+            s.setblocking(False)
+            self.sel.register(s, selectors.EVENT_READ)
+            self.socks.append(s)
+        self.ports = [s.getsockname()[1] for s in self.socks]
+        self._stop = False
+        self._t = threading.Thread(target=self._run, name="bench-listeners", daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            for key, _ in self.sel.select(timeout=0.2):
+                try:
+                    conn, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                    conn.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop = True
+        self._t.join(2.0)
+        for s in self.socks:
+            s.close()
+
+
+class Daemon:
+    def __init__(self, ctx: Context, name: str, cfg: dict[str, Any]) -> None:
+        path = ctx.work / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        self.log = open(ctx.work / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.p = subprocess.Popen(RUN + ["run", "--config", str(path)], stdin=subprocess.DEVNULL,
+                                  stdout=self.log, stderr=subprocess.STDOUT,
+                                  env=bench_python_env())
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(5.0)
+        self.log.close()
+
+
+def daemon_config(endpoints: tuple[str, ...], cluster: str, host: str,
+                  cards: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"cluster": cluster, "host": host, "role": "storage" if cards else "witness",
+            "etcd": {"endpoints": list(endpoints)}, "api": {"listen": "127.0.0.1:0"},
+            "cards": cards}
+
+
+async def _leader_and_cards(endpoints: tuple[str, ...], cluster: str) -> tuple[str | None, int]:
+    store = store_for(endpoints, cluster)
+    try:
+        kv = await store.get(keys.LEADER)
+        reg = await store.get(keys.REGISTRY)
+    finally:
+        await store.close()
+    rec = LeaderRecord.decode(kv.value) if kv else None
+    leader = rec.host if rec else None
+    n_in = sum(1 for c in decode(reg.value).cards if c.state == "in") if reg else 0
+    return leader, n_in
+
+
+async def _revision(endpoints: tuple[str, ...], cluster: str) -> int:
+    store = store_for(endpoints, cluster)
+    try:
+        return (await store.range(keys.LEADER, keys_only=True)).revision
+    finally:
+        await store.close()
+
+
+def _wait(pred: Any, bound: float, what: str) -> None:
+    deadline = time.monotonic() + bound
+    while not pred():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {bound:g} s: {what}")
+        time.sleep(0.2)
+
+
+def run(ctx: Context) -> list[Row]:
+    settle, window = (3.0, 8.0) if ctx.quick else (8.0, 30.0)
+    etcd = start_etcd(ctx, "etcd8")
+    cluster = f"fp{uuid.uuid4().hex[:6]}"
+    eps = etcd.endpoints
+    listeners = Listeners(8)
+    daemons: list[Daemon] = []
+    gw: Worker | None = None
+    rows: list[Row] = []
+    try:
+        dirs = make_dir_cards(ctx.work / "cards8", 8)
+        specs = [{"name": c.name, "kind": "dir", "path": c.path,
+                  "store": {"tcp": f"127.0.0.1:{port}"}}
+                 for c, port in zip(dirs, listeners.ports)]
+        daemons.append(Daemon(ctx, "h1", daemon_config(eps, cluster, "h1", specs)))
+        _wait(lambda: asyncio.run(_leader_and_cards(eps, cluster)) == ("h1", 8), 40.0,
+              "h1 leads with 8 cards in")
+        daemons += [Daemon(ctx, h, daemon_config(eps, cluster, h, [])) for h in ("h2", "h3")]
+        gw = Worker("bench.gwfoot", {"endpoints": list(eps), "cluster": cluster,
+                                     "expect_in": 8}, log_dir=ctx.work / "logs", name="gwfoot")
+        base = gw.expect("base", 30.0)["rss"]
+        imported = gw.expect("imported", 30.0)["rss"]
+        gw.expect("ready", 60.0)
+        time.sleep(settle)
+        h1 = daemons[0].p.pid
+        pids = {"daemon": h1, "witness": daemons[1].p.pid, "gateway": gw.pid}
+        c0 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
+        r0, t0 = asyncio.run(_revision(eps, cluster)), time.monotonic()
+        peak = {k: 0 for k in pids}
+        while time.monotonic() < t0 + window:
+            for k, p in pids.items():
+                peak[k] = max(peak[k], rss_bytes(p))
+            time.sleep(0.5)
+        r1, t1 = asyncio.run(_revision(eps, cluster)), time.monotonic()
+        c1 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
+        span = t1 - t0
+        share = {k: (c1[k] - c0[k]) / span * 100.0 for k in pids}
+        gw.send({"cmd": "rss"})
+        end = gw.expect("rss", 10.0)
+        leader, n_in = asyncio.run(_leader_and_cards(eps, cluster))
+        hosts = len(daemons)
+        writes = (r1 - r0) / span
+        common = {"window_s": round(span, 1), "leader": leader, "cards_in": n_in,
+                  "etcd": etcd_settings(etcd)}
+        rows.append(Row(8, "daemon RSS (8 cards, leader)", round(peak["daemon"] / MB, 1), "MB",
+                        int(span / 0.5), stat="max", goal="<= 60 MB",
+                        met=peak["daemon"] / MB <= 60,
+                        note=f"witness daemon {peak['witness'] / MB:.1f} MB",
+                        extra={**common, "witness_rss_mb": round(peak["witness"] / MB, 1)}))
+        rows.append(Row(8, "daemon CPU (8 cards, leader)", round(share["daemon"], 3),
+                        "% of a core", 1, stat="value", goal="<= 1 %",
+                        met=share["daemon"] <= 1.0,
+                        note=f"over {span:.0f} s, probes included; witness daemon "
+                             f"{share['witness']:.2f} %",
+                        extra={**common, "witness_cpu_pct": round(share["witness"], 3)}))
+        added = end["rss"] - base
+        rows.append(Row(8, "gateway library added RSS (8 cards, watch on)",
+                        round(added / MB, 1), "MB", 1, stat="value", goal="<= 30 MB",
+                        met=added / MB <= 30,
+                        note=f"interpreter {base / MB:.1f} MB before the import, "
+                             f"{imported / MB:.1f} MB after it, {end['rss'] / MB:.1f} MB with "
+                             "the gateway running",
+                        extra={**common, "base_rss_mb": round(base / MB, 1),
+                               "imported_rss_mb": round(imported / MB, 1),
+                               "running_rss_mb": round(end["rss"] / MB, 1),
+                               "in_service": end["in_service"]}))
+        rows.append(Row(8, "gateway library CPU (8 cards, watch on)", round(share["gateway"], 3),
+                        "% of a core", 1, stat="value", goal="<= 0.5 %",
+                        met=share["gateway"] <= 0.5, note=f"over {span:.0f} s",
+                        extra=common))
+        rows.append(Row(8, "etcd writes per second per host", round(writes / hosts, 3),
+                        "writes/s", r1 - r0, stat="value",
+                        note=f"{r1 - r0} revisions in {span:.0f} s over {hosts} daemons "
+                             f"(one with 8 cards, two witnesses) and 1 gateway",
+                        extra={**common, "revisions": r1 - r0, "hosts": hosts}))
+    finally:
+        if gw is not None:
+            gw.close()
+        for d in daemons:
+            d.stop()
+        listeners.close()
+        etcd.stop()
+    return rows

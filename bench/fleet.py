@@ -1,0 +1,95 @@
+"""Child process: many real ``ClusterGateway`` instances on one event loop (figures 5 and 7).
+
+    python -m bench.fleet '{"endpoints": [...], "cluster": "c1", "count": 50, "first": 0,
+                            "watch": true, "poll_interval": 1.0, "call_timeout": 0.5,
+                            "expect_in": 8}'
+
+Each gateway has its own store (own connections), registration, card workers and, with
+``watch``, its own registry watch: the library exactly as a gateway process runs it. Lines:
+``ready`` once every gateway applied a registry with ``expect_in`` cards in service; then one
+``applied`` line per (gateway, generation) at the moment the gateway published that generation's
+first change event (``t`` is ``time.monotonic()``, comparable across processes). EOF on stdin
+stops every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from awide_gateway_cluster import ClusterGateway, parse_config
+from bench.proc import emit, stdin_lines
+
+
+def gateway_config(spec: dict[str, Any], i: int) -> Any:
+    eps = list(spec["endpoints"])
+    if spec.get("rotate", True):
+        k = i % len(eps)
+        eps = eps[k:] + eps[:k]
+    call = float(spec.get("call_timeout", 0.5))
+    return parse_config({
+        "mode": "cluster", "cluster": spec["cluster"], "host": f"gpu{i // 8}",
+        "pod": f"pod{i}",
+        "etcd": {"endpoints": eps, "call_timeout": call,
+                 "hedge_after": float(spec.get("hedge_after", 0.05))},
+        "timing": {"poll_interval": float(spec.get("poll_interval", 1.0)),
+                   "sick_polls": 3, "healthy_polls": 1, "lease_ttl": 10},
+        "model": {"name": "bench/model-8b", "num_layers": 32},
+        "watch": bool(spec.get("watch", True)),
+        "start_timeout": 5.0,
+    })
+
+
+async def follow(i: int, gw: ClusterGateway) -> None:
+    seen = gw.snapshot().generation
+    async for ev in gw.subscribe(maxsize=10000):
+        if ev.generation > seen:
+            seen = ev.generation
+            emit("applied", gw=i, gen=ev.generation, t=time.monotonic())
+
+
+async def main(spec: dict[str, Any]) -> None:
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    first, count = int(spec.get("first", 0)), int(spec["count"])
+    expect_in = int(spec.get("expect_in", 0))
+    t0 = time.monotonic()
+    gws = [ClusterGateway(gateway_config(spec, first + k)) for k in range(count)]
+    # start a few at a time: a burst of 100 lease grants and layout checks is not a gateway's life
+    sem = asyncio.Semaphore(10)
+
+    async def start(gw: ClusterGateway) -> None:
+        async with sem:
+            await gw.start()
+
+    await asyncio.gather(*(start(g) for g in gws))
+    deadline = time.monotonic() + float(spec.get("ready_bound", 60.0))
+    while time.monotonic() < deadline:
+        ok = [len(g.snapshot().in_service) >= expect_in and g.snapshot().generation > 0
+              for g in gws]
+        if all(ok):
+            break
+        await asyncio.sleep(0.05)
+    ready = sum(len(g.snapshot().in_service) >= expect_in for g in gws)
+    followers = [asyncio.create_task(follow(first + k, g)) for k, g in enumerate(gws)]
+    emit("ready", ready=ready, count=count, start_s=round(time.monotonic() - t0, 3),
+         generations=sorted({g.snapshot().generation for g in gws}))
+    async for cmd in stdin_lines():
+        if cmd.get("cmd") == "views":
+            emit("views", views=[{"gw": first + k, "gen": g.snapshot().generation,
+                                  "in": len(g.snapshot().in_service),
+                                  "stats_failed": g.stats().failed_polls}
+                                 for k, g in enumerate(gws)])
+    for f in followers:
+        f.cancel()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(10.0):
+            await asyncio.gather(*(g.stop() for g in gws), return_exceptions=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))

@@ -1,0 +1,86 @@
+"""A set of ``bench.pollers`` processes driven as one: N simulated gateways split over them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import cpu_seconds
+from bench.proc import Worker, close_all
+
+
+@dataclass
+class Window:
+    t0: float
+    t1: float
+    polls: int = 0
+    lat_ms: list[float] = field(default_factory=list)
+    failed: int = 0
+    over: int = 0
+    late_ms_max: float = 0.0
+    late_over_100ms: int = 0
+    load_cpu_s: float = 0.0          # CPU seconds of the load processes over the window
+
+    @property
+    def seconds(self) -> list[float]:
+        return [x / 1000.0 for x in self.lat_ms]
+
+
+class LoadSet:
+    def __init__(self, endpoints: tuple[str, ...], cluster: str, *, procs: int, log_dir: Path,
+                 name: str, rotate: bool = True, call_timeout: float = 0.5) -> None:
+        self.workers = [
+            Worker("bench.pollers", {"endpoints": list(endpoints), "cluster": cluster,
+                                     "first": k * 100_000, "seed": k + 1, "rotate": rotate,
+                                     "call_timeout": call_timeout},
+                   log_dir=log_dir, name=f"{name}{k}")
+            for k in range(procs)
+        ]
+        for w in self.workers:
+            w.expect("hello", 30.0)
+        self.count = 0
+
+    def set(self, count: int, kind: str = "follower") -> None:
+        n = len(self.workers)
+        for k, w in enumerate(self.workers):
+            w.send({"cmd": "set", "count": count // n + (1 if k < count % n else 0),
+                    "kind": kind})
+        for w in self.workers:
+            w.expect("set", 60.0)
+        self.count = count
+
+    def cpu(self) -> float:
+        total = 0.0
+        for w in self.workers:
+            try:
+                total += cpu_seconds(w.pid)
+            except OSError:
+                pass
+        return total
+
+    def window(self, t0: float, t1: float, cpu_before: float) -> Window:
+        """Ask every process for the polls that started in [t0, t1) (call after t1)."""
+        cpu_after = self.cpu()
+        for w in self.workers:
+            w.send({"cmd": "window", "t0": t0, "t1": t1})
+        win = Window(t0, t1, load_cpu_s=cpu_after - cpu_before)
+        for w in self.workers:
+            got: dict[str, Any] = w.expect("window", 60.0)
+            win.polls += got["polls"]
+            win.lat_ms.extend(got["lat_ms"])
+            win.failed += got["failed"]
+            win.over += got["over"]
+            win.late_ms_max = max(win.late_ms_max, got["late_ms_max"])
+            win.late_over_100ms += got["late_over_100ms"]
+        return win
+
+    def close(self) -> None:
+        close_all(self.workers, bound=15.0)
+
+
+def sleep_until(t: float) -> None:
+    left = t - time.monotonic()
+    if left > 0:
+        time.sleep(left)
