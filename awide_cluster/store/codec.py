@@ -89,8 +89,10 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
 
 def header_revision(body: Mapping[str, Any]) -> int:
     """header.revision of an answer, 0 when the answer carries none (e.g. member list)."""
-    header = body.get("header", {})
-    return as_int(as_dict(header, "header"), "revision")
+    header = body.get("header")
+    if header is None and isinstance(body.get("result"), dict):  # a stream answer (keepalive)
+        header = body["result"].get("header")
+    return as_int(as_dict(header or {}, "header"), "revision")
 
 
 def to_bytes(value: bytes | str) -> bytes:
