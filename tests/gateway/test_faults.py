@@ -40,9 +40,11 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
         for i in range(3):
             etcd.freeze(i)
         try:
-            # one poll, timed from outside: bounded by the call bound (generous margin)
+            # one poll, timed from outside: bounded by the call bound (generous margin).
+            # Through _poll_once (as the loop polls), so that whichever poll sees the first
+            # failure publishes the stale event.
             t0 = time.monotonic()
-            await gw._follower.poll()
+            await gw._poll_once()
             assert time.monotonic() - t0 < cfg.etcd.call_timeout + 0.5
             failed = gw.stats().failed_polls
             await wait_for(lambda: gw.stats().failed_polls >= failed + 3,
