@@ -33,8 +33,9 @@ Operations (fault methods return the ``time.monotonic()`` at which the fault was
 - daemons: ``daemon_signal(host, sig)``, ``kill_daemon(host)`` (SIGKILL),
   ``restart_daemon(host)`` (SIGTERM if running, then start again), ``daemon_alive(host)``;
 - etcd: ``etcd`` (the ``EtcdCluster``: freeze/thaw/kill/restart members),
-  ``store_config()``, ``registry()`` (decoded ``Registry`` or None; raises ``StoreError`` /
-  ``TimeoutError`` when etcd does not answer), ``leader_host()`` (same),
+  ``etcd_leader_index()`` (the raft leader member), ``store_config()``, ``registry()``
+  (decoded ``Registry`` or None; raises ``StoreError`` / ``TimeoutError`` when etcd does not
+  answer), ``leader_host()`` (same),
   ``wait_leader(bound, other_than=None)`` (tolerates read errors);
 - gateways: ``gateway_views() -> {id: GatewayView | None}``, ``history(id)``, ``events(id)``,
   ``wait_until(predicate, bound, since=None) -> {id: time | None}`` (first time each gateway
@@ -371,6 +372,18 @@ class EmbeddedCluster:
         kv = self._read(lambda s: s.get(keys.LEADER), bound)
         rec = LeaderRecord.decode(kv.value) if kv is not None else None
         return rec.host if rec is not None else None
+
+    def etcd_leader_index(self, bound: float = 2.0) -> int | None:
+        """Index (into ``etcd``) of the etcd member that is raft leader, None if unknown."""
+        from awide_cluster.store.types import EndpointStatus
+        answers = self._read(lambda s: s.statuses(timeout=bound), bound)
+        ok = [a for a in answers.values() if isinstance(a, EndpointStatus)]
+        leader = next((a.leader for a in ok if a.leader), 0)
+        for i, url in enumerate(self.etcd.client_urls):
+            a = answers.get(url)
+            if isinstance(a, EndpointStatus) and leader and a.member_id == leader:
+                return i
+        return None
 
     def wait_leader(self, bound: float, *, other_than: str | None = None) -> tuple[str, float] | None:
         """(host, time) once some host other than ``other_than`` holds ``leader``."""
