@@ -1,0 +1,306 @@
+"""Figures 1-4 on a whole embedded cluster (``EmbeddedCluster``: real etcd, daemons, store
+services and ``gateway watch`` processes; every gateway stamps its views with
+``time.monotonic()``).
+
+1. detection: a card's store service SIGKILLed -> the card out on every gateway.
+   Floor: sick polls x poll interval. Goal: p99 <= floor + 0.25 s.
+2. return: the store service started again -> the card in on every gateway.
+   Floor: healthy polls x poll interval. Goal: p99 <= 1 poll + 0.25 s.
+3. join: a new card on a host (labelled directory, store service, config rewritten, SIGHUP)
+   -> placed and in service on every gateway. Floor: 1 poll. Goal: <= 2 polls.
+4. leader hand-over: the leader daemon SIGKILLed (or SIGTERMed) -> first fenced registry
+   write by the next leader. A new leader writes the registry only when its content changes,
+   so a pending change is made the moment the old leader can no longer take it: a ``drain``
+   intent for a card of another host (SIGKILL: put right after the kill; SIGTERM: the leader
+   is SIGSTOPped, the intent put, then SIGTERM + SIGCONT). A watch on ``registry`` sees the
+   first write naming another leader. Floor: the lease TTL (SIGKILL). Goal: <= TTL + 0.5 s;
+   on a clean stop (SIGTERM) <= 0.5 s.
+
+A value per run is the time the *last* gateway showed the change (the "every gateway" time);
+a run in which a gateway never showed it within the harness's bound is counted as missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from awide_cluster.contract import keys
+from awide_cluster.contract.registry import decode
+from awide_cluster.daemon.leader import encode_intent
+from awide_cluster.embedded.cluster import EmbeddedCluster
+from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds
+from awide_cluster.embedded.store_thread import StoreThread
+from awide_cluster.embedded.views import card_in, card_out, cards_in
+from awide_cluster.store import EtcdStore, StoreConfig
+from bench.common import Context, Row, latency_row
+
+
+@dataclass(frozen=True)
+class RegistryWrite:
+    t: float              # time.monotonic() the watch delivered it
+    mod_revision: int
+    leader: str
+    drained: frozenset[str]
+
+
+class RegistryWatch:
+    """Every write of ``registry`` as the bench sees it through a watch (own thread + loop)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.writes: list[RegistryWrite] = []
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(config,), name="bench-watch",
+                                        daemon=True)
+        self._thread.start()
+        self._ready.wait(5.0)
+
+    def _run(self, config: StoreConfig) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._task = self._loop.create_task(self._watch(config))
+        try:
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._loop.close()
+
+    async def _watch(self, config: StoreConfig) -> None:
+        store = EtcdStore(config)
+        try:
+            start = (await store.range(keys.REGISTRY, keys_only=True)).revision + 1
+            self._ready.set()
+            while not self._stop.is_set():
+                try:
+                    async with store.watch(keys.REGISTRY, start_revision=start,
+                                           stall_after=5.0) as w:
+                        async for batch in w:
+                            now = time.monotonic()
+                            for ev in batch.events:
+                                if ev.kind != "put":
+                                    continue
+                                start = ev.kv.mod_revision + 1
+                                try:
+                                    reg = decode(ev.kv.value)
+                                except Exception:  # noqa: BLE001 - not ours to judge here
+                                    continue
+                                drained = frozenset(c.id for c in reg.cards
+                                                    if c.state == "drained")
+                                with self._lock:
+                                    self.writes.append(RegistryWrite(
+                                        now, ev.kv.mod_revision, reg.leader, drained))
+                            if self._stop.is_set():
+                                return
+                except Exception:  # noqa: BLE001 - etcd trouble: resume the watch
+                    self.errors += 1
+                    await asyncio.sleep(0.05)
+        finally:
+            self._ready.set()
+            await store.close()
+
+    def first(self, since: float, pred: Any, bound: float) -> RegistryWrite | None:
+        deadline = time.monotonic() + bound
+        while True:
+            with self._lock:
+                hit = next((w for w in self.writes if w.t >= since and pred(w)), None)
+            if hit is not None or time.monotonic() > deadline:
+                return hit
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self._stop.set()
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(5.0)
+
+
+def _every(seen: dict[str, float | None], t0: float) -> float | None:
+    """The time after ``t0`` at which the last gateway showed the change (None: one never did)."""
+    if not seen or any(t is None for t in seen.values()):
+        return None
+    return max(t for t in seen.values() if t is not None) - t0
+
+
+def _settle(c: EmbeddedCluster, bound: float) -> None:
+    ids = [c.card_id(k) for k in c.cards]
+    c.wait_until(cards_in(ids), bound)
+    c.wait_agree(bound)
+
+
+def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
+                   ) -> tuple[list[float], list[float], int, int]:
+    b = bounds(t)
+    det, ret, det_miss, ret_miss = [], [], 0, 0
+    keys_ = list(c.cards)
+    for r in range(runs):
+        key = keys_[r % len(keys_)]
+        cid = c.card_id(key)
+        time.sleep(t.poll_interval * (0.3 + 0.7 * ((r * 0.37) % 1)))   # vary the phase
+        t0 = c.card_store_kill(key)
+        d = _every(c.wait_until(card_out(cid), b.detection, since=t0), t0)
+        if d is None:
+            det_miss += 1
+        else:
+            det.append(d)
+        time.sleep(t.poll_interval * 0.5)
+        c.card_store_start(key)
+        t1 = time.monotonic()
+        x = _every(c.wait_until(card_in(cid), b.return_, since=t1), t1)
+        if x is None:
+            ret_miss += 1
+        else:
+            ret.append(x)
+        ctx.say(f"  run {r + 1}/{runs} {key}: detection {d if d is None else round(d, 3)} s, "
+                f"return {x if x is None else round(x, 3)} s")
+        _settle(c, b.restart)
+    return det, ret, det_miss, ret_miss
+
+
+def _put(st: StoreThread, key: str, value: bytes) -> None:
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            st.call(lambda s: s.put(key, value, timeout=1.0), 2.0)
+            return
+        except Exception:  # noqa: BLE001 - etcd electing: the put is idempotent
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
+              watch: RegistryWatch, st: StoreThread) -> tuple[list[float], int, list[float]]:
+    b = bounds(t)
+    out: list[float] = []
+    missed = 0
+    campaign: list[float] = []
+    for r in range(runs):
+        got = c.wait_leader(b.election)
+        if got is None:
+            missed += 1
+            continue
+        old = got[0]
+        # a card of another host takes the pending change (a drain intent)
+        victim = next(k for k in c.cards if c.card_host(k) != old)
+        cid = c.card_id(victim)
+        time.sleep(t.poll_interval * (0.2 + 0.8 * ((r * 0.61) % 1)))
+        if how == "SIGKILL":
+            t0 = c.kill_daemon(old)
+            _put(st, keys.intent(cid), encode_intent("drain", by="bench"))
+        else:
+            c.daemon_signal(old, signal.SIGSTOP)
+            _put(st, keys.intent(cid), encode_intent("drain", by="bench"))
+            t0 = c.daemon_signal(old, signal.SIGTERM)
+            c.daemon_signal(old, signal.SIGCONT)
+        w = watch.first(t0, lambda w: cid in w.drained, b.election + 2 * t.poll_interval + 2.0)
+        if w is None or w.leader == old:
+            missed += 1
+            ctx.say(f"  {how} run {r + 1}: no write by a new leader "
+                    f"({'the old leader wrote it' if w else 'none within the bound'})")
+        else:
+            out.append(w.t - t0)
+            nl = c.wait_leader(0.5, other_than=old)
+            if nl is not None:
+                campaign.append(nl[1] - t0)
+            ctx.say(f"  {how} run {r + 1}: {old} -> {w.leader}: first fenced write after "
+                    f"{w.t - t0:.3f} s")
+        # undo: undrain, restart the old daemon, wait until everything is in again
+        _put(st, keys.intent(cid), encode_intent("undrain", by="bench"))
+        deadline = time.monotonic() + 10.0
+        while c.daemon_alive(old) and time.monotonic() < deadline:   # SIGTERM: let it exit
+            time.sleep(0.02)
+        c.restart_daemon(old)
+        _settle(c, b.restart + b.handover)
+    return out, missed, campaign
+
+
+def _joins(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int) -> tuple[list[float], int]:
+    b = bounds(t)
+    out: list[float] = []
+    missed = 0
+    hosts = list(c.storage_hosts)
+    for r in range(runs):
+        time.sleep(t.poll_interval * (0.3 + 0.7 * ((r * 0.43) % 1)))
+        key = c.add_card(hosts[r % len(hosts)])
+        t0 = c.last_fault_at
+        assert t0 is not None
+        x = _every(c.wait_until(card_in(c.card_id(key)), b.join + b.slack, since=t0), t0)
+        if x is None:
+            missed += 1
+        else:
+            out.append(x)
+        ctx.say(f"  join {r + 1}/{runs} {key}: {x if x is None else round(x, 3)} s")
+        c.wait_agree(b.agreement)
+    return out, missed
+
+
+def run(ctx: Context) -> list[Row]:
+    if ctx.quick:
+        t, dr_runs, ho_runs, join_runs, gateways = Timing.quick(), 3, 2, 2, 2
+    else:
+        t, dr_runs, ho_runs, join_runs, gateways = Timing(), 8, 5, 6, 3
+    spec = ClusterSpec(cluster="bench", storage_hosts=2, cards_per_host=1, witness_hosts=1,
+                       gateways=gateways, timing=t, etcd_binary=ctx.etcd_binary,
+                       first_leader="w1")
+    P = t.poll_interval
+    setting = {"poll_interval_s": P, "sick_polls": t.sick_polls,
+               "healthy_polls": t.healthy_polls, "lease_ttl_s": t.lease_ttl,
+               "call_timeout_s": t.call_timeout, "gateways": gateways,
+               "hosts": len(spec.hosts)}
+    rows: list[Row] = []
+    t_start = time.monotonic()
+    with EmbeddedCluster(ctx.work / "embedded", spec) as c:
+        ctx.say(f"  embedded cluster up in {time.monotonic() - t_start:.1f} s "
+                f"({len(spec.hosts)} hosts, {gateways} gateways, poll {P:g} s)")
+        det, ret, det_miss, ret_miss = _detect_return(ctx, c, t, dr_runs)
+        floor1 = t.sick_polls * P
+        rows.append(_row(1, "detection: store killed -> out on every gateway", det, det_miss,
+                         floor1, f"p99 <= floor + 0.25 s ({(floor1 + 0.25) * 1000:.0f} ms)",
+                         floor1 + 0.25, setting))
+        floor2 = t.healthy_polls * P
+        rows.append(_row(2, "return: store back -> in on every gateway", ret, ret_miss, floor2,
+                         f"p99 <= 1 poll + 0.25 s ({(P + 0.25) * 1000:.0f} ms)", P + 0.25,
+                         setting))
+        watch = RegistryWatch(c.store_config())
+        st = StoreThread(c.store_config())
+        try:
+            for how in ("SIGKILL", "SIGTERM"):
+                ho, missed, camp = _handover(ctx, c, t, ho_runs, how, watch, st)
+                if how == "SIGKILL":
+                    rows.append(_row(4, "leader hand-over, SIGKILL: first fenced write by the "
+                                        "next leader", ho, missed, float(t.lease_ttl),
+                                     f"p99 <= TTL + 0.5 s ({(t.lease_ttl + 0.5) * 1000:.0f} ms)",
+                                     t.lease_ttl + 0.5, setting, campaign=camp))
+                else:
+                    rows.append(_row(4, "leader hand-over, SIGTERM: first fenced write by the "
+                                        "next leader", ho, missed, None, "p99 <= 500 ms", 0.5,
+                                     setting, campaign=camp))
+        finally:
+            watch.close()
+            st.close()
+        joins, j_miss = _joins(ctx, c, t, join_runs)
+        rows.append(_row(3, "join: new card (SIGHUP) -> placed and in on every gateway", joins,
+                         j_miss, P, f"p99 <= 2 polls ({2 * P * 1000:.0f} ms)", 2 * P, setting))
+    rows.sort(key=lambda r: r.figure)
+    return rows
+
+
+def _row(fig: int, name: str, values: list[float], missed: int, floor: float | None, goal: str,
+         goal_s: float, setting: dict[str, Any], **extra: Any) -> Row:
+    row = latency_row(fig, name, values, floor_s=floor, goal=goal, goal_s=goal_s,
+                      note=(f"{missed} run(s) missed (not within the harness bound)"
+                            if missed else ""),
+                      missed=missed, **setting, **extra)
+    if missed:
+        row.met = False
+    if extra.get("campaign"):
+        row.extra["campaign"] = [round(x, 3) for x in extra["campaign"]]
+    return row
