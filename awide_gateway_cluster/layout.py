@@ -17,20 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.records import (  # noqa: F401 (re-exported)
+    PLACEMENT_ALGORITHM, LayoutRecord, decode_layout,
+    RecordError as LayoutError,
+)
 
-PLACEMENT_ALGORITHM = 1
 Placement = Literal["dialog", "stripe"]
 PLACEMENTS: tuple[str, ...] = ("dialog", "stripe")
 
 _SLUG_BAD = re.compile(r"[^a-z0-9]+")
-
-
-class LayoutError(ValueError):
-    """A layout record that does not decode."""
 
 
 class LayoutMismatch(Exception):
@@ -73,47 +71,12 @@ def fingerprint(ns: str, placement: str, table: slotfn.SlotTable) -> str:
     return "L" + hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True, slots=True)
-class LayoutRecord:
-    namespace: str
-    placement: str
-    algorithm: int = PLACEMENT_ALGORITHM
-    slot_algorithm: int = slotfn.ALGORITHM_VERSION
-    created_by: str = ""
-
-    def describe(self) -> str:
-        return (f"placement={self.placement} placement-algorithm={self.algorithm} "
-                f"slot-algorithm={self.slot_algorithm}")
-
-    def same_layout(self, other: "LayoutRecord") -> bool:
-        return (self.namespace, self.placement, self.algorithm, self.slot_algorithm) == (
-            other.namespace, other.placement, other.algorithm, other.slot_algorithm)
-
-
 def encode_record(r: LayoutRecord) -> bytes:
-    return json.dumps({
-        "schema": 1, "namespace": r.namespace, "placement": r.placement,
-        "algorithm": r.algorithm, "slot_algorithm": r.slot_algorithm,
-        "created_by": r.created_by,
-    }, sort_keys=True, separators=(",", ":")).encode()
+    return r.encode()
 
 
 def decode_record(raw: bytes | str) -> LayoutRecord:
-    try:
-        d = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise LayoutError(f"layout record is not JSON: {e}") from None
-    if not isinstance(d, dict) or d.get("schema") != 1:
-        raise LayoutError("layout record is not a schema-1 JSON object")
-    try:
-        rec = LayoutRecord(
-            namespace=str(d["namespace"]), placement=str(d["placement"]),
-            algorithm=int(d["algorithm"]), slot_algorithm=int(d["slot_algorithm"]),
-            created_by=str(d.get("created_by", "")),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise LayoutError(f"layout record field missing or wrong: {e}") from None
-    return rec
+    return decode_layout(raw)
 
 
 def compare(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutMismatch | None:

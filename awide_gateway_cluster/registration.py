@@ -7,41 +7,16 @@ another gateway that differs from this one's refuses the start (``LayoutMismatch
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass
 
 from awide_cluster.contract import keys
+from awide_cluster.contract.records import GatewayRecord, decode_gateway  # noqa: F401
 from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
 from awide_gateway_cluster.layout import (
     LayoutError, LayoutMismatch, LayoutRecord, compare, decode_record, encode_record,
 )
 
 log = logging.getLogger("awide_gateway_cluster.registration")
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayRecord:
-    id: str
-    host: str
-    pod: str
-    namespace: str
-    placement: str
-    fingerprint: str
-    generation: int            # registry generation applied
-    engine: str | None
-    version: str
-    stale: bool = False        # the gateway's registry view is stale
-
-    def encode(self) -> bytes:
-        return json.dumps({"schema": 1, **asdict(self)}, sort_keys=True,
-                          separators=(",", ":")).encode()
-
-
-def decode_gateway(raw: bytes | str) -> GatewayRecord:
-    d = json.loads(raw)
-    d.pop("schema", None)
-    return GatewayRecord(**d)
 
 
 async def check_layout(store: object, mine: LayoutRecord, *, timeout: float) -> LayoutMismatch | None:

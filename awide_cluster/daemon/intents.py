@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from awide_cluster.contract import keys, registry as regdoc, slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.daemon.leader import encode_intent
+from awide_cluster.contract.records import IntentRecord
 from awide_cluster.daemon.reconcile import describe
 
 
@@ -105,7 +105,7 @@ async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
     card = resolve(before, text)
     if by is None:
         by = f"{getpass.getuser()}@{socket.gethostname()}"
-    await store.put(keys.intent(card.id), encode_intent(action, by=by, at=clock.wall()),
+    await store.put(keys.intent(card.id), IntentRecord(action, by=by, at=clock.wall()).encode(),
                     timeout=call_timeout)
     deadline = clock.monotonic() + wait
     while True:

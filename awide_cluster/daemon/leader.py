@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 from dataclasses import dataclass
 
-from awide_cluster.contract import keys, registry as regdoc, report as reportdoc
+from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
-    ACTIONS, Intent, LeaderMemory, Policy, Snapshot, decide,
+    Intent, LeaderMemory, Policy, Snapshot, decide,
 )
 from awide_cluster.store.errors import StoreError, Timeout
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
@@ -48,23 +47,11 @@ class Read:
 
 
 def decode_intent(kv: KeyValue) -> Intent:
-    """Raises ValueError naming what is wrong."""
+    """Raises ValueError (RecordError) naming what is wrong."""
     cid = keys.tail(kv.key, keys.INTENTS)
     keys.check_name("card id", cid)
-    try:
-        d = json.loads(kv.value)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("not JSON") from None
-    if not isinstance(d, dict) or d.get("action") not in ACTIONS:
-        raise ValueError(f"action must be one of {', '.join(ACTIONS)}")
-    return Intent(card_id=cid, action=d["action"], mod_revision=kv.mod_revision,
-                  by=str(d.get("by", ""))[:128])
-
-
-def encode_intent(action: str, by: str = "", at: str = "") -> bytes:
-    if action not in ACTIONS:
-        raise ValueError(f"unknown intent {action!r}")
-    return json.dumps({"action": action, "by": by, "at": at}, sort_keys=True).encode()
+    rec = records.decode_intent(kv.value, cid)
+    return Intent(card_id=cid, action=rec.action, mod_revision=kv.mod_revision, by=rec.by)
 
 
 class LeaderLoop:

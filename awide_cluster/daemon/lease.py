@@ -12,38 +12,15 @@ its lease within (TTL - margin) of now; past that it steps down without waiting 
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
 
 from awide_cluster.contract import keys
+from awide_cluster.contract.records import LeaderRecord  # noqa: F401 (re-exported)
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.store.errors import LeaseExpired, StoreError
 from awide_cluster.store.types import Compare, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.daemon")
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRecord:
-    host: str
-    since: str
-    api: str
-    run: str
-
-    def encode(self) -> bytes:
-        return json.dumps({"host": self.host, "since": self.since, "api": self.api,
-                           "run": self.run}, sort_keys=True).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> "LeaderRecord | None":
-        """The record, or None when the value is not one (shown as an unknown holder)."""
-        try:
-            d = json.loads(raw)
-            return cls(host=str(d["host"]), since=str(d.get("since", "")),
-                       api=str(d.get("api", "")), run=str(d.get("run", "")))
-        except (ValueError, KeyError, TypeError):
-            return None
 
 
 class HostLease:

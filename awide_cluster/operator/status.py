@@ -206,8 +206,9 @@ def _leader(kv: dict[str, KeyValue], raw: RawSnapshot, problems: list[Problem]) 
     except records.RecordError as e:
         problems.append(Problem("error", "leader_corrupt", "leader", str(e)))
         return LeaderView("?", "", None, "", str(e))
-    held = raw.wall - rec.since if rec.since is not None else None
-    return LeaderView(rec.host, records.iso(rec.since), held, rec.api)
+    since = rec.since_ts
+    held = raw.wall - since if since is not None else None
+    return LeaderView(rec.host, records.iso(since), held, rec.api)
 
 
 def _registry(
@@ -357,7 +358,7 @@ def _gateways(
         if key.startswith(keys.LAYOUTS):
             ns = keys.tail(key, keys.LAYOUTS)
             try:
-                layouts[ns] = records.decode_layout(ns, item.value)
+                layouts[ns] = records.decode_layout(item.value, ns)
             except records.RecordError as e:
                 problems.append(Problem("error", "layout_corrupt", ns, str(e)))
     generation = reg.generation if reg is not None else None
@@ -368,7 +369,7 @@ def _gateways(
         gid = keys.tail(key, keys.GATEWAYS)
         age = seen.age(key, raw.mono)
         try:
-            g = records.decode_gateway(gid, item.value)
+            g = records.decode_gateway(item.value, gid)
         except records.RecordError as e:
             problems.append(Problem("error", "gateway_record_corrupt", gid, str(e)))
             views.append(GatewayView(gid, "", "", "", "", "", None, None, "", "", False, age,
@@ -376,7 +377,7 @@ def _gateways(
             continue
         lag = generation - g.generation if generation is not None else None
         views.append(GatewayView(gid, g.host, g.pod, g.namespace, g.placement, g.fingerprint,
-                                 g.generation, lag, g.engine, g.version, g.stale, age))
+                                 g.generation, lag, g.engine or "", g.version, g.stale, age))
         if lag is not None and lag > 0:
             if reg_age >= policy.behind_grace:
                 problems.append(Problem(
@@ -440,7 +441,7 @@ def _intents(
         cid = keys.tail(key, keys.INTENTS)
         age = seen.age(key, raw.mono)
         try:
-            rec = records.decode_intent(cid, item.value)
+            rec = records.decode_intent(item.value, cid)
         except records.RecordError as e:
             views.append(IntentView(cid, "?", "", age, str(e)))
             problems.append(Problem("warning", "intent_corrupt", cid, str(e)))
