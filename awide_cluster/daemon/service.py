@@ -280,7 +280,12 @@ class Daemon:
             if not self.leadership.leading and self.lease.valid():
                 holder = await self.store.get(keys.LEADER, timeout=call)
                 self.leadership.holder = LeaderRecord.decode(holder.value) if holder else None
-                if holder is None and await self.leadership.campaign():
+                # our own key still bound to our (confirmed) lease: we stepped down because
+                # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
+                # else can take the key while we renew the lease, so campaign (it adopts the
+                # key) instead of leaving the cluster without a leader
+                ours = holder is not None and holder.lease == self.lease.id
+                if (holder is None or ours) and await self.leadership.campaign():
                     self.leader_loop.reset()
         except StoreError as e:
             etcd_ok = False
