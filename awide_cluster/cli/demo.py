@@ -200,7 +200,8 @@ def _controls(cluster, control: Path) -> list[str]:  # type: ignore[no-untyped-d
     return done
 
 
-def _footer(cluster, control: Path, actions: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+def _footer(cluster, control: Path,  # type: ignore[no-untyped-def]
+            actions: list[str]) -> list[str]:
     lines = ["", "gateways (as their processes print it):"]
     for gid, v in cluster.gateway_views().items():
         if v is None:

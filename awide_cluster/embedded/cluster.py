@@ -27,7 +27,8 @@ With ``spec.first_leader`` that host's daemon starts first and leads before the 
 
 Operations (fault methods return the ``time.monotonic()`` at which the fault was made):
 - names: ``hosts``, ``storage_hosts``, ``gateway_ids``, ``cards`` (keys ``"s1/c0"``),
-  ``card_id(key)`` (registry id), ``card_host(key)``, ``cards_of(host)``, ``api_url(host)``;
+  ``card_id(key)`` (registry id), ``card_host(key)``, ``cards_of(host)``, ``card_path(key)``,
+  ``api_url(host)``, ``config_path(host or gateway id)``, ``work_dir``, ``spec``;
 - cards: ``card_store_kill(key)``, ``card_store_start(key)``, ``add_card(host) -> key`` (new
   labelled directory + store service, config rewritten, SIGHUP to that daemon);
 - daemons: ``daemon_signal(host, sig)``, ``kill_daemon(host)`` (SIGKILL),
@@ -40,7 +41,11 @@ Operations (fault methods return the ``time.monotonic()`` at which the fault was
 - gateways: ``gateway_views() -> {id: GatewayView | None}``, ``history(id)``, ``events(id)``,
   ``wait_until(predicate, bound, since=None) -> {id: time | None}`` (first time each gateway
   satisfied ``predicate(view)`` at or after ``since``, default now; ``bound`` counts from
-  ``since``), ``agree()``, ``disagreement()``, ``wait_agree(bound) -> time | None``;
+  ``since``), ``agree()``, ``disagreement()``, ``wait_agree(bound) -> time | None``.
+  ``GatewayView`` (``views``): ``gateway``, ``generation``, ``slots`` (card id or None per
+  slot), ``in_service`` {card id: bool}, ``why`` {card id: reason}, ``seen_at`` (the gateway's
+  ``time.monotonic()``); predicates ``card_out(id)``, ``card_in(id)``, ``cards_in(ids)``,
+  ``cards_out(ids)``, ``generation_at_least(n)``, or any ``GatewayView -> bool``;
 - processes: ``pids()`` (every live process the cluster started), ``log_tail(name)``.
 
 ``stop()`` (also ``__exit__``, and an ``atexit`` safety net) sends SIGCONT+SIGTERM to gateways,
@@ -69,7 +74,7 @@ from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.embedded.etcd_cluster import EtcdCluster
-from awide_cluster.embedded.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, \
+from awide_cluster.embedded.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap, \
     wait_listening
 from awide_cluster.embedded.spec import (
     DIR_MODEL, ClusterSpec, card_key, card_serial, card_spec, daemon_config, gateway_config,
@@ -237,7 +242,6 @@ class EmbeddedCluster:
         try:
             procs = [g.proc for g in self._gateways.values() if g.proc] + \
                 [h.proc for h in self._hosts.values() if h.proc]
-            from awide_cluster.embedded.procs import reap
             reap(procs, self.stop_timeout)
             self.launcher.stop_all(self.stop_timeout)      # store services and anything else
             for g in self._gateways.values():
@@ -352,7 +356,6 @@ class EmbeddedCluster:
         """Stop the daemon if it runs (SIGTERM, SIGKILL after stop_timeout), start it again."""
         h = self._host(host)
         if h.proc is not None and h.proc.alive():
-            from awide_cluster.embedded.procs import reap
             reap([h.proc], self.stop_timeout)
         self._spawn_daemon(host)
         return time.monotonic()
@@ -385,7 +388,8 @@ class EmbeddedCluster:
                 return i
         return None
 
-    def wait_leader(self, bound: float, *, other_than: str | None = None) -> tuple[str, float] | None:
+    def wait_leader(self, bound: float, *,
+                    other_than: str | None = None) -> tuple[str, float] | None:
         """(host, time) once some host other than ``other_than`` holds ``leader``."""
         deadline = time.monotonic() + bound
         while time.monotonic() < deadline:

@@ -3,9 +3,12 @@
 ``Launcher.spawn`` is the one place a host process (daemon, gateway, store service) starts:
 - ``netns``: when given, the argv is prefixed with ``ip netns exec NS`` (the fault campaign can
   put hosts in network namespaces; on loopback it is None);
-- the process gets a parent-death signal (``setpriv --pdeathsig KILL`` when available), so it
-  dies with the *thread* that started it even if the caller is SIGKILLed: call the cluster's
-  operations from a thread that lives as long as the cluster (normally the main thread);
+- the process gets a parent-death signal (SIGKILL), so it dies with the *thread* that started
+  it even if the caller is SIGKILLed: call the cluster's operations from a thread that lives as
+  long as the cluster (normally the main thread). A small exec shim (``python -S``, ~20 ms)
+  sets it with ``prctl(PR_SET_PDEATHSIG)`` and then checks that its parent is still the caller
+  before exec'ing the real program, which closes the race where the caller dies between fork
+  and prctl (``setpriv --pdeathsig`` leaves that window open);
 - its own session (Ctrl-C at the terminal reaches the harness, which stops everything in order);
 - stdout to a pipe (for the gateways' JSON lines) or a log file, stderr to the log file.
 
@@ -16,7 +19,6 @@ reaps everything. Arguments are lists, never a shell.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +34,17 @@ CLI = [sys.executable, "-c",
        "import sys; sys.argv[0] = 'awide-cluster'; "
        "from awide_cluster.cli.main import main; main()"]
 STORE_SERVICE = [sys.executable, "-S", str(Path(__file__).with_name("store_service.py"))]
+
+# argv: SHIM PARENT_PID PROGRAM ARGS...
+PDEATHSIG_SHIM = [sys.executable, "-S", "-c", (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(70)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")]
 
 
 class LaunchError(RuntimeError):
@@ -137,15 +150,15 @@ class Launcher:
     def __init__(self, log_dir: Path, *, die_with_parent: bool = True) -> None:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
-        self._setpriv = shutil.which("setpriv") if die_with_parent else None
+        self.die_with_parent = die_with_parent
 
     def spawn(self, name: str, argv: list[str], *, netns: str | None = None,
               pipe_stdout: bool = False, env: dict[str, str] | None = None) -> Proc:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         full = netns_prefix(netns) + list(argv)
-        if self._setpriv:
-            full = [self._setpriv, "--pdeathsig", "KILL", "--", *full]
+        if self.die_with_parent:
+            full = [*PDEATHSIG_SHIM, str(os.getpid()), *full]
         log = open(log_path, "ab")  # noqa: SIM115 - closed by Proc.close_log / reap
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         environ["PYTHONUNBUFFERED"] = "1"

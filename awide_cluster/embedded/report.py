@@ -23,7 +23,7 @@ class EventOutcome:
     expect: str                                 # what every gateway should show
     at: float                                   # seconds since the tour began (the fault)
     bound: float                                # seconds within which every gateway must show it
-    seen: Mapping[str, float | None]            # gateway -> seconds after the fault (None: not seen)
+    seen: Mapping[str, float | None]            # gateway -> seconds after the fault (None: no)
     agreed: bool                                # all gateways showed the same table and states
     disagreement: str = ""
     checks: Mapping[str, bool] = field(default_factory=dict)
@@ -120,7 +120,8 @@ def report_doc(events: list[EventOutcome], *, timing: Timing, bounds: Bounds, qu
 def summary(doc: Mapping[str, Any]) -> list[str]:
     """Human lines of a report document."""
     t = doc["timing"]
-    lines = [f"tour ({'quick' if doc['quick'] else 'default'} timing: poll {t['poll_interval']:g} s, "
+    mode = "quick" if doc["quick"] else "default"
+    lines = [f"tour ({mode} timing: poll {t['poll_interval']:g} s, "
              f"lease TTL {t['lease_ttl']} s, {t['sick_polls']} sick polls, "
              f"call bound {t['call_timeout']:g} s) in {doc['duration']:.1f} s"]
     for e in doc["events"]:
