@@ -26,12 +26,14 @@ import asyncio
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.registry import decode
-from awide_cluster.daemon.leader import encode_intent
+from awide_cluster.contract.records import IntentRecord
 from awide_cluster.embedded.cluster import EmbeddedCluster
 from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds
 from awide_cluster.embedded.store_thread import StoreThread
@@ -164,6 +166,23 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
     return det, ret, det_miss, ret_miss
 
 
+def _wait_daemon_up(c: EmbeddedCluster, host: str, bound: float) -> bool:
+    """True once the host's daemon API answers (its signal handlers are installed by then: a
+    SIGHUP sent earlier would end a daemon still importing, SIGHUP's default action)."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if not c.daemon_alive(host):
+            return False
+        try:
+            with urllib.request.urlopen(c.api_url(host) + "/healthz", timeout=0.5):
+                return True
+        except urllib.error.HTTPError:
+            return True                      # it answered (e.g. 503 while not ready)
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 def _put(st: StoreThread, key: str, value: bytes) -> None:
     deadline = time.monotonic() + 5.0
     while True:
@@ -194,10 +213,10 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
         time.sleep(t.poll_interval * (0.2 + 0.8 * ((r * 0.61) % 1)))
         if how == "SIGKILL":
             t0 = c.kill_daemon(old)
-            _put(st, keys.intent(cid), encode_intent("drain", by="bench"))
+            _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
         else:
             c.daemon_signal(old, signal.SIGSTOP)
-            _put(st, keys.intent(cid), encode_intent("drain", by="bench"))
+            _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
             t0 = c.daemon_signal(old, signal.SIGTERM)
             c.daemon_signal(old, signal.SIGCONT)
         w = watch.first(t0, lambda w: cid in w.drained, b.election + 2 * t.poll_interval + 2.0)
@@ -213,11 +232,12 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
             ctx.say(f"  {how} run {r + 1}: {old} -> {w.leader}: first fenced write after "
                     f"{w.t - t0:.3f} s")
         # undo: undrain, restart the old daemon, wait until everything is in again
-        _put(st, keys.intent(cid), encode_intent("undrain", by="bench"))
+        _put(st, keys.intent(cid), IntentRecord("undrain", by="bench").encode())
         deadline = time.monotonic() + 10.0
         while c.daemon_alive(old) and time.monotonic() < deadline:   # SIGTERM: let it exit
             time.sleep(0.02)
         c.restart_daemon(old)
+        _wait_daemon_up(c, old, 20.0)
         _settle(c, b.restart + b.handover)
     return out, missed, campaign
 

@@ -4,7 +4,9 @@ Simulated gateways (``bench.pollers``: the library's own ``Follower.poll()`` on 
 and connection, 1 Hz, random phases) are split over a few load processes. The count steps up;
 a step is held when, over its measuring window, the p99 poll latency is <= 50 ms, no poll
 failed or took longer than the 0.5 s bound, and >= 95 % of the polls due were made (a load
-generator that falls behind would otherwise look fast). The first step not held ends the climb.
+generator that falls behind would otherwise look fast). A step not held is measured once more
+(other work on this shared machine causes short stalls); the first step not held twice ends the
+climb, and so does the time budget of the climb.
 
 Side by side, at one fixed count: the same pollers as a naive poller that fetches and decodes
 the full registry every second. etcd CPU seconds (utime+stime of the three members, from
@@ -68,11 +70,11 @@ def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
 
 def run(ctx: Context) -> list[Row]:
     if ctx.quick:
-        steps, warmup, measure, procs = [100, 250], 1.5, 3.0, 2
-        cmp_count, cmp_measure = 100, 3.0
+        steps, warmup, measure, procs, budget = [100, 250], 1.5, 2.5, 2, 15.0
+        cmp_count, cmp_measure = 100, 2.5
     else:
-        steps, warmup, measure, procs = [250, 500, 750, 1000, 1250, 1500, 2000, 2500, 3000], \
-            3.0, 8.0, 3
+        steps = [100, 250, 500, 750, 1000, 1250, 1500, 2000, 2500, 3000]
+        warmup, measure, procs, budget = 3.0, 8.0, 3, 180.0
         cmp_count, cmp_measure = 400, 8.0
     etcd = start_etcd(ctx, "etcd6")
     cluster = f"cap{uuid.uuid4().hex[:6]}"
@@ -86,24 +88,34 @@ def run(ctx: Context) -> list[Row]:
         load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
                        name="poll6-")
         records: list[dict[str, Any]] = []
+        climb_end = time.monotonic() + budget
         for count in steps:
+            if time.monotonic() > climb_end:
+                ctx.say(f"  climb stopped by its time budget ({budget:g} s) before {count}")
+                break
             load.set(count, "follower")
-            win, etcd_s = _measure(load, etcd, warmup, measure)
-            rec = _step_record(count, win, etcd_s)
-            records.append(rec)
-            ctx.say(f"  {count} gateways: p99 {rec['p99_ms']} ms, max {rec['max_ms']} ms, "
-                    f"{rec['polls_per_s']} polls/s, failed {rec['failed']}, over "
-                    f"{rec['over_bound']}, etcd {rec['etcd_cpu_cores']} cores, load "
-                    f"{rec['load_cpu_cores']} cores -> {'held' if rec['held'] else 'NOT held'}")
+            for attempt in (1, 2):
+                win, etcd_s = _measure(load, etcd, warmup if attempt == 1 else 0.5, measure)
+                rec = _step_record(count, win, etcd_s)
+                rec["attempt"] = attempt
+                records.append(rec)
+                ctx.say(f"  {count} gateways: p99 {rec['p99_ms']} ms, max {rec['max_ms']} ms, "
+                        f"{rec['polls_per_s']} polls/s, failed {rec['failed']}, over "
+                        f"{rec['over_bound']}, etcd {rec['etcd_cpu_cores']} cores, load "
+                        f"{rec['load_cpu_cores']} cores -> "
+                        f"{'held' if rec['held'] else 'NOT held'}")
+                if rec["held"]:
+                    break
             if not rec["held"]:
                 break
         held = [r["gateways"] for r in records if r["held"]]
         largest = max(held) if held else 0
-        failing = next((r for r in records if not r["held"]), None)
+        failing = records[-1] if records and not records[-1]["held"] else None
         if failing is None:
-            why = f"every step held (the climb stops at {steps[-1]})"
+            why = (f"every step held up to {records[-1]['gateways'] if records else 0} "
+                   f"(the climb stops at {steps[-1]} or its time budget)")
         else:
-            why = (f"first step not held: {failing['gateways']} gateways, p99 "
+            why = (f"first step not held twice: {failing['gateways']} gateways, p99 "
                    f"{failing['p99_ms']} ms, {failing['failed']} failed, "
                    f"{failing['over_bound']} over 0.5 s, {failing['made_of_due']:.0%} of polls "
                    f"made; etcd used {failing['etcd_cpu_cores']} cores, the load processes "

@@ -133,7 +133,7 @@ def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
 
 
 def run(ctx: Context) -> list[Row]:
-    count, frozen_s = (100, 3.0) if ctx.quick else (300, 8.0)
+    count, frozen_s = (100, 2.0) if ctx.quick else (300, 8.0)
     etcd = start_etcd(ctx, "etcd7")
     cluster = f"flt{uuid.uuid4().hex[:6]}"
     rows: list[Row] = []

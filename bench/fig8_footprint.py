@@ -25,7 +25,7 @@ import yaml
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.registry import decode
-from awide_cluster.daemon.lease import LeaderRecord
+from awide_cluster.contract.records import LeaderRecord
 from bench.common import (
     Context, Row, bench_python_env, cpu_seconds, etcd_settings, make_dir_cards, rss_bytes,
     start_etcd, store_for,
@@ -127,7 +127,7 @@ def _wait(pred: Any, bound: float, what: str) -> None:
 
 
 def run(ctx: Context) -> list[Row]:
-    settle, window = (3.0, 8.0) if ctx.quick else (8.0, 30.0)
+    settle, window = (2.0, 6.0) if ctx.quick else (8.0, 30.0)
     etcd = start_etcd(ctx, "etcd8")
     cluster = f"fp{uuid.uuid4().hex[:6]}"
     eps = etcd.endpoints
