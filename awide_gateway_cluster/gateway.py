@@ -442,18 +442,7 @@ class ClusterGateway:
 
 
 def _make_store(config: GatewayConfig) -> Any:
-    from awide_cluster.store import EtcdStore, StoreConfig, TlsConfig
-    e = config.etcd
-    tls = None
-    if e.tls is not None:
-        tls = TlsConfig(ca_file=str(e.tls.ca_file),
-                        cert_file=str(e.tls.cert_file) if e.tls.cert_file else None,
-                        key_file=str(e.tls.key_file) if e.tls.key_file else None)
-    return EtcdStore(StoreConfig(
-        endpoints=tuple(e.endpoints), prefix=keys.prefix(config.cluster),
-        call_timeout=e.call_timeout, hedge_after=e.hedge_after, tls=tls,
-        username=e.username, password=e.resolved_password(),
-    ))
+    return config.etcd.store(config.cluster)
 
 
 def _default_label_reader() -> Callable[..., Any] | None:

@@ -7,11 +7,15 @@ into exit code 2 before anything touches etcd.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from awide_cluster.store.config import StoreConfig
+    from awide_cluster.store.etcd import EtcdStore
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -86,6 +90,25 @@ class EtcdSection(Section):
             return self.password_file.read_text().strip()
         return self.password
 
+    def store_config(self, cluster: str) -> "StoreConfig":
+        """The store config of this section for ``cluster`` (keys under its prefix)."""
+        from awide_cluster.contract.keys import prefix
+        from awide_cluster.store.config import StoreConfig, TlsConfig
+        tls = None
+        if self.tls is not None:
+            tls = TlsConfig(ca_file=str(self.tls.ca_file),
+                            cert_file=str(self.tls.cert_file) if self.tls.cert_file else None,
+                            key_file=str(self.tls.key_file) if self.tls.key_file else None)
+        password = self.resolved_password()
+        return StoreConfig(
+            endpoints=tuple(self.endpoints), prefix=prefix(cluster),
+            call_timeout=self.call_timeout, hedge_after=self.hedge_after, tls=tls,
+            username=self.username if password is not None else None, password=password)
+
+    def store(self, cluster: str) -> "EtcdStore":
+        from awide_cluster.store.etcd import EtcdStore
+        return EtcdStore(self.store_config(cluster))
+
 
 def _field(err: dict[str, Any]) -> str:
     return ".".join(str(p) for p in err["loc"]) or "-"
@@ -104,8 +127,8 @@ def parse(data: Any, model: type[M], file: str = "<config>") -> M:
         raise ConfigError(file, return_field, msg) from None
 
 
-def load(path: str | Path, model: type[M]) -> M:
-    """Read a YAML file and validate it against ``model``."""
+def read_yaml(path: str | Path) -> Any:
+    """The data of a YAML file; ConfigError naming the file (and the line) when unreadable."""
     name = str(path)
     try:
         text = Path(path).read_text()
@@ -117,4 +140,9 @@ def load(path: str | Path, model: type[M]) -> M:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "-"
         raise ConfigError(name, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    return parse(data, model, name)
+    return data
+
+
+def load(path: str | Path, model: type[M]) -> M:
+    """Read a YAML file and validate it against ``model``."""
+    return parse(read_yaml(path), model, str(path))

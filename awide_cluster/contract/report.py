@@ -14,9 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.contract.registry import _Strict, _TargetDoc  # the same wire types
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
@@ -68,22 +69,11 @@ class HostReport:
         return (self.run, self.seq)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
-
-
 class _ProbeDoc(_Strict):
     probe: str
     ok: bool
     reason: str = Field(max_length=1024)
     elapsed: float
-
-
-class _TargetDoc(_Strict):
-    transport: str
-    traddr: str
-    trsvcid: int | str             # NvmeTarget writes an int; "4420" also accepted
-    subnqn: str
 
 
 class _CardDoc(_Strict):

@@ -46,17 +46,7 @@ class ClusterTooSmall(RuntimeError):
 
 def store_for(cfg: DaemonConfig):
     """The EtcdStore a config describes (keys relative to the cluster prefix)."""
-    from awide_cluster.store import EtcdStore, StoreConfig, TlsConfig
-    e = cfg.etcd
-    tls = None
-    if e.tls is not None:
-        tls = TlsConfig(ca_file=str(e.tls.ca_file),
-                        cert_file=str(e.tls.cert_file) if e.tls.cert_file else None,
-                        key_file=str(e.tls.key_file) if e.tls.key_file else None)
-    return EtcdStore(StoreConfig(
-        endpoints=tuple(e.endpoints), prefix=keys.prefix(cfg.cluster),
-        call_timeout=e.call_timeout, hedge_after=e.hedge_after, tls=tls,
-        username=e.username, password=e.resolved_password()))
+    return cfg.etcd.store(cfg.cluster)
 
 
 def policy_for(cfg: DaemonConfig) -> Policy:

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from awide_cluster.config.common import ConfigError, EtcdSection, parse
+from awide_cluster.config.common import ConfigError, EtcdSection, parse, read_yaml
 from awide_cluster.contract import keys
-from awide_cluster.store.config import StoreConfig, TlsConfig
+from awide_cluster.store.config import StoreConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +23,7 @@ class ClusterTarget:
     etcd: EtcdSection
 
     def store_config(self) -> StoreConfig:
-        s = self.etcd
-        tls = None
-        if s.tls is not None:
-            tls = TlsConfig(
-                ca_file=str(s.tls.ca_file),
-                cert_file=str(s.tls.cert_file) if s.tls.cert_file else None,
-                key_file=str(s.tls.key_file) if s.tls.key_file else None)
-        password = s.resolved_password()
-        return StoreConfig(
-            endpoints=tuple(s.endpoints), prefix=keys.prefix(self.cluster),
-            call_timeout=s.call_timeout, hedge_after=s.hedge_after, tls=tls,
-            username=s.username if password is not None else None, password=password)
+        return self.etcd.store_config(self.cluster)
 
 
 def _cluster_name(file: str, value: Any) -> str:
@@ -49,14 +37,7 @@ def _cluster_name(file: str, value: Any) -> str:
 
 def from_config_file(path: str | Path) -> ClusterTarget:
     name = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(name, "-", f"cannot read the file: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(name, "-", f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(name, "-", "the file must hold a YAML mapping of settings")
     cluster = _cluster_name(name, data.get("cluster"))
