@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.common import REPO, Context, Row, find_bench_etcd, loadavg, machine
+from bench.common import REPO, Context, Row, cpu_ticks, find_bench_etcd, loadavg, machine
 
 FIGURES: dict[int, str] = {
     1: "bench.fig1_4_cluster",      # figures 1-4 run together (one embedded cluster)
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=str(work / "bench.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     info = machine()
+    busy0 = cpu_ticks()
     rows: list[Row] = []
     errors: dict[str, str] = {}
     try:
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     elapsed = time.monotonic() - started
+    busy1 = cpu_ticks()
+    total = busy1[1] - busy0[1]
+    busy = round(100.0 * (busy1[0] - busy0[0]) / total, 1) if total > 0 else None
     print(table(rows))
     for mod_name, err in errors.items():
         print(f"ERROR {mod_name}: {err}")
@@ -119,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "date": when,
         "elapsed_s": round(elapsed, 1),
-        "machine": {**info, "loadavg_end": loadavg()},
+        "machine": {**info, "loadavg_end": loadavg(),
+                    "cpu_busy_pct_during_run": busy},   # the bench's own processes included
         "etcd_binary": ctx.etcd_binary,
         "figures": [r.to_dict() for r in rows],
         "errors": errors,
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"machine: {info['nproc']} cores, {info['cpu']}; load average {' '.join(info['loadavg_start'])}"
+          f" at start, {' '.join(doc['machine']['loadavg_end'])} at end; CPU busy {busy} % "
+          "during the run (the bench included)")
     print(f"wrote {out} ({len(rows)} rows, {elapsed:.0f} s)")
     return 1 if errors else 0
 

@@ -166,6 +166,17 @@ def machine() -> dict[str, Any]:
             "python": sys.version.split()[0]}
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from the first line of /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            parts = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)      # idle + iowait
+    return sum(parts) - idle, sum(parts)
+
+
 def loadavg() -> list[str]:
     try:
         return open("/proc/loadavg", encoding="utf-8").read().split()[:3]
