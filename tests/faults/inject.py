@@ -1,0 +1,267 @@
+"""Injecting one scheduled fault into the campaign cluster, and healing it.
+
+``inject(ctx, fault) -> FaultRecord``: resolves the fault's target on the running cluster
+(the leader as etcd says now, or the ``pick``-th candidate of a sorted list), makes the fault,
+holds it, heals it, and records when each happened. A fault that cannot be made right now (no
+leader to target) is recorded as skipped with the reason. Ground-truth changes (a label swap)
+go to the history as ``TruthChange`` records. Everything is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from tests.faults.history import FaultRecord, History, TruthChange
+from tests.faults.schedule import Fault
+from tests.faults.topology import REPO, CampaignCluster
+
+BURST = [sys.executable, "-m", "tests.faults.burst"]
+
+
+@dataclass
+class Ctx:
+    cluster: CampaignCluster
+    history: History
+    say: Callable[[str], None]          # one line of the event log (source "runner")
+    poll: float                         # the daemons' poll interval
+
+
+def _pick(items: list[str], pick: int) -> str:
+    return sorted(items)[pick % len(items)]
+
+
+def _leader(ctx: Ctx) -> str | None:
+    return ctx.cluster.leader_host(1.0) or ctx.cluster.wait_leader(5.0)
+
+
+def inject(ctx: Ctx, f: Fault) -> FaultRecord:
+    fn = _KINDS[f.kind]
+    rec = FaultRecord(index=f.index, kind=f.kind, target="", hold=f.hold,
+                      t_inject=time.monotonic())
+    fn(ctx, f, rec)
+    if rec.skipped:
+        ctx.say(f"fault #{f.index} {f.kind} skipped: {rec.skipped}")
+    return rec
+
+
+def _hold(f: Fault) -> None:
+    time.sleep(f.hold)
+
+
+# ------------------------------------------------------------------ daemons
+
+def _daemon_kill(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
+    c = ctx.cluster
+    host = _target_daemon(ctx, f, rec, leader)
+    if host is None:
+        return
+    rec.t_inject = c.kill_daemon(host)
+    ctx.say(f"#{f.index} SIGKILL daemon {host}{' (leader)' if leader else ''}")
+    _hold(f)
+    c.start_daemon(host)
+    rec.t_heal = time.monotonic()
+    ctx.say(f"#{f.index} daemon {host} started again")
+
+
+def _daemon_stop(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
+    c = ctx.cluster
+    host = _target_daemon(ctx, f, rec, leader)
+    if host is None:
+        return
+    rec.t_inject = c.daemon_signal(host, signal.SIGSTOP)
+    ctx.say(f"#{f.index} SIGSTOP daemon {host}{' (leader)' if leader else ''}")
+    _hold(f)
+    rec.t_heal = c.daemon_signal(host, signal.SIGCONT)
+    ctx.say(f"#{f.index} SIGCONT daemon {host}")
+
+
+def _target_daemon(ctx: Ctx, f: Fault, rec: FaultRecord, leader: bool) -> str | None:
+    lead = _leader(ctx)
+    if lead is None:
+        rec.skipped = "no daemon holds the leader key"
+        return None
+    host = lead if leader else _pick([h for h in ctx.cluster.hosts if h != lead], f.pick)
+    rec.target = host
+    rec.detail = f"leader was {lead}"
+    return host
+
+
+# ------------------------------------------------------------------ etcd
+
+def _etcd_stop(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    assert c.etcd is not None
+    i = f.pick % c.etcd.size
+    rec.target = f"etcd{i} ({c.hosts[i]})"
+    rec.t_inject = time.monotonic()
+    c.etcd.freeze(i)
+    ctx.say(f"#{f.index} SIGSTOP etcd member {i}")
+    _hold(f)
+    c.etcd.thaw(i)
+    rec.t_heal = time.monotonic()
+    ctx.say(f"#{f.index} SIGCONT etcd member {i}")
+
+
+def _quorum_loss(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    assert c.etcd is not None
+    keep = f.pick % c.etcd.size
+    gone = [i for i in range(c.etcd.size) if i != keep][:2]
+    rec.target = f"etcd{gone[0]}+etcd{gone[1]} (quorum lost, etcd{keep} left)"
+    rec.t_inject = time.monotonic()
+    for i in gone:
+        c.etcd.kill(i)
+    ctx.say(f"#{f.index} SIGKILL etcd members {gone}: quorum lost")
+    _hold(f)
+    for i in gone:
+        c.etcd.restart(i, wait=False)
+    rec.t_heal = time.monotonic()
+    ctx.say(f"#{f.index} etcd members {gone} restarted")
+    try:
+        c.etcd.wait_healthy(timeout=20.0)
+        rec.t_restored = time.monotonic()
+        ctx.say(f"#{f.index} etcd quorum back after {rec.t_restored - rec.t_heal:.2f} s")
+    except Exception as e:  # noqa: BLE001 - recorded: agreement will fail and say so
+        rec.detail = f"etcd not healthy within 20 s: {e}"
+        ctx.say(f"#{f.index} etcd NOT healthy again: {e}")
+
+
+# ------------------------------------------------------------------ network
+
+def _partition(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    host = _leader(ctx)
+    if host is None:
+        rec.skipped = "no daemon holds the leader key"
+        return
+    rec.target = host
+    rec.t_inject, how = c.partition(host)
+    rec.detail = how
+    ctx.say(f"#{f.index} partition of leader host {host}: {how}")
+    _hold(f)
+    rec.t_heal = c.heal_partition(host)
+    ctx.say(f"#{f.index} partition of {host} healed")
+
+
+# ------------------------------------------------------------------ cards
+
+def _store_death(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    key = _pick(list(c.cards), f.pick)
+    rec.target = key
+    rec.cards = (c.cards[key].id,)
+    rec.t_inject = c.store_kill(key)
+    ctx.say(f"#{f.index} SIGKILL store service of {key}")
+    _hold(f)
+    rec.t_heal = c.store_start(key)
+    ctx.say(f"#{f.index} store service of {key} started again")
+
+
+def _card_swap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    key = _pick([k for k, card in c.cards.items() if card.kind == "dir"], f.pick)
+    card = c.cards[key]
+    rec.target = key
+    rec.cards = (card.id,)
+    t = rec.t_inject = time.monotonic()
+    ctx.history.add(TruthChange(t, card.id, False, f"{key}: label swapped out"))
+    ctx.history.add(TruthChange(t, card.alt_id, True, f"{key}~alt in its place"))
+    c.swap_label(key)
+    ctx.say(f"#{f.index} label of {key} swapped for another card's ({card.alt_serial})")
+    _hold(f)
+    # both truth changes are stamped just before the write: a gateway that checks the label
+    # right after the write must not look early
+    t2 = time.monotonic()
+    ctx.history.add(TruthChange(t2, card.alt_id, False, f"{key}~alt removed"))
+    ctx.history.add(TruthChange(t2, card.id, True, f"{key}: own label back"))
+    rec.t_heal = c.restore_label(key)
+    ctx.say(f"#{f.index} label of {key} restored")
+
+
+def _device_rename(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    nvme = [k for k, card in c.cards.items() if card.kind == "nvme"]
+    if not nvme:
+        rec.skipped = "no NVMe card in this layout"
+        return
+    key = _pick(nvme, f.pick)
+    card = c.cards[key]
+    rec.target = key
+    before = {}
+    for gid in c.gateway_ids:
+        tb = ctx.history.latest_table(gid)
+        s = tb.slot_of(card.id) if tb else None
+        if s is not None and s.device:
+            before[gid] = s.device
+    rec.t_inject = time.monotonic()
+    gone = c.vanish_device(key)
+    rec.t_heal = time.monotonic()
+    rec.renamed = tuple((gid, card.id, dev) for gid, dev in sorted(before.items()))
+    rec.detail = ", ".join(f"{g}: {n}" for g, n in gone)
+    ctx.say(f"#{f.index} controller of {key} vanished on the gateways' hosts ({rec.detail}); "
+            "they must reconnect it under a new name")
+
+
+def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    key = _pick(list(c.cards), f.pick)
+    rec.target = key
+    rec.t_inject = time.monotonic()
+    ctx.say(f"#{f.index} {key} flaps {f.flaps} times (dead ~1 poll, alive ~1 poll)")
+    for _ in range(f.flaps):
+        c.store_kill(key)
+        time.sleep(ctx.poll * 0.9)
+        c.store_start(key)
+        time.sleep(ctx.poll * 1.1)
+    rec.t_heal = time.monotonic()
+    rec.hold = rec.t_heal - rec.t_inject
+    ctx.say(f"#{f.index} {key} stopped flapping (store up)")
+
+
+def _read_burst(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    assert c.etcd is not None
+    rec.target = f"{f.readers} followers"
+    argv = BURST + ["--endpoints", ",".join(c.etcd.endpoints), "--cluster",
+                    c.layout.cluster, "--readers", str(f.readers), "--duration", str(f.hold),
+                    "--call-timeout", str(c.layout.timing.call_timeout)]
+    ghost = c.layout.gateway_hosts[0]
+    env = {"PYTHONPATH": str(REPO)}
+    rec.t_inject = time.monotonic()
+    proc = c.launcher.spawn(f"burst-{f.index}", argv, netns=c.netns(ghost), pipe_stdout=True,
+                            env=env)
+    ctx.say(f"#{f.index} registry read burst: {f.readers} followers for {f.hold:.2f} s")
+    try:
+        out, _ = proc.popen.communicate(timeout=f.hold + 15.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = b""
+    proc.close_log()
+    rec.t_heal = time.monotonic()
+    try:
+        rec.detail = json.dumps(json.loads(out.decode().strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        rec.detail = f"burst ended without a summary (exit {proc.popen.returncode})"
+    ctx.say(f"#{f.index} burst done: {rec.detail}")
+
+
+_KINDS = {
+    "daemon_kill_leader": lambda ctx, f, r: _daemon_kill(ctx, f, r, leader=True),
+    "daemon_kill": lambda ctx, f, r: _daemon_kill(ctx, f, r, leader=False),
+    "daemon_stop_leader": lambda ctx, f, r: _daemon_stop(ctx, f, r, leader=True),
+    "daemon_stop": lambda ctx, f, r: _daemon_stop(ctx, f, r, leader=False),
+    "etcd_stop_member": _etcd_stop,
+    "etcd_quorum_loss": _quorum_loss,
+    "partition_leader_host": _partition,
+    "store_death": _store_death,
+    "card_swap": _card_swap,
+    "device_rename": _device_rename,
+    "card_flap": _card_flap,
+    "read_burst": _read_burst,
+}

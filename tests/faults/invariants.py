@@ -1,0 +1,477 @@
+"""The campaign's invariants: pure functions over what was recorded (``history.Recorded``).
+
+Each checker returns a ``Result``: how many checks it made per invariant and the violations it
+found. The runner calls ``check_all`` after every fault (continuous checking: a violation is
+reported as soon as the fault that exposed it has healed) and once more at the end over the
+whole record, with etcd's history replayed from revision 1.
+
+1. ``fencing``: every registry revision was written while its writer held ``leader``: the
+   leader key, replayed from etcd's history up to that revision, exists and names the host the
+   registry document names as its ``leader``.
+2. ``agreement``: after each fault heals, within ``Bounds.agree``: the registry has exactly
+   the expected cards in service and every gateway has applied that generation, with the same
+   slot table and the same cards in service (and a renamed device found under a new name) —
+   and that agreement still holds when the next fault is injected (``settled_at``).
+3. ``no_partial_restore``: (a) once a registry revision has a card out, no gateway still has
+   it in service ``Bounds.out`` later (until the registry has it in again); (b) every time a
+   gateway puts a card (back) in service, the card itself was at its place within the last
+   ``Bounds.verify`` seconds (its identity could have checked out).
+4. ``identity``: when something else is at a card's place (a label swap), no gateway has the
+   card in service ``Bounds.identity`` after the swap, until the card is back.
+5. ``bounded``: no gateway registry poll took longer than ``Bounds.poll``; no accessor call
+   (``snapshot()``, placement) took longer than ``Bounds.accessor``.
+6. ``last_known_state``: while etcd has no quorum, no gateway takes a card out of service
+   (unless the card itself left its place).
+7. ``registry``: every registry revision decodes, its generation never goes backwards, the
+   key is never deleted; no gateway's applied generation goes backwards.
+8. ``detection`` (liveness, so that a frozen registry cannot pass for a healthy one): a card
+   whose store died or whose place another card took for at least ``Bounds.detect`` is out in
+   the registry within ``Bounds.detect`` and out on every gateway ``Bounds.out`` later; and
+   after every fault the daemon holding the leader key is leading (it can write).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract.records import LeaderRecord
+from tests.faults.history import (
+    GatewayTable, KeyEvent, Recorded, RegistryRev, Truth, at,
+)
+
+INVARIANTS = ("fencing", "agreement", "no_partial_restore", "identity", "bounded",
+              "last_known_state", "registry", "detection")
+DETECTED_KINDS = ("store_death", "card_swap")
+QUORUM_KINDS = ("etcd_quorum_loss",)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    poll: float          # one gateway registry poll
+    accessor: float      # one accessor call on the gateway's hot path
+    out: float           # registry has a card out -> no gateway uses it
+    identity: float      # another card at a card's place -> no gateway uses it
+    verify: float        # a card put in service was itself at its place this recently
+    agree: float         # a fault healed -> registry healed and every gateway agrees
+    detect: float        # a card's store dead -> out in the registry
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(getattr(self, k), 3) for k in self.__slots__}
+
+
+def bounds_for(*, gateway_poll: float, gateway_call: float, daemon_poll: float,
+               lease_ttl: float, sick_polls: int, slack: float, process_start: float,
+               etcd_election: float = 1.0, label_read: float = 0.5) -> Bounds:
+    """The bounds, derived from the timing the cluster runs with.
+
+    ``slack``: scheduling delay allowed on a loaded machine; ``process_start``: how long a
+    restarted daemon may take to start reporting; ``label_read``: one directory label read.
+    """
+    poll = 1.2 * gateway_call + 0.05 + slack          # the follower's own fence + slack
+    return Bounds(
+        poll=poll,
+        accessor=slack,
+        out=gateway_poll + poll + slack,
+        identity=gateway_poll + label_read + slack,
+        verify=label_read + slack,
+        agree=(process_start + lease_ttl + (sick_polls + 2) * daemon_poll
+               + 2 * gateway_poll + poll + etcd_election + slack),
+        # sick_polls bad reports, one stale report of jitter, the leader's cycle phase, the
+        # probe, the write
+        detect=(sick_polls + 2) * daemon_poll + daemon_poll + 2 * gateway_call + slack,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    t: float
+    what: str
+    fault: int | None = None
+
+    def key(self) -> tuple:
+        return (self.invariant, round(self.t, 3), self.what)
+
+
+@dataclass
+class Result:
+    checks: Counter = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    heal_times: dict[int, float | None] = field(default_factory=dict)
+
+    def merge(self, other: "Result") -> "Result":
+        self.checks.update(other.checks)
+        self.violations.extend(other.violations)
+        self.heal_times.update(other.heal_times)
+        return self
+
+    def count(self, invariant: str, n: int = 1) -> None:
+        self.checks[invariant] += n
+
+    def fail(self, invariant: str, t: float, what: str) -> None:
+        self.violations.append(Violation(invariant, t, what))
+
+
+# ---------------------------------------------------------------- registry documents
+
+def registry_rev(value: bytes, revision: int, t: float) -> RegistryRev:
+    """A registry revision as the checkers see it (``generation`` None: did not decode)."""
+    try:
+        reg = regdoc.decode(value)
+    except regdoc.RegistryError as e:
+        return RegistryRev(t=t, revision=revision, generation=None, error=str(e)[:300])
+    return RegistryRev(
+        t=t, revision=revision, generation=reg.generation, leader=reg.leader,
+        usable=frozenset(c.id for c in reg.cards if c.usable),
+        slots=tuple(reg.slots.slots),
+        states=tuple(sorted((c.id, c.state) for c in reg.cards)),
+    )
+
+
+def _ordered(events: tuple[KeyEvent, ...]) -> list[KeyEvent]:
+    return sorted(events, key=lambda e: (e.revision, e.key != "leader"))
+
+
+# ---------------------------------------------------------------- 1. fencing
+
+def check_fencing(events: tuple[KeyEvent, ...]) -> Result:
+    res = Result()
+    holder: KeyEvent | None = None
+    for e in _ordered(events):
+        if e.key == "leader":
+            holder = e if e.kind == "put" else None
+            continue
+        if e.key != "registry" or e.kind != "put":
+            continue
+        rev = registry_rev(e.value, e.revision, e.t)
+        if rev.generation is None:
+            continue                        # counted (and failed) by the registry invariant
+        res.count("fencing")
+        if holder is None or holder.revision >= e.revision:
+            res.fail("fencing", e.t, f"registry revision {e.revision} (generation "
+                     f"{rev.generation}, leader {rev.leader!r}) written while nobody held "
+                     "the leader key")
+            continue
+        rec = LeaderRecord.decode(holder.value)
+        who = rec.host if rec else None
+        if who != rev.leader:
+            res.fail("fencing", e.t, f"registry revision {e.revision} (generation "
+                     f"{rev.generation}) names leader {rev.leader!r}, but the leader key at "
+                     f"that revision (created at {holder.create_revision}) is held by {who!r}")
+    return res
+
+
+# ---------------------------------------------------------------- 7. registry
+
+def check_registry(events: tuple[KeyEvent, ...],
+                   tables: dict[str, tuple[GatewayTable, ...]]) -> Result:
+    res = Result()
+    last_gen: int | None = None
+    for e in _ordered(events):
+        if e.key != "registry":
+            continue
+        res.count("registry")
+        if e.kind == "delete":
+            res.fail("registry", e.t, f"registry deleted at revision {e.revision}")
+            continue
+        rev = registry_rev(e.value, e.revision, e.t)
+        if rev.generation is None:
+            res.fail("registry", e.t, f"registry revision {e.revision} does not decode: "
+                     f"{rev.error}")
+            continue
+        if last_gen is not None and rev.generation < last_gen:
+            res.fail("registry", e.t, f"registry generation went back from {last_gen} to "
+                     f"{rev.generation} at revision {e.revision}")
+        last_gen = rev.generation if last_gen is None else max(last_gen, rev.generation)
+    for gw, rows in tables.items():
+        prev = 0
+        for row in rows:
+            res.count("registry")
+            if row.generation < prev:
+                res.fail("registry", row.t, f"gateway {gw} went back from generation {prev} "
+                         f"to {row.generation}")
+            prev = max(prev, row.generation)
+    return res
+
+
+# ---------------------------------------------------------------- 2. agreement
+
+def _good(revs: tuple[RegistryRev, ...]) -> tuple[RegistryRev, ...]:
+    return tuple(r for r in revs if r.generation is not None)
+
+
+def agreed(reg: RegistryRev | None, tabs: dict[str, GatewayTable | None],
+           gateways: tuple[str, ...], expected_in: frozenset[str],
+           renamed: tuple[tuple[str, str, str], ...] = ()) -> str:
+    """"" when healed and agreed, else what is not (for logs)."""
+    if reg is None:
+        return "no registry"
+    if reg.usable != expected_in:
+        missing = sorted(expected_in - reg.usable)
+        extra = sorted(reg.usable - expected_in)
+        return f"registry gen {reg.generation}: not in {missing}, unexpectedly in {extra}"
+    for g in gateways:
+        tb = tabs.get(g)
+        if tb is None:
+            return f"{g}: no table"
+        if tb.generation != reg.generation:
+            return f"{g}: generation {tb.generation}, registry {reg.generation}"
+        if tb.table != reg.slots:
+            return f"{g}: slot table differs from the registry's"
+        if tb.in_service != reg.usable:
+            return (f"{g}: in service {sorted(tb.in_service)}, registry has "
+                    f"{sorted(reg.usable)}")
+    for g, card, old in renamed:
+        tb = tabs.get(g)
+        s = tb.slot_of(card) if tb else None
+        if s is None or s.device is None or s.device == old:
+            return f"{g}: {card} not found again under a new device name (was {old})"
+    return ""
+
+
+def settled_at(rec: Recorded, t_from: float, t_until: float,
+               renamed: tuple[tuple[str, str, str], ...] = ()) -> float | None:
+    """When the agreement that still held at ``t_until`` began (not before ``t_from``), or
+    None when it did not hold at ``t_until``: the heal time of a fault is measured to the start
+    of the agreement the campaign moved on with, so a late effect of the fault (cards taken
+    out after it healed) is not missed."""
+    revs = _good(rec.registry)
+    reg = at(revs, t_from)
+    tabs = {g: at(rec.tables.get(g, ()), t_from) for g in rec.gateways}
+    changes: list[tuple[float, int, object]] = []
+    rev_times = [r.t for r in revs]
+    lo, hi = bisect.bisect_right(rev_times, t_from), bisect.bisect_right(rev_times, t_until)
+    changes.extend((r.t, 0, r) for r in revs[lo:hi])
+    for g in rec.gateways:
+        rows = rec.tables.get(g, ())
+        times = [r.t for r in rows]
+        lo, hi = bisect.bisect_right(times, t_from), bisect.bisect_right(times, t_until)
+        changes.extend((row.t, 1, row) for row in rows[lo:hi])
+    changes.sort(key=lambda c: (c[0], c[1]))
+    ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed)   # type: ignore[arg-type]
+    since: float | None = t_from if ok else None
+    for t, _, item in changes:
+        if isinstance(item, RegistryRev):
+            reg = item
+        else:
+            tabs[item.gateway] = item                                    # type: ignore[union-attr]
+        ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed)  # type: ignore[arg-type]
+        if not ok:
+            since = None
+        elif since is None:
+            since = t
+    return since
+
+
+def check_agreement(rec: Recorded, bounds: Bounds, end: float) -> Result:
+    res = Result()
+    faults = [f for f in rec.faults if not f.skipped and f.t_heal is not None]
+    for i, f in enumerate(faults):
+        nxt = faults[i + 1].t_inject if i + 1 < len(faults) else end
+        heal = f.t_heal
+        assert heal is not None
+        res.count("agreement")
+        t = settled_at(rec, heal, nxt, f.renamed)
+        res.heal_times[f.index] = None if t is None else t - heal
+        if t is None:
+            res.fail("agreement", nxt, f"fault #{f.index} {f.kind} ({f.target}): not healed "
+                     "and agreed when the campaign moved on")
+        elif t - heal > bounds.agree:
+            res.fail("agreement", heal, f"fault #{f.index} {f.kind} ({f.target}): agreed "
+                     f"{t - heal:.2f} s after healing, bound {bounds.agree:.2f} s")
+    return res
+
+
+# ---------------------------------------------------------------- 3. no partial restore
+
+def check_out_bound(rec: Recorded, bounds: Bounds) -> Result:
+    """A gateway row counts as late when it still has the card in service ``Bounds.out``
+    after the registry took it out, and was not built from a later registry generation that
+    has the card in again (a gateway may apply that one before the runner's watch sees it)."""
+    res = Result()
+    revs = _good(rec.registry)
+    times = {g: [r.t for r in rec.tables.get(g, ())] for g in rec.gateways}
+    for i in range(1, len(revs)):
+        gone = revs[i - 1].usable - revs[i].usable
+        t_r = revs[i].t
+        for card in sorted(gone):
+            back = next((r for r in revs[i + 1:] if card in r.usable), None)
+            back_t = back.t if back is not None else float("inf")
+            back_gen = back.generation if back is not None else None
+            deadline = t_r + bounds.out
+            for g in rec.gateways:
+                res.count("no_partial_restore")
+                if back_t <= deadline:
+                    continue
+                rows = rec.tables.get(g, ())
+                lo = bisect.bisect_left(times[g], deadline)
+                hi = bisect.bisect_left(times[g], back_t + bounds.out)
+                state = at(rows, deadline)
+                candidates = ([state] if state is not None else []) + list(rows[lo:hi])
+                late = [row for row in candidates
+                        if card in row.in_service                           # type: ignore[union-attr]
+                        and (back_gen is None or row.generation < back_gen)]  # type: ignore[union-attr]
+                if late:
+                    first = late[0]
+                    res.fail("no_partial_restore", deadline,
+                             f"gateway {g} still had card {card} in service at generation "
+                             f"{first.generation} {max(first.t, deadline) - t_r:.2f} s after "  # type: ignore[union-attr]
+                             f"registry generation {revs[i].generation} took it out (bound "
+                             f"{bounds.out:.2f} s)")
+    return res
+
+
+def check_restore_identity(rec: Recorded, truth: Truth, bounds: Bounds) -> Result:
+    res = Result()
+    for g in rec.gateways:
+        prev: frozenset[str] = frozenset()
+        for row in rec.tables.get(g, ()):
+            for card in sorted(row.in_service - prev):
+                res.count("no_partial_restore")
+                if not truth.present_during(card, row.t - bounds.verify, row.t):
+                    res.fail("no_partial_restore", row.t,
+                             f"gateway {g} put card {card} in service while another card was "
+                             f"at its place (for more than {bounds.verify:.2f} s)")
+            prev = row.in_service
+    return res
+
+
+# ---------------------------------------------------------------- 4. identity
+
+def check_identity(rec: Recorded, truth: Truth, bounds: Bounds, end: float) -> Result:
+    res = Result()
+    for card in sorted(truth.changes):
+        for a, b in truth.absences(card, end):
+            deadline = a + bounds.identity
+            for g in rec.gateways:
+                res.count("identity")
+                if deadline >= b:
+                    continue
+                rows = rec.tables.get(g, ())
+                state = at(rows, deadline)
+                bad = state is not None and card in state.in_service         # type: ignore[union-attr]
+                bad = bad or any(deadline < row.t < b and card in row.in_service for row in rows)
+                if bad:
+                    res.fail("identity", deadline,
+                             f"gateway {g} used card {card} {bounds.identity:.2f} s after "
+                             "another card took its place (its serial/identity differ)")
+    return res
+
+
+# ---------------------------------------------------------------- 5. bounded
+
+def check_bounded(rec: Recorded, bounds: Bounds) -> Result:
+    res = Result()
+    for p in rec.polls:
+        res.count("bounded")
+        if p.duration > bounds.poll:
+            res.fail("bounded", p.t, f"gateway {p.gateway}: a registry poll took "
+                     f"{p.duration:.3f} s (bound {bounds.poll:.3f} s, ok={p.ok})")
+    for a in rec.access:
+        res.count("bounded")
+        if a.accessor_max > bounds.accessor:
+            res.fail("bounded", a.t, f"gateway {a.gateway}: an accessor call blocked "
+                     f"{a.accessor_max:.3f} s (bound {bounds.accessor:.3f} s)")
+    return res
+
+
+# ---------------------------------------------------------------- 6. last known state
+
+def check_last_known(rec: Recorded, truth: Truth) -> Result:
+    res = Result()
+    for f in rec.faults:
+        if f.kind not in QUORUM_KINDS or f.skipped:
+            continue
+        end = f.t_restored or f.t_heal
+        if end is None:
+            continue
+        for g in rec.gateways:
+            res.count("last_known_state")
+            rows = rec.tables.get(g, ())
+            base = at(rows, f.t_inject)
+            had = base.in_service if base is not None else frozenset()      # type: ignore[union-attr]
+            for row in rows:
+                if not f.t_inject < row.t <= end:
+                    continue
+                lost = [c for c in had - row.in_service if truth.present(c, row.t)]
+                if lost:
+                    res.fail("last_known_state", row.t,
+                             f"gateway {g} dropped {sorted(lost)} during quorum loss "
+                             f"(fault #{f.index})")
+                    break
+    return res
+
+
+# ---------------------------------------------------------------- 8. detection
+
+def check_detection(rec: Recorded, bounds: Bounds) -> Result:
+    res = Result()
+    revs = _good(rec.registry)
+    for f in rec.faults:
+        if f.skipped:
+            continue
+        if f.leader_ok is not None:
+            res.count("detection")
+            if not f.leader_ok:
+                res.fail("detection", f.t_agreed or f.t_heal or f.t_inject,
+                         f"fault #{f.index} {f.kind}: the daemon holding the leader key was "
+                         "not leading once the fault had healed (no registry write possible)")
+        if f.kind not in DETECTED_KINDS or f.hold < bounds.detect:
+            continue
+        for card in f.cards:
+            res.count("detection")
+            by = f.t_inject + bounds.detect
+            seen = [r.t for r in revs if f.t_inject <= r.t <= by and card not in r.usable]
+            if not seen:
+                res.fail("detection", by, f"fault #{f.index} {f.kind} ({f.target}): the "
+                         f"registry did not take card {card} out within {bounds.detect:.2f} s")
+                continue
+            for g in rec.gateways:
+                res.count("detection")
+                gone = seen[0] + bounds.out
+                rows = rec.tables.get(g, ())
+                state = at(rows, f.t_inject)
+                out = state is not None and card not in state.in_service     # type: ignore[union-attr]
+                out = out or any(f.t_inject <= row.t <= gone and card not in row.in_service
+                                 for row in rows)
+                if not out:
+                    res.fail("detection", gone, f"fault #{f.index} {f.kind} ({f.target}): "
+                             f"gateway {g} kept card {card} in service {bounds.out:.2f} s "
+                             "after the registry took it out")
+    return res
+
+
+# ---------------------------------------------------------------- all
+
+def fault_at(rec: Recorded, t: float) -> int | None:
+    """The fault in force (or healing) at time t: the last one injected at or before t."""
+    idx = None
+    for f in rec.faults:
+        if f.t_inject <= t:
+            idx = f.index
+    return idx
+
+
+def check_all(rec: Recorded, bounds: Bounds, end: float | None = None) -> Result:
+    truth = Truth.of(rec.truth)
+    if end is None:
+        times = [r.t for r in rec.registry] + [f.t_inject for f in rec.faults]
+        end = max(times, default=0.0) + bounds.agree
+    res = Result()
+    for inv in INVARIANTS:
+        res.checks[inv] += 0
+    res.merge(check_fencing(rec.key_events))
+    res.merge(check_registry(rec.key_events, rec.tables))
+    res.merge(check_agreement(rec, bounds, end))
+    res.merge(check_out_bound(rec, bounds))
+    res.merge(check_restore_identity(rec, truth, bounds))
+    res.merge(check_identity(rec, truth, bounds, end))
+    res.merge(check_bounded(rec, bounds))
+    res.merge(check_last_known(rec, truth))
+    res.merge(check_detection(rec, bounds))
+    res.violations = [Violation(v.invariant, v.t, v.what, fault_at(rec, v.t))
+                      for v in sorted(res.violations, key=lambda v: v.t)]
+    return res

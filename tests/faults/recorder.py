@@ -1,0 +1,137 @@
+"""Recording etcd's history of ``registry`` and ``leader`` while the campaign runs.
+
+``Recorder(config, sink, names)`` runs in its own thread with its own event loop: one watch per
+key from revision 1 (the store's ``Watch`` resumes on another member after a stall or a broken
+stream, from the last delivered revision, so nothing is missed or repeated). Every event goes
+to ``sink`` as a ``KeyEvent`` stamped with the time it was seen; every registry revision also
+as a decoded ``RegistryRev`` and a line of the event log.
+
+``replay(config, until, bound)`` reads the same history again, independently, from revision 1
+up to the given revision of each key: what the final checks use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Callable
+
+from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.errors import StoreError
+from tests.faults.history import KeyEvent, LogLine
+from tests.faults.invariants import registry_rev
+
+KEYS = ("registry", "leader")
+
+
+def _event(ev: object, t: float) -> KeyEvent:
+    kv = ev.kv                                                   # type: ignore[attr-defined]
+    return KeyEvent(revision=kv.mod_revision, key=kv.key, kind=ev.kind,  # type: ignore[attr-defined]
+                    value=kv.value, create_revision=kv.create_revision, lease=kv.lease, t=t)
+
+
+async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
+                  take: Callable[[KeyEvent], None], until: int | None = None) -> int:
+    """Deliver every event of ``key`` from ``start``; returns the next revision to read.
+    Stops when ``stop`` is set or an event at revision >= ``until`` was delivered."""
+    nxt = start
+    while not stop.is_set():
+        try:
+            async with store.watch(key, start_revision=nxt, stall_after=3.0) as w:
+                async for batch in w:
+                    now = time.monotonic()
+                    for ev in batch.events:
+                        e = _event(ev, now)
+                        nxt = e.revision + 1
+                        take(e)
+                        if until is not None and e.revision >= until:
+                            return nxt
+                    if stop.is_set():
+                        return nxt
+        except asyncio.CancelledError:
+            raise
+        except StoreError:
+            await asyncio.sleep(0.2)             # every member refused: etcd is down, retry
+    return nxt
+
+
+class Recorder:
+    def __init__(self, config: StoreConfig, sink: Callable[[object], None],
+                 names: Callable[[], dict[str, str]]) -> None:
+        self.config = config
+        self.sink = sink
+        self.names = names
+        self.last: dict[str, int] = {k: 0 for k in KEYS}
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()          # bound to the recorder's loop on first use
+        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self._done = threading.Event()
+
+    def start(self) -> "Recorder":
+        self._thread.start()
+        return self
+
+    def _take(self, e: KeyEvent) -> None:
+        self.last[e.key] = max(self.last[e.key], e.revision)
+        self.sink(e)
+        names = self.names()
+        if e.key == "registry" and e.kind == "put":
+            rev = registry_rev(e.value, e.revision, e.t)
+            self.sink(rev)
+            if rev.generation is None:
+                text = f"registry rev {e.revision} DOES NOT DECODE: {rev.error}"
+            else:
+                ins = sorted(names.get(c, c) for c in rev.usable)
+                outs = sorted(names.get(c, c) for c, s in rev.states if c not in rev.usable)
+                text = (f"registry gen {rev.generation} rev {e.revision} by {rev.leader}: "
+                        f"in {ins} out {outs}")
+        elif e.key == "leader":
+            rec = LeaderRecord.decode(e.value) if e.kind == "put" else None
+            text = (f"leader key -> {rec.host if rec else '?'} (rev {e.revision}, created "
+                    f"{e.create_revision}, lease {e.lease:x})" if e.kind == "put"
+                    else f"leader key deleted (rev {e.revision})")
+        else:
+            text = f"{e.key} {e.kind} rev {e.revision}"
+        self.sink(LogLine(e.t, "etcd", text))
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+            self._done.set()
+
+    async def _main(self) -> None:
+        async with EtcdStore(self.config) as store:
+            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self._take))
+                     for k in KEYS]
+            await self._stop.wait()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self, bound: float = 5.0) -> None:
+        """Stop watching (what was delivered stays delivered; ``last`` is final after this)."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._done.wait(bound)
+
+
+def replay(config: StoreConfig, until: dict[str, int], bound: float) -> tuple[KeyEvent, ...]:
+    """Every event of ``registry`` and ``leader`` from revision 1 up to ``until[key]``,
+    read again on a fresh connection (TimeoutError after ``bound``)."""
+    out: list[KeyEvent] = []
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        async with EtcdStore(config) as store:
+            async with asyncio.timeout(bound):
+                await asyncio.gather(*(
+                    _follow(store, k, 1, stop, out.append, until=until[k])
+                    for k in KEYS if until.get(k)))
+
+    asyncio.run(main())
+    return tuple(sorted(out, key=lambda e: (e.revision, e.key)))

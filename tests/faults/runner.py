@@ -1,0 +1,331 @@
+"""The fault campaign: ``python -m tests.faults.runner --seed N --faults K --report FILE``.
+
+Starts a real cluster (``topology.CampaignCluster``: 3 etcd members, daemons on two storage
+hosts and a witness, an NVMe and three directory cards, several instrumented gateways) in
+network namespaces when root, on loopback otherwise (the report says which and why), injects
+the seeded schedule of faults (``schedule``) one after the other, and checks the invariants
+(``invariants``) after every fault and once more at the end over etcd's history replayed from
+revision 1. Writes the JSON report (``report``) and prints its summary; exit code 1 on any
+violation (or a process that died on its own), 2 when the cluster could not be started.
+
+``--quick``: every fault kind exactly once, short holds (what ``make test`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from awide_cluster.embedded.cluster import find_etcd_binary
+from tests.faults import netns
+from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
+from tests.faults.inject import Ctx, inject
+from tests.faults.invariants import Bounds, agreed, bounds_for, check_all
+from tests.faults.recorder import Recorder, replay
+from tests.faults.report import build, summary
+from tests.faults.schedule import KINDS, make_schedule
+from tests.faults.topology import CampaignCluster, Layout
+
+SLACK = 0.5               # scheduling delay allowed on a loaded 2-core machine
+PROCESS_START = 3.0       # a restarted daemon (Python) starts and reports within this
+
+
+class Campaign:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.layout = Layout(gateways=args.gateways)
+        t = self.layout.timing
+        self.bounds: Bounds = bounds_for(
+            gateway_poll=t.poll_interval, gateway_call=t.call_timeout,
+            daemon_poll=t.poll_interval, lease_ttl=t.lease_ttl, sick_polls=t.sick_polls,
+            slack=SLACK, process_start=PROCESS_START)
+        self.history = History()
+        self.cluster: CampaignCluster | None = None
+        self.recorder: Recorder | None = None
+        self.seen: set[tuple] = set()
+        self.unexpected: list[str] = []
+        self.expected_exit: set[str] = set()
+        self.mode, self.mode_note = "loopback", ""
+        # a late effect of a fault shows within the leader's sick-poll count plus a gateway poll
+        self.quiet = (t.sick_polls + 1) * t.poll_interval + t.poll_interval
+        self.leader_ok: bool | None = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def say(self, text: str, source: str = "runner") -> None:
+        t = time.monotonic()
+        self.history.add(LogLine(t, source, text))
+        if self.args.verbose:
+            print(f"{t - self.history.t0:8.2f} {text}", flush=True)
+
+    def state(self, renamed=()) -> str:
+        """"" when the registry is healed and every gateway agrees with it (now)."""
+        c = self.cluster
+        assert c is not None
+        tabs = {g: self.history.latest_table(g) for g in c.gateway_ids}
+        return agreed(self.history.latest_registry(), tabs, c.gateway_ids,
+                      self.history.expected_in, renamed)
+
+    def wait_agreed(self, bound: float, renamed=()) -> tuple[float | None, str]:
+        deadline = time.monotonic() + bound
+        while True:
+            why = self.state(renamed)
+            if not why:
+                return time.monotonic(), ""
+            if time.monotonic() > deadline:
+                return None, why
+            time.sleep(0.02)
+
+    def settle(self, t_heal: float, cap: float, renamed=()) -> tuple[float | None, str]:
+        """After a heal: wait until every daemon has reported again (so no late effect of the
+        fault is still pending in the leader's counts), then until the registry is healed and
+        every gateway agrees, for ``self.quiet`` seconds in a row. (start of that agreement,
+        "") or (None, what is still wrong) after ``cap``."""
+        c = self.cluster
+        assert c is not None
+        deadline = t_heal + cap
+        base = None
+        while base is None and time.monotonic() < deadline:
+            got = c.reports(1.0)
+            base = got[0] if got is not None else None
+        while base is not None and time.monotonic() < deadline:
+            got = c.reports(1.0)
+            stale = [h for h in c.hosts if got is None or got[1].get(h, 0) <= base]
+            if not stale:
+                break
+            time.sleep(0.05)
+        self.leader_ok = None
+        while time.monotonic() < deadline:
+            holder = c.leader_host(1.0)
+            st = c.daemon_status(holder) if holder is not None else None
+            if st is not None and st.get("is_leader") is True:
+                self.leader_ok = True
+                break
+            time.sleep(0.05)
+        else:
+            self.leader_ok = False
+            self.say(f"the leader key's holder ({c.leader_host(1.0)}) is not leading")
+        since: float | None = None
+        why = "etcd did not answer" if base is None else ""
+        while True:
+            now = time.monotonic()
+            why = self.state(renamed)
+            if why:
+                since = None
+            elif since is None:
+                since = now
+            elif now - since >= self.quiet:
+                return since, ""
+            if now > deadline:
+                return None, why or "agreement did not last"
+            time.sleep(0.02)
+
+    def take(self, item: object) -> None:
+        """A record from a gateway's lines: into the history, and into the event log when
+        the gateway's generation or cards in service changed, or a poll failed."""
+        if isinstance(item, GatewayTable):
+            prev = self.history.latest_table(item.gateway)
+            if prev is None or (prev.generation, prev.in_service) != (item.generation,
+                                                                       item.in_service):
+                names = self.cluster.names() if self.cluster is not None else {}
+                ins = sorted(names.get(c, c) for c in item.in_service)
+                outs = sorted(f"{names.get(s.card, s.card)} ({s.why[:60]})"
+                              for s in item.slots if not s.in_service)
+                self.history.add(LogLine(item.t, item.gateway.split("-")[0],
+                                         f"gen {item.generation} in {ins} out {outs}"))
+        elif isinstance(item, PollObs) and not item.ok:
+            self.history.add(LogLine(item.t, item.gateway.split("-")[0],
+                                     f"registry poll failed after {item.duration:.3f} s"))
+        self.history.add(item)
+
+    def check_processes(self) -> None:
+        c = self.cluster
+        assert c is not None
+        for host, p in c.daemons.items():
+            if not p.alive():
+                what = f"daemon {host} exited on its own (exit {p.popen.returncode})"
+                self.unexpected.append(what)
+                self.say(what + ": started again")
+                c.start_daemon(host)
+        for gid, p in c.gateways.items():
+            if not p.alive() and gid not in self.expected_exit:
+                what = f"gateway {gid} exited on its own (exit {p.popen.returncode})"
+                self.unexpected.append(what)
+                self.expected_exit.add(gid)
+                self.say(what)
+
+    def continuous(self) -> None:
+        res = check_all(self.history.frozen(), self.bounds, end=time.monotonic())
+        for v in res.violations:
+            if v.key() not in self.seen:
+                self.seen.add(v.key())
+                print(f"VIOLATION (continuous) {v.invariant}: {v.what}", flush=True)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> int:
+        args = self.args
+        schedule = make_schedule(args.seed, args.faults, quick=args.quick,
+                                 kinds=tuple(args.kinds.split(",")) if args.kinds else None)
+        if args.no_netns:
+            ok, why = False, "--no-netns given"
+        else:
+            ok, why = netns.available()
+        self.mode = "netns" if ok else "loopback"
+        self.mode_note = ("hosts are network namespaces on a bridge; partition = link down"
+                          if ok else f"{why}: hosts are loopback processes; a partition is "
+                          "SIGSTOP of all the host's processes")
+        print(f"fault campaign: seed {args.seed}, {len(schedule)} faults, mode {self.mode} "
+              f"({self.mode_note})", flush=True)
+        work = Path(args.work_dir) if args.work_dir else Path(
+            tempfile.mkdtemp(prefix="awide-faults-"))
+        work.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.history.t0 = started
+        self.cluster = CampaignCluster(work, self.layout, use_netns=ok, sink=self.take,
+                                       etcd_binary=args.etcd or find_etcd_binary())
+        code = 2
+        try:
+            try:
+                self.cluster.start()
+            except Exception as e:  # noqa: BLE001 - reported with the logs' path
+                print(f"the campaign cluster did not start: {e}\nlogs: {work / 'logs'}",
+                      file=sys.stderr)
+                return 2
+            code = self._campaign(schedule, started, work)
+        finally:
+            if self.recorder is not None:
+                self.recorder.stop()
+            self.cluster.stop()
+            if code == 0 and not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+            elif code != 2:
+                print(f"work dir (logs, configs) kept: {work}")
+        return code
+
+    def _campaign(self, schedule, started: float, work: Path) -> int:
+        c = self.cluster
+        args = self.args
+        assert c is not None
+        self.history.gateways = c.gateway_ids
+        for g in c.gateway_ids:
+            self.history.tables.setdefault(g, [])
+        self.history.expected_in = frozenset(card.id for card in c.cards.values())
+        for card in c.cards.values():
+            if card.alt_id:
+                self.history.add(TruthChange(started, card.alt_id, False, "not present"))
+        self.recorder = Recorder(c.store_config(), self.history.add, c.names).start()
+        t_ready, why = self.wait_agreed(60.0)
+        if t_ready is None:
+            print(f"the cluster did not settle (every card in, every gateway agreeing) "
+                  f"within 60 s: {why}\nlogs: {work / 'logs'}", file=sys.stderr)
+            return 2
+        self.say(f"cluster ready after {t_ready - started:.1f} s: {len(c.cards)} cards, "
+                 f"{len(c.gateway_ids)} gateways, mode {self.mode}")
+        ctx = Ctx(cluster=c, history=self.history, say=self.say,
+                  poll=self.layout.timing.poll_interval)
+        cap = self.bounds.agree * 2 + 5.0
+        for fault in schedule:
+            self.check_processes()
+            t_ok, why = self.wait_agreed(cap)
+            if t_ok is None:
+                self.say(f"not settled before fault #{fault.index}: {why}")
+            self.say(f"inject {fault.describe()}")
+            rec = inject(ctx, fault)
+            self.history.add(rec)
+            if rec.skipped:
+                continue
+            t_agreed, why = self.settle(rec.t_heal, cap, rec.renamed)
+            rec.t_agreed = t_agreed
+            rec.leader_ok = self.leader_ok
+            if t_agreed is None:
+                self.say(f"#{fault.index} NOT agreed {cap:.1f} s after healing: {why}")
+            else:
+                self.say(f"#{fault.index} healed and agreed after {t_agreed - rec.t_heal:.2f} s")
+            if not args.quick or fault.index == len(schedule) - 1:
+                self.continuous()
+        # the last fault's late effects: settle once more, then read etcd's history again
+        t_end, why = self.settle(time.monotonic(), cap)
+        if t_end is None:
+            self.say(f"not settled at the end: {why}")
+        ended = time.monotonic()
+        self.check_processes()
+        assert self.recorder is not None
+        self.recorder.stop()
+        rec = self.history.frozen()
+        try:
+            events = replay(c.store_config(), dict(self.recorder.last), bound=30.0)
+            source = "etcd history replayed from revision 1"
+        except (TimeoutError, OSError) as e:
+            events = rec.key_events
+            source = f"continuous watch (the replay failed: {e})"
+        live = [(e.revision, e.key) for e in rec.key_events]
+        again = [(e.revision, e.key) for e in events]
+        history_match = live == again
+        history_diff = {"only_live": sorted(set(live) - set(again))[:20],
+                        "only_replay": sorted(set(again) - set(live))[:20],
+                        "live": len(live), "replay": len(again),
+                        "live_dupes": len(live) - len(set(live))}
+        from dataclasses import replace
+        rec = replace(rec, key_events=events)
+        res = check_all(rec, self.bounds, end=ended)
+        t = self.layout.timing
+        replay_cmd = (f"make faults SEED={args.seed} FAULTS={args.faults}" if not args.quick
+                      else f"python -m tests.faults.runner --seed {args.seed} --faults "
+                           f"{args.faults} --quick --report FILE")
+        report = build(
+            seed=args.seed, requested=args.faults, quick=args.quick, mode=self.mode,
+            mode_note=self.mode_note, rec=rec, result=res, bounds=self.bounds,
+            timing={"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
+                    "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls,
+                    "call_timeout": t.call_timeout, "slack": SLACK,
+                    "process_start": PROCESS_START},
+            started=started, ended=ended, replay=replay_cmd,
+            topology={"hosts": list(c.hosts), "storage": {h: list(v) for h, v in
+                                                          self.layout.storage.items()},
+                      "gateways": list(c.gateway_ids), "etcd_members": len(c.hosts)},
+            extra={"unexpected_exits": self.unexpected, "history_source": source,
+                   "history_match": history_match, "history_diff": history_diff,
+                   "work_dir": str(work)})
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=1))
+        (work / "events.log").write_text(
+            "\n".join(line.render(started) for line in rec.log) + "\n")
+        print(summary(report), flush=True)
+        if self.unexpected:
+            print("UNEXPECTED EXITS: " + "; ".join(self.unexpected))
+        if not history_match:
+            print("the continuous watch and the replay of etcd's history differ")
+        bad = res.violations or self.unexpected or not history_match
+        return 1 if bad else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m tests.faults.runner",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--faults", type=int, default=40)
+    ap.add_argument("--report", default="")
+    ap.add_argument("--quick", action="store_true",
+                    help="every fault kind once, short holds (the make test campaign)")
+    ap.add_argument("--kinds", default="", help=f"comma-separated subset of: {', '.join(KINDS)}")
+    ap.add_argument("--gateways", type=int, default=4)
+    ap.add_argument("--no-netns", action="store_true", help="loopback even when root")
+    ap.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
+    ap.add_argument("--work-dir", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir even on success")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print the event log live")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return Campaign(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
