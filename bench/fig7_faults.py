@@ -20,7 +20,7 @@ from typing import Any
 
 from awide_gateway_cluster import ThreadedClusterGateway
 from bench.common import (
-    Context, RegistryWriter, Row, etcd_settings, latency_row, make_dir_cards, ms, pct,
+    Context, RegistryWriter, Row, etcd_cpu, etcd_settings, latency_row, make_dir_cards, ms, pct,
     start_etcd, store_for,
 )
 from bench.fleet import gateway_config
@@ -64,12 +64,13 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
         load.set(count, "follower")
         time.sleep(2.5)
         t0 = time.monotonic()
-        c0 = load.cpu()
+        c0, e0 = load.cpu(), etcd_cpu(etcd)
         etcd.freeze(victim)
         try:
             sleep_until(t0 + frozen_s)
         finally:
             t1 = time.monotonic()
+            e1 = etcd_cpu(etcd)
             etcd.thaw(victim)
         win = load.window(t0, t1, c0)
     finally:
@@ -83,7 +84,10 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
                       note=f"{count} pollers over {frozen_s:g} s; {win.failed} polls failed "
                            f"(kept the last good registry), {win.over} over 0.5 s",
                       pollers=count, frozen_s=frozen_s, failed=win.failed, over_bound=win.over,
-                      frozen_member=victim, raft_leader=leader)
+                      frozen_member=victim, raft_leader=leader,
+                      polls_made_of_due=round(win.polls / (count * (t1 - t0)), 3),
+                      load_cpu_cores=round(win.load_cpu_s / (t1 - t0), 3),
+                      etcd_cpu_cores=round((e1 - e0) / (t1 - t0), 3))
     row.met = p99 is not None and mx is not None and p99 <= 0.100 and mx <= 0.500
     return row
 
