@@ -53,6 +53,25 @@ async def follow(i: int, gw: ClusterGateway) -> None:
             emit("applied", gw=i, gen=ev.generation, t=time.monotonic())
 
 
+class LoopLag:
+    """How late a 10 ms timer fires on this loop (the process's own stalls: CPU starvation or
+    work that holds the loop), as the max since the last ``take``."""
+
+    def __init__(self) -> None:
+        self.max = 0.0
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            self.max = max(self.max, time.monotonic() - t - 0.01)
+
+    def take(self) -> float:
+        m, self.max = self.max, 0.0
+        return m
+
+
 async def main(spec: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     first, count = int(spec.get("first", 0)), int(spec["count"])
@@ -76,14 +95,20 @@ async def main(spec: dict[str, Any]) -> None:
         await asyncio.sleep(0.05)
     ready = sum(len(g.snapshot().in_service) >= expect_in for g in gws)
     followers = [asyncio.create_task(follow(first + k, g)) for k, g in enumerate(gws)]
+    lag = LoopLag()
     emit("ready", ready=ready, count=count, start_s=round(time.monotonic() - t0, 3),
          generations=sorted({g.snapshot().generation for g in gws}))
     async for cmd in stdin_lines():
-        if cmd.get("cmd") == "views":
+        if cmd.get("cmd") == "lag":
+            emit("lag", max_ms=round(lag.take() * 1000, 1), cpu_s=round(time.process_time(), 3),
+                 failed_polls=sum(g.stats().failed_polls for g in gws),
+                 polls=sum(g.stats().polls for g in gws))
+        elif cmd.get("cmd") == "views":
             emit("views", views=[{"gw": first + k, "gen": g.snapshot().generation,
                                   "in": len(g.snapshot().in_service),
                                   "stats_failed": g.stats().failed_polls}
                                  for k, g in enumerate(gws)])
+    lag.task.cancel()
     for f in followers:
         f.cancel()
     with contextlib.suppress(TimeoutError):
