@@ -2,10 +2,14 @@
 
     python -m tests.faults.burst --endpoints http://10.250.3.11:2379,... --cluster campaign \
         --readers 128 --duration 1.0
+    python -m tests.faults.burst --endpoints ... --cluster campaign --serve FIFO
+        # then one burst per line {"readers": 128, "duration": 1.0} written to the FIFO, one
+        # answer line each on stdout
 
 Each reader is the gateway library's own ``Follower`` on its own ``EtcdStore`` (its own
 connections), polling back to back with a few milliseconds of random pause — far denser than
-gateways at random phases. Prints one JSON line: polls, failed polls, worst poll time.
+gateways at random phases. Prints one JSON line: polls, failed polls, worst poll time. The
+first burst of a worker also pays for the followers' first full reads.
 """
 
 from __future__ import annotations
@@ -22,29 +26,79 @@ from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.follower import Follower
 
 
-async def reader(cfg: StoreConfig, cluster: str, call: float, until: float,
-                 stats: dict[str, float]) -> None:
-    async with EtcdStore(cfg) as store:
-        f = Follower(store, cluster=cluster, call_timeout=call, clock=time.monotonic)
-        while time.monotonic() < until:
-            t0 = time.monotonic()
-            d = await f.poll()
-            dt = time.monotonic() - t0
-            stats["polls"] += 1
-            stats["failed"] += d.outcome == "failed"
-            stats["max"] = max(stats["max"], dt)
-            await asyncio.sleep(random.uniform(0, 0.005))
+class Readers:
+    """Followers, each on its own ``EtcdStore`` (its own connections), kept between bursts
+    like the gateways they stand for (so a burst polls; it does not connect)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cfg = StoreConfig(endpoints=tuple(args.endpoints.split(",")),
+                               prefix=keys.prefix(args.cluster), call_timeout=args.call_timeout)
+        self.followers: list[Follower] = []
+        self.stores: list[EtcdStore] = []
+
+    def take(self, n: int) -> list[Follower]:
+        while len(self.followers) < n:
+            store = EtcdStore(self.cfg)
+            self.stores.append(store)
+            self.followers.append(Follower(store, cluster=self.args.cluster,
+                                           call_timeout=self.args.call_timeout,
+                                           clock=time.monotonic))
+        return self.followers[:n]
+
+    async def close(self) -> None:
+        for s in self.stores:
+            await s.close()
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, float]:
-    cfg = StoreConfig(endpoints=tuple(args.endpoints.split(",")),
-                      prefix=keys.prefix(args.cluster), call_timeout=args.call_timeout)
-    stats = {"polls": 0, "failed": 0, "max": 0.0}
-    until = time.monotonic() + args.duration
-    async with asyncio.timeout(args.duration + 3 * args.call_timeout + 5.0):
-        await asyncio.gather(*(reader(cfg, args.cluster, args.call_timeout, until, stats)
-                               for _ in range(args.readers)))
-    return stats
+async def poll_until(f: Follower, until: float, stats: dict[str, float]) -> None:
+    while time.monotonic() < until:
+        t0 = time.monotonic()
+        d = await f.poll()
+        stats["polls"] += 1
+        stats["failed"] += d.outcome == "failed"
+        stats["max"] = max(stats["max"], time.monotonic() - t0)
+        await asyncio.sleep(random.uniform(0, 0.005))
+
+
+async def burst(readers: Readers, n: int, duration: float) -> dict[str, object]:
+    stats: dict[str, float] = {"polls": 0, "failed": 0, "max": 0.0}
+    t0 = time.monotonic()
+    until = t0 + duration
+    call = readers.args.call_timeout
+    async with asyncio.timeout(duration + 3 * call + 5.0):
+        await asyncio.gather(*(poll_until(f, until, stats) for f in readers.take(n)))
+    return {"burst": {**stats, "max": round(stats["max"], 4),
+                      "elapsed": round(time.monotonic() - t0, 3)}, "readers": n}
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """One burst per line of the FIFO (JSON ``{"readers", "duration"}``), one JSON answer
+    each on stdout; ends when the writer closes the FIFO."""
+    loop = asyncio.get_running_loop()
+    readers = Readers(args)
+    requests = open(args.serve, encoding="utf-8")     # noqa: SIM115 - read until EOF
+    try:
+        while True:
+            line = await loop.run_in_executor(None, requests.readline)
+            if not line:
+                return
+            try:
+                ask = json.loads(line)
+                out = await burst(readers, int(ask["readers"]), float(ask["duration"]))
+            except (ValueError, KeyError, TypeError, TimeoutError) as e:
+                out = {"error": f"{type(e).__name__}: {e}"}
+            print(json.dumps(out), flush=True)
+    finally:
+        await readers.close()
+
+
+async def once(args: argparse.Namespace) -> dict[str, object]:
+    readers = Readers(args)
+    try:
+        return await burst(readers, args.readers, args.duration)
+    finally:
+        await readers.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,12 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readers", type=int, default=64)
     ap.add_argument("--duration", type=float, default=1.0)
     ap.add_argument("--call-timeout", type=float, default=0.5)
+    ap.add_argument("--serve", metavar="FIFO", default="",
+                    help="bursts on request, one per line written to this FIFO")
     args = ap.parse_args(argv)
-    t0 = time.monotonic()
-    stats = asyncio.run(main_async(args))
-    stats["elapsed"] = round(time.monotonic() - t0, 3)
-    stats["max"] = round(stats["max"], 4)
-    print(json.dumps({"burst": stats, "readers": args.readers}), flush=True)
+    if args.serve:
+        asyncio.run(serve(args))
+    else:
+        print(json.dumps(asyncio.run(once(args))), flush=True)
     return 0
 
 

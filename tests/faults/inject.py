@@ -9,19 +9,14 @@ go to the history as ``TruthChange`` records. Everything is bounded.
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from tests.faults.history import FaultRecord, History, TruthChange
 from tests.faults.schedule import Fault
-from tests.faults.topology import REPO, CampaignCluster
-
-BURST = [sys.executable, "-m", "tests.faults.burst"]
+from tests.faults.topology import CampaignCluster
 
 
 @dataclass
@@ -226,28 +221,11 @@ def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
 
 def _read_burst(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
-    assert c.etcd is not None
     rec.target = f"{f.readers} followers"
-    argv = BURST + ["--endpoints", ",".join(c.etcd.endpoints), "--cluster",
-                    c.layout.cluster, "--readers", str(f.readers), "--duration", str(f.hold),
-                    "--call-timeout", str(c.layout.timing.call_timeout)]
-    ghost = c.layout.gateway_hosts[0]
-    env = {"PYTHONPATH": str(REPO)}
     rec.t_inject = time.monotonic()
-    proc = c.launcher.spawn(f"burst-{f.index}", argv, netns=c.netns(ghost), pipe_stdout=True,
-                            env=env)
     ctx.say(f"#{f.index} registry read burst: {f.readers} followers for {f.hold:.2f} s")
-    try:
-        out, _ = proc.popen.communicate(timeout=f.hold + 15.0)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out = b""
-    proc.close_log()
+    rec.detail = c.burst(f.readers, f.hold)
     rec.t_heal = time.monotonic()
-    try:
-        rec.detail = json.dumps(json.loads(out.decode().strip().splitlines()[-1]))
-    except (ValueError, IndexError):
-        rec.detail = f"burst ended without a summary (exit {proc.popen.returncode})"
     ctx.say(f"#{f.index} burst done: {rec.detail}")
 
 

@@ -45,18 +45,18 @@ WEIGHTS: dict[str, int] = {
 # and both outcomes must keep the invariants. A quick schedule holds each fault the longest, so
 # that each kind's one fault has its full effect (cards out, leader replaced).
 HOLDS: dict[str, tuple[float, float]] = {
-    "daemon_kill_leader": (0.5, 4.0),
-    "daemon_kill": (0.5, 4.0),
-    "daemon_stop_leader": (0.5, 4.0),
-    "daemon_stop": (0.5, 4.0),
-    "etcd_stop_member": (0.3, 2.0),
+    "daemon_kill_leader": (0.3, 3.5),
+    "daemon_kill": (0.3, 3.5),
+    "daemon_stop_leader": (0.3, 3.5),
+    "daemon_stop": (0.3, 3.5),
+    "etcd_stop_member": (0.2, 1.5),
     "etcd_quorum_loss": (0.5, 3.0),
-    "partition_leader_host": (0.5, 4.0),
-    "store_death": (0.3, 3.5),
-    "card_swap": (0.3, 3.5),
+    "partition_leader_host": (0.3, 3.5),
+    "store_death": (0.3, 3.0),
+    "card_swap": (0.3, 3.0),
     "device_rename": (0.0, 0.0),
     "card_flap": (0.0, 0.0),           # its length is flaps x period
-    "read_burst": (0.5, 1.5),
+    "read_burst": (0.3, 1.0),
 }
 
 
@@ -85,7 +85,7 @@ def _fault(rng: random.Random, index: int, kind: str, quick: bool) -> Fault:
     if quick:                   # the quick campaign: the longest hold (the full effect)
         hold = hi
     pick = rng.randrange(1 << 30)
-    flaps = rng.randint(3, 6) if kind == "card_flap" else 0
+    flaps = rng.randint(2, 4) if kind == "card_flap" else 0
     readers = rng.choice((64, 128, 200)) if kind == "read_burst" else 0
     if quick and kind == "read_burst":
         readers = 64
