@@ -1,0 +1,491 @@
+"""The rollout for real: three Debian bookworm hosts booted with systemd in systemd-nspawn
+containers (one network namespace each, on a bridge with a private /24 used only by them),
+sshd inside, and ansible/site.yml and ansible/upgrade.yml run over SSH against them.
+
+Checked: the etcd quorum forms (3 members, Debian's etcd.service masked, the progress-notify
+flag used); the daemons are active under systemd (Type=notify reached READY); `awide-cluster
+status` is healthy with one directory card per storage host; a second site.yml changes
+nothing; upgrade.yml upgrades one host at a time, the leader last, to a new version; a daemon
+killed with SIGKILL is restarted by systemd and the cluster is healthy again.
+
+Opt-in (minutes, root): AWIDE_SYSTEM_TESTS=1. The root filesystem is built once with
+debootstrap (~2 min, ~330 MB) and cached in AWIDE_SYSTEST_CACHE (default
+/var/cache/awide-systest). Traffic goes only to these namespaces. Containers, namespaces and
+the bridge are removed at the end, also when a step fails. Phase timings are printed (-s).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE = ROOT / "ansible"
+BIN = Path(sys.executable).parent
+CACHE = Path(os.environ.get("AWIDE_SYSTEST_CACHE", "/var/cache/awide-systest"))
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt",
+            "openssh-server", "iproute2", "etcd-server", "etcd-client", "procps"]
+# The part of the root filesystem's recipe that, when changed, needs a new one.
+RECIPE = "bookworm minbase " + ",".join(PACKAGES) + " v1"
+HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each), h3 witness
+STORAGE = ("h1", "h2")
+CLUSTER = "systest"
+NEW_VERSION = "0.1.0.post1"                  # what upgrade.yml rolls out
+
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.timeout(2400)]
+
+
+def _why_not() -> str | None:
+    if os.environ.get("AWIDE_SYSTEM_TESTS") != "1":
+        return "opt-in: set AWIDE_SYSTEM_TESTS=1 (boots 3 systemd containers, takes minutes)"
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, systemd-nspawn)"
+    for prog in ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen"):
+        if shutil.which(prog) is None:
+            return f"{prog} is not installed (apt-get install debootstrap systemd-container " \
+                   "iproute2 openssh-client)"
+    if not (BIN / "ansible-playbook").exists():
+        return f"ansible-playbook is not in {BIN} (pip install ansible-core)"
+    return None
+
+
+# --- small helpers -------------------------------------------------------------------------
+
+class Timings:
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, float]] = []
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases.append((name, now - self._t))
+        print(f"[systest] {name}: {now - self._t:.1f} s", flush=True)
+        self._t = now
+
+
+def _run(argv: list[str], timeout: float, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{shlex.join(argv)} exited {r.returncode}:\n"
+                             f"{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return r
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run(["ip", *args], timeout=15, check=check)
+
+
+def _wait(what: str, predicate, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:g} s (last: {last!r})")
+
+
+# --- the root filesystem, built once -------------------------------------------------------
+
+def _ssh_key() -> Path:
+    key = CACHE / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "awide-systest",
+              "-f", str(key)], timeout=30)
+    return key
+
+
+def rootfs() -> Path:
+    """The cached bookworm root filesystem (built with debootstrap under a lock)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha256(RECIPE.encode()).hexdigest()[:12]
+    root = CACHE / f"rootfs-{tag}"
+    key = _ssh_key()
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".awide-systest-ready").exists():
+            tmp = CACHE / f"rootfs-{tag}.tmp"
+            if not (tmp / ".awide-debootstrap-done").exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+                r = subprocess.run(["debootstrap", "--variant=minbase",
+                                    "--include=" + ",".join(PACKAGES), "bookworm", str(tmp)],
+                                   capture_output=True, text=True, timeout=1500)
+                if r.returncode != 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    pytest.skip(f"debootstrap could not build the root filesystem (no access "
+                                f"to Debian's packages?): {r.stdout[-1500:]} {r.stderr[-1500:]}")
+                (tmp / ".awide-debootstrap-done").touch()
+            (tmp / "etc" / "hostname").unlink(missing_ok=True)   # nspawn -M names the host
+            wants = tmp / "etc/systemd/system/multi-user.target.wants"
+            wants.mkdir(parents=True, exist_ok=True)
+            if not (wants / "ssh.service").is_symlink():
+                (wants / "ssh.service").symlink_to("/lib/systemd/system/ssh.service")
+            (tmp / "etc/ssh/sshd_config.d/awide-systest.conf").write_text(
+                "UseDNS no\nPermitRootLogin prohibit-password\n")
+            for deb in (tmp / "var/cache/apt/archives").glob("*.deb"):
+                deb.unlink()                                   # ~100 MB not needed
+            (tmp / ".awide-systest-ready").write_text(RECIPE + "\n")
+            tmp.rename(root)
+    # no DNS in the lab: names are in /etc/hosts, and nothing is looked up outside
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
+    resolv = root / "etc" / "resolv.conf"
+    if resolv.is_symlink() or resolv.exists():
+        resolv.unlink()
+    resolv.write_text("# no name servers in the awide system test\n")
+    ssh_dir = root / "root" / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(Path(str(key) + ".pub").read_text())
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    return root
+
+
+# --- network namespaces on a bridge ---------------------------------------------------------
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    used = _ip("-4", "-o", "addr").stdout + _ip("-4", "route").stdout
+    nets = [ipaddress.ip_network(m, strict=False)
+            for m in re.findall(r"(\d+\.\d+\.\d+\.\d+/\d+)", used)]
+    for third in range(200, 255):
+        cand = ipaddress.ip_network(f"10.251.{third}.0/24")
+        if not any(cand.overlaps(n) for n in nets):
+            return cand
+    raise AssertionError("no free /24 under 10.251.200.0-10.251.254.0")
+
+
+@dataclass
+class Lab:
+    tag: str
+    subnet: ipaddress.IPv4Network
+    root: Path
+    logs: Path
+    bridge: str = ""
+    made_ns: list[str] = field(default_factory=list)
+    made_links: list[str] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def ns(self, host: str) -> str:
+        return f"{self.tag}-{host}"
+
+    def addr(self, host: str) -> str:
+        return str(self.subnet.network_address + 11 + HOSTS.index(host))
+
+    def up(self) -> None:
+        self.bridge = f"{self.tag}br"
+        gw = self.subnet.network_address + 1
+        _ip("link", "add", self.bridge, "type", "bridge")
+        self.made_links.append(self.bridge)
+        _ip("addr", "add", f"{gw}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i, host in enumerate(HOSTS):
+            ns, veth = self.ns(host), f"{self.tag}v{i}"
+            _ip("netns", "add", ns)
+            self.made_ns.append(ns)
+            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.made_links.append(veth)
+            _ip("link", "set", veth, "master", self.bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+
+    def boot(self, host: str) -> None:
+        log = open(self.logs / f"{host}.console.log", "w")
+        self.procs[host] = subprocess.Popen(
+            ["systemd-nspawn", "-D", str(self.root), "-M", host, "--volatile=overlay",
+             "--register=no", "--keep-unit", f"--network-namespace-path=/run/netns/{self.ns(host)}",
+             "--resolv-conf=off", "--console=read-only", "-b"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        log.close()
+
+    def down(self) -> None:
+        """Power the containers off (SIGTERM to nspawn halts the container's systemd), kill
+        what is left in our namespaces by pid, then remove namespaces, veths and bridge."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        for ns in self.made_ns:
+            pids = _ip("netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for ns in self.made_ns:
+            _ip("netns", "delete", ns, check=False)
+        for link in reversed(self.made_links):
+            _ip("link", "delete", link, check=False)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings]]:
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    t = Timings()
+    root = rootfs()
+    t.lap("root filesystem (debootstrap, or cached)")
+    logs = tmp_path_factory.mktemp("systest-logs")
+    lab = Lab(tag="aws" + secrets.token_hex(2), subnet=_free_subnet(), root=root, logs=logs)
+    print(f"[systest] lab {lab.tag} on {lab.subnet}, logs in {logs}", flush=True)
+    try:
+        lab.up()
+        for host in HOSTS:
+            lab.boot(host)
+        for host in HOSTS:
+            _wait(f"sshd of {host}", lambda h=host: _port_open(lab.addr(h), 22), timeout=90)
+            _wait(f"ssh into {host}", lambda h=host: _ssh(lab, h, "true", check=False)
+                  .returncode == 0, timeout=60)
+        t.lap("bridge, namespaces, 3 containers booted, sshd answering")
+        yield lab, t
+    finally:
+        t.lap("(until teardown)")
+        for host in HOSTS:                   # for the post-mortem: each host's journal
+            try:
+                r = _ssh(lab, host, "journalctl", "-b", "--no-pager", "-o", "short-precise",
+                         check=False, timeout=20)
+                (logs / f"{host}.journal").write_text(r.stdout + r.stderr)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+        lab.down()
+        t.lap("teardown")
+        print("[systest] timings: " + ", ".join(f"{n} {s:.1f}s" for n, s in t.phases),
+              flush=True)
+        leftover = [ns for ns in lab.made_ns if ns in _ip("netns", "list").stdout]
+        assert not leftover, f"namespaces left behind: {leftover}"
+
+
+def _port_open(addr: str, port: int) -> bool:
+    try:
+        with socket.create_connection((addr, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
+
+
+def _ssh(lab: Lab, host: str, *argv: str, check: bool = True,
+         timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run argv on host (joined with shlex for the remote shell)."""
+    return _run(["ssh", *SSH_OPTS, "-i", str(CACHE / "ssh" / "id_ed25519"),
+                 f"root@{lab.addr(host)}", shlex.join(argv)], timeout=timeout, check=check)
+
+
+def _unit(lab: Lab, host: str, unit: str) -> dict[str, str]:
+    out = _ssh(lab, host, "systemctl", "show", unit, "-p",
+               "ActiveState,SubState,Type,NRestarts,MainPID,Result").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _status(lab: Lab, host: str) -> tuple[int, dict | None]:
+    r = _ssh(lab, host, "awide-cluster", "status", "--config", "/etc/awide-cluster/cluster.yaml",
+             "--format", "json", check=False)
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except ValueError:
+        return r.returncode, None
+
+
+def _healthy(lab: Lab, host: str, timeout: float = 60) -> dict:
+    def ok():
+        rc, doc = _status(lab, host)
+        return doc if rc == 0 and doc and doc["healthy"] else None
+    return _wait(f"status healthy from {host}", ok, timeout=timeout, every=1)
+
+
+# --- wheels --------------------------------------------------------------------------------
+
+def _source_copy(dest: Path, version: str | None) -> Path:
+    """The repository's files (tracked and new, not ignored) copied to dest, optionally with
+    another version number."""
+    files = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], timeout=60,
+                 cwd=ROOT).stdout.split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    if version:
+        for rel, pattern, repl in (("pyproject.toml", r'(?m)^version = "[^"]+"',
+                                    f'version = "{version}"'),
+                                   ("awide_cluster/__init__.py", r'__version__ = "[^"]+"',
+                                    f'__version__ = "{version}"')):
+            text = (dest / rel).read_text()
+            new = re.sub(pattern, repl, text, count=1)
+            assert new != text, f"no version in {rel}"
+            (dest / rel).write_text(new)
+    return dest
+
+
+def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None) -> Path:
+    src = _source_copy(tmp / f"src-{name}", version)
+    out = tmp / f"wheels-{name}"
+    argv = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(src)]
+    if deps_from is not None:
+        argv.insert(4, "--no-deps")
+    _run(argv, timeout=600)
+    if deps_from is not None:
+        for whl in deps_from.glob("*.whl"):
+            if not whl.name.startswith("awide_cluster-"):
+                shutil.copy2(whl, out / whl.name)
+    return out
+
+
+# --- ansible -------------------------------------------------------------------------------
+
+def _inventory(lab: Lab, tmp: Path, wheelhouse: Path) -> Path:
+    import yaml
+    hosts = {h: {"ansible_host": lab.addr(h)} for h in HOSTS}
+    for h in STORAGE:
+        hosts[h]["awide_cards"] = [{"name": "dev0", "kind": "dir", "path": "/srv/awide/dev0"}]
+    inv = {"all": {
+        "vars": {"awide_cluster_name": CLUSTER, "ansible_user": "root",
+                 "ansible_ssh_private_key_file": str(CACHE / "ssh" / "id_ed25519"),
+                 "ansible_ssh_common_args": " ".join(SSH_OPTS),
+                 "ansible_python_interpreter": "/usr/bin/python3",
+                 "awide_wheelhouse": str(wheelhouse), "awide_health_retries": 45},
+        "children": {"storage": {"hosts": {h: hosts[h] for h in STORAGE}},
+                     "witness": {"hosts": {h: hosts[h] for h in HOSTS if h not in STORAGE}}}}}
+    path = tmp / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path
+
+
+def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
+              *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_PIPELINING": "1", "ANSIBLE_HOST_KEY_CHECKING": "0",
+                "ANSIBLE_FORKS": "5"})
+    log = lab.logs / f"{name}.log"
+    with open(log, "w") as out:
+        r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
+                           cwd=ANSIBLE, stdout=out, stderr=subprocess.STDOUT, text=True,
+                           timeout=1200, env=env)
+    r.stdout = log.read_text()
+    r.stderr = ""
+    assert r.returncode == 0, f"{playbook} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _recap(stdout: str) -> dict[str, dict[str, int]]:
+    recap: dict[str, dict[str, int]] = {}
+    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
+        recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return recap
+
+
+def _task_hosts(stdout: str, task: str) -> list[str]:
+    """Hosts in the order their result of task was printed (all occurrences of the task)."""
+    order: list[str] = []
+    for block in stdout.split("\nTASK [")[1:]:
+        if block.split("]", 1)[0].endswith(task):
+            order += re.findall(r"^(?:ok|changed): \[([^\]]+)\]", block, re.M)
+    return order
+
+
+# --- the test ------------------------------------------------------------------------------
+
+def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
+    lab, t = lab
+    wheels = _wheelhouse(tmp_path, "current", None, None)
+    wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, wheels)
+    t.lap("wheelhouses built (current and new version)")
+    inventory = _inventory(lab, tmp_path, wheels)
+
+    # site.yml: etcd quorum, daemons, config, units
+    _playbook(lab, inventory, "site.yml", "site")
+    t.lap("site.yml")
+    for host in HOSTS:
+        etcd = _unit(lab, host, "awide-etcd.service")
+        daemon = _unit(lab, host, "awide-cluster.service")
+        assert (etcd["ActiveState"], etcd["SubState"]) == ("active", "running"), (host, etcd)
+        assert daemon["Type"] == "notify", daemon
+        assert (daemon["ActiveState"], daemon["SubState"]) == ("active", "running"), (host, daemon)
+        assert _ssh(lab, host, "systemctl", "is-enabled", "etcd.service",
+                    check=False).stdout.strip() == "masked"
+        journal = _ssh(lab, host, "journalctl", "-u", "awide-etcd.service", "-o", "cat",
+                       "--no-pager").stdout
+        assert "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL=1s" in journal
+    members = json.loads(_ssh(lab, "h1", "etcdctl", "--endpoints=http://127.0.0.1:2379",
+                              "member", "list", "-w", "json").stdout)["members"]
+    assert sorted(m["name"] for m in members) == list(HOSTS)
+    _ssh(lab, "h1", "etcdctl", "--endpoints=" + ",".join(f"http://{lab.addr(h)}:2379"
+                                                         for h in HOSTS), "endpoint", "health")
+    doc = _healthy(lab, "h3")
+    assert doc["etcd"]["quorum"] == "ok" and doc["etcd"]["up"] == 3, doc["etcd"]
+    assert sorted(h["host"] for h in doc["hosts"]) == list(HOSTS)
+    assert sorted((c["host"], c["name"], c["kind"], c["state"]) for c in doc["cards"]) == \
+        [(h, "dev0", "dir", "in") for h in STORAGE]
+    assert not doc["dev_cluster"]
+    t.lap("checks after site.yml (etcd, units, status)")
+
+    # a second run changes nothing
+    again = _playbook(lab, inventory, "site.yml", "site-again")
+    recap = _recap(again.stdout)
+    assert {h: recap[h]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}, again.stdout[-4000:]
+    assert all(recap[h]["failed"] == 0 for h in HOSTS)
+    t.lap("site.yml again (no change)")
+
+    # rolling upgrade to a new version, the leader last
+    leader = doc["leader"]["host"]
+    up = _playbook(lab, inventory, "upgrade.yml", "upgrade", "-e",
+                   f"awide_wheelhouse={wheels_new}")
+    order = _task_hosts(up.stdout, "Install awide-cluster into the venv")
+    assert sorted(order) == list(HOSTS) and order[-1] == leader, (order, leader)
+    after = _healthy(lab, "h1")
+    assert {h["host"]: h["version"] for h in after["hosts"]} == {h: NEW_VERSION for h in HOSTS}
+    assert [c["state"] for c in after["cards"]] == ["in", "in"]
+    t.lap(f"upgrade.yml to {NEW_VERSION} (order {' '.join(order)})")
+
+    # SIGKILL the leader's daemon: systemd restarts it, the cluster heals
+    leader = after["leader"]["host"]
+    before = _unit(lab, leader, "awide-cluster.service")
+    killed_at = time.monotonic()
+    # --kill-who=main: in these containers systemd cannot signal a unit's whole cgroup
+    # ("Failed to send signal SIGKILL to auxiliary processes: Input/output error")
+    _ssh(lab, leader, "systemctl", "kill", "--kill-who=main", "-s", "SIGKILL",
+         "awide-cluster.service")
+
+    def restarted():
+        now = _unit(lab, leader, "awide-cluster.service")
+        return now if (int(now["NRestarts"]) > int(before["NRestarts"])
+                       and now["ActiveState"] == "active" and now["MainPID"] != before["MainPID"]
+                       and now["MainPID"] != "0") else None
+    now = _wait("the killed daemon restarted by systemd", restarted, timeout=60)
+    restart_s = time.monotonic() - killed_at
+    final = _healthy(lab, "h2", timeout=90)
+    assert final["leader"] is not None
+    assert [c["state"] for c in final["cards"]] == ["in", "in"]
+    print(f"[systest] SIGKILL of {leader}'s daemon: active again (pid {before['MainPID']} -> "
+          f"{now['MainPID']}) after {restart_s:.1f} s, leader now {final['leader']['host']}",
+          flush=True)
+    t.lap("SIGKILL -> restarted by systemd -> healthy")
