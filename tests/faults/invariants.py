@@ -33,8 +33,9 @@ whole record, with etcd's history replayed from revision 1.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
@@ -119,12 +120,18 @@ class Result:
 
 def registry_rev(value: bytes, revision: int, t: float) -> RegistryRev:
     """A registry revision as the checkers see it (``generation`` None: did not decode)."""
+    return replace(_decoded(value), t=t, revision=revision)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(value: bytes) -> RegistryRev:
+    """Decoding is the costly part of re-checking after every fault: once per document."""
     try:
         reg = regdoc.decode(value)
     except regdoc.RegistryError as e:
-        return RegistryRev(t=t, revision=revision, generation=None, error=str(e)[:300])
+        return RegistryRev(t=0.0, revision=0, generation=None, error=str(e)[:300])
     return RegistryRev(
-        t=t, revision=revision, generation=reg.generation, leader=reg.leader,
+        t=0.0, revision=0, generation=reg.generation, leader=reg.leader,
         usable=frozenset(c.id for c in reg.cards if c.usable),
         slots=tuple(reg.slots.slots),
         states=tuple(sorted((c.id, c.state) for c in reg.cards)),
@@ -136,6 +143,12 @@ def _ordered(events: tuple[KeyEvent, ...]) -> list[KeyEvent]:
 
 
 # ---------------------------------------------------------------- 1. fencing
+
+@functools.lru_cache(maxsize=4096)
+def _leader_host(value: bytes) -> str | None:
+    rec = LeaderRecord.decode(value)
+    return rec.host if rec else None
+
 
 def check_fencing(events: tuple[KeyEvent, ...]) -> Result:
     res = Result()
@@ -155,8 +168,7 @@ def check_fencing(events: tuple[KeyEvent, ...]) -> Result:
                      f"{rev.generation}, leader {rev.leader!r}) written while nobody held "
                      "the leader key")
             continue
-        rec = LeaderRecord.decode(holder.value)
-        who = rec.host if rec else None
+        who = _leader_host(holder.value)
         if who != rev.leader:
             res.fail("fencing", e.t, f"registry revision {e.revision} (generation "
                      f"{rev.generation}) names leader {rev.leader!r}, but the leader key at "

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from awide_cluster.embedded.cluster import find_etcd_binary
+from awide_cluster.embedded.spec import Timing
 from tests.faults import netns
 from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.inject import Ctx, inject
@@ -32,13 +33,20 @@ from tests.faults.schedule import KINDS, make_schedule
 from tests.faults.topology import CampaignCluster, Layout
 
 SLACK = 0.5               # scheduling delay allowed on a loaded 2-core machine
+TIMINGS = {
+    # the embedded harness's quick timing: poll 0.25 s, call 0.2 s, lease TTL 2 s, 3 sick polls
+    "quick": Timing.quick(),
+    # faster still, so that hundreds of faults fit in minutes: every bound scales with it
+    "fast": Timing(poll_interval=0.15, lease_ttl=1, sick_polls=3, healthy_polls=1,
+                   call_timeout=0.12),
+}
 PROCESS_START = 3.0       # a restarted daemon (Python) starts and reports within this
 
 
 class Campaign:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.layout = Layout(gateways=args.gateways)
+        self.layout = Layout(gateways=args.gateways, timing=TIMINGS[args.timing])
         t = self.layout.timing
         self.bounds: Bounds = bounds_for(
             gateway_poll=t.poll_interval, gateway_call=t.call_timeout,
@@ -57,6 +65,7 @@ class Campaign:
         # still applies to it)
         self.quiet = t.poll_interval + 0.1
         self.leader_ok: bool | None = None
+        self.check_time = 0.0                 # seconds spent in the continuous checks
 
     # ------------------------------------------------------------------ helpers
 
@@ -163,7 +172,9 @@ class Campaign:
                 self.say(what)
 
     def continuous(self) -> None:
-        res = check_all(self.history.frozen(), self.bounds, end=time.monotonic())
+        t0 = time.monotonic()
+        res = check_all(self.history.frozen(), self.bounds, end=t0)
+        self.check_time += time.monotonic() - t0
         for v in res.violations:
             if v.key() not in self.seen:
                 self.seen.add(v.key())
@@ -174,7 +185,8 @@ class Campaign:
     def run(self) -> int:
         args = self.args
         schedule = make_schedule(args.seed, args.faults, quick=args.quick,
-                                 kinds=tuple(args.kinds.split(",")) if args.kinds else None)
+                                 kinds=tuple(args.kinds.split(",")) if args.kinds else None,
+                                 scale=self.layout.timing.lease_ttl / 2)
         if args.no_netns:
             ok, why = False, "--no-netns given"
         else:
@@ -278,9 +290,12 @@ class Campaign:
         rec = replace(rec, key_events=events)
         res = check_all(rec, self.bounds, end=ended)
         t = self.layout.timing
-        replay_cmd = (f"make faults SEED={args.seed} FAULTS={args.faults}" if not args.quick
-                      else f"python -m tests.faults.runner --seed {args.seed} --faults "
-                           f"{args.faults} --quick --report FILE")
+        replay_cmd = " ".join(
+            ["python -m tests.faults.runner", f"--seed {args.seed}", f"--faults {args.faults}",
+             "--quick" if args.quick else "", f"--timing {args.timing}",
+             f"--kinds {args.kinds}" if args.kinds else "",
+             f"--gateways {args.gateways}" if args.gateways != 4 else "",
+             "--no-netns" if args.no_netns else "", "--report FILE"]).replace("  ", " ")
         report = build(
             seed=args.seed, requested=args.faults, quick=args.quick, mode=self.mode,
             mode_note=self.mode_note, rec=rec, result=res, bounds=self.bounds,
@@ -292,7 +307,8 @@ class Campaign:
             topology={"hosts": list(c.hosts), "storage": {h: list(v) for h, v in
                                                           self.layout.storage.items()},
                       "gateways": list(c.gateway_ids), "etcd_members": len(c.hosts)},
-            extra={"unexpected_exits": self.unexpected, "history_source": source,
+            extra={"unexpected_exits": self.unexpected,
+                   "continuous_check_s": round(self.check_time, 1), "history_source": source,
                    "history_match": history_match, "history_diff": history_diff,
                    "work_dir": str(work)})
         if args.report:
@@ -318,6 +334,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="every fault kind once, short holds (the make test campaign)")
     ap.add_argument("--kinds", default="", help=f"comma-separated subset of: {', '.join(KINDS)}")
     ap.add_argument("--gateways", type=int, default=4)
+    ap.add_argument("--timing", choices=sorted(TIMINGS), default="fast",
+                    help="daemon and gateway timing (holds and bounds follow it)")
     ap.add_argument("--no-netns", action="store_true", help="loopback even when root")
     ap.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
     ap.add_argument("--work-dir", default="")

@@ -40,8 +40,8 @@ WEIGHTS: dict[str, int] = {
     "store_death": 3, "card_swap": 2, "device_rename": 2, "card_flap": 2, "read_burst": 2,
 }
 
-# hold ranges in seconds (uniform), for the campaign's timing (poll 0.25 s, lease TTL 2 s, 3 sick
-# polls): some holds are shorter and some longer than the lease TTL and the sick-poll window,
+# hold ranges in seconds (uniform), for a lease TTL of 2 s (``make_schedule(scale=)`` adapts
+# them to another timing): some holds are shorter and some longer than the lease TTL and the sick-poll window,
 # and both outcomes must keep the invariants. A quick schedule holds each fault the longest, so
 # that each kind's one fault has its full effect (cards out, leader replaced).
 HOLDS: dict[str, tuple[float, float]] = {
@@ -52,8 +52,8 @@ HOLDS: dict[str, tuple[float, float]] = {
     "etcd_stop_member": (0.2, 1.5),
     "etcd_quorum_loss": (0.5, 3.0),
     "partition_leader_host": (0.3, 3.5),
-    "store_death": (0.3, 3.0),
-    "card_swap": (0.3, 3.0),
+    "store_death": (0.3, 4.0),
+    "card_swap": (0.3, 4.0),
     "device_rename": (0.0, 0.0),
     "card_flap": (0.0, 0.0),           # its length is flaps x period
     "read_burst": (0.3, 1.0),
@@ -79,8 +79,8 @@ class Fault:
         return f"#{self.index} {self.kind} hold={self.hold:.2f}s pick={self.pick}{extra}"
 
 
-def _fault(rng: random.Random, index: int, kind: str, quick: bool) -> Fault:
-    lo, hi = HOLDS[kind]
+def _fault(rng: random.Random, index: int, kind: str, quick: bool, scale: float) -> Fault:
+    lo, hi = (x * scale for x in HOLDS[kind])
     hold = round(rng.uniform(lo, hi), 3)
     if quick:                   # the quick campaign: the longest hold (the full effect)
         hold = hi
@@ -93,9 +93,10 @@ def _fault(rng: random.Random, index: int, kind: str, quick: bool) -> Fault:
 
 
 def make_schedule(seed: int, count: int, *, quick: bool = False,
-                  kinds: tuple[str, ...] | None = None) -> tuple[Fault, ...]:
+                  kinds: tuple[str, ...] | None = None, scale: float = 1.0) -> tuple[Fault, ...]:
     """``count`` faults from ``seed``. Quick: every kind exactly once (``count`` is then the
-    minimum, raised to the number of kinds). Otherwise every kind once, then weighted draws."""
+    minimum, raised to the number of kinds). Otherwise every kind once, then weighted draws.
+    ``scale`` multiplies the hold ranges (they are written for a 2 s lease TTL)."""
     use = tuple(kinds) if kinds is not None else tuple(KINDS)
     unknown = [k for k in use if k not in KINDS]
     if unknown:
@@ -113,7 +114,7 @@ def make_schedule(seed: int, count: int, *, quick: bool = False,
         order += rng.choices(use, weights=weights, k=count - len(first))
     if quick and count > len(first):
         order += [rng.choice(use) for _ in range(count - len(first))]
-    return tuple(_fault(rng, i, kind, quick) for i, kind in enumerate(order))
+    return tuple(_fault(rng, i, kind, quick, scale) for i, kind in enumerate(order))
 
 
 def kinds_missing(schedule: tuple[Fault, ...], kinds: tuple[str, ...] | None = None) -> list[str]:

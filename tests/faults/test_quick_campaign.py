@@ -3,7 +3,7 @@ once with its full effect, every invariant checked; any violation fails the test
 
 Runs ``python -m tests.faults.runner --quick`` as a child process (its own process group of
 etcd members, daemons, store services and gateways; network namespaces when root). About a
-minute and a half on a 2-core machine. Another seed: ``FAULTS_SEED=9 pytest ...``.
+minute on a 2-core machine. Another seed: ``FAULTS_SEED=9 pytest ...``.
 """
 
 from __future__ import annotations
