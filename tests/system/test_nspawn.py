@@ -48,6 +48,7 @@ HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each
 STORAGE = ("h1", "h2")
 CLUSTER = "systest"
 NEW_VERSION = "0.1.0.post1"                  # what upgrade.yml rolls out
+BROKEN_VERSION = "0.1.0.post2"               # a build that cannot start
 
 pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.timeout(2400)]
 
@@ -323,7 +324,7 @@ def _healthy(lab: Lab, host: str, timeout: float = 60) -> dict:
 
 # --- wheels --------------------------------------------------------------------------------
 
-def _source_copy(dest: Path, version: str | None) -> Path:
+def _source_copy(dest: Path, version: str | None, broken: bool = False) -> Path:
     """The repository's files (tracked and new, not ignored) copied to dest, optionally with
     another version number."""
     files = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], timeout=60,
@@ -342,11 +343,15 @@ def _source_copy(dest: Path, version: str | None) -> Path:
             new = re.sub(pattern, repl, text, count=1)
             assert new != text, f"no version in {rel}"
             (dest / rel).write_text(new)
+    if broken:                                 # a build whose every command fails at import
+        with open(dest / "awide_cluster" / "__init__.py", "a") as f:
+            f.write('\nraise RuntimeError("a broken build, made by the system test")\n')
     return dest
 
 
-def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None) -> Path:
-    src = _source_copy(tmp / f"src-{name}", version)
+def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None,
+                broken: bool = False) -> Path:
+    src = _source_copy(tmp / f"src-{name}", version, broken)
     out = tmp / f"wheels-{name}"
     argv = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(src)]
     if deps_from is not None:
@@ -380,7 +385,7 @@ def _inventory(lab: Lab, tmp: Path, wheelhouse: Path) -> Path:
 
 
 def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
-              *extra: str) -> subprocess.CompletedProcess:
+              *extra: str, expect_ok: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_PIPELINING": "1", "ANSIBLE_HOST_KEY_CHECKING": "0",
@@ -392,6 +397,9 @@ def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
                            timeout=1200, env=env)
     r.stdout = log.read_text()
     r.stderr = ""
+    if not expect_ok:
+        assert r.returncode != 0, f"{playbook} should have failed:\n{r.stdout[-6000:]}"
+        return r
     assert r.returncode == 0, f"{playbook} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
     return r
 
@@ -418,7 +426,8 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
     lab, t = lab
     wheels = _wheelhouse(tmp_path, "current", None, None)
     wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, wheels)
-    t.lap("wheelhouses built (current and new version)")
+    wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels, broken=True)
+    t.lap("wheelhouses built (current, new and broken version)")
     inventory = _inventory(lab, tmp_path, wheels)
 
     # site.yml: etcd quorum, daemons, config, units
@@ -434,7 +443,10 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
                     check=False).stdout.strip() == "masked"
         journal = _ssh(lab, host, "journalctl", "-u", "awide-etcd.service", "-o", "cat",
                        "--no-pager").stdout
-        assert "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL=1s" in journal
+        used = [line for line in journal.splitlines()
+                if "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL" in line]
+        assert used and "1s" in used[-1] and "recognized and used" in used[-1], journal[-3000:]
+        assert "unrecognized environment variable" not in journal
     members = json.loads(_ssh(lab, "h1", "etcdctl", "--endpoints=http://127.0.0.1:2379",
                               "member", "list", "-w", "json").stdout)["members"]
     assert sorted(m["name"] for m in members) == list(HOSTS)
@@ -489,3 +501,39 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
           f"{now['MainPID']}) after {restart_s:.1f} s, leader now {final['leader']['host']}",
           flush=True)
     t.lap("SIGKILL -> restarted by systemd -> healthy")
+
+    # upgrade.yml refuses an unhealthy cluster and changes nothing
+    _ssh(lab, "h1", "systemctl", "stop", "awide-cluster.service")
+    _wait("status unhealthy with h1's daemon stopped",
+          lambda: _status(lab, "h2")[0] == 1, timeout=60, every=1)
+    refused = _playbook(lab, inventory, "upgrade.yml", "upgrade-refused", "-e",
+                        f"awide_wheelhouse={wheels_broken}", expect_ok=False)
+    assert "the cluster is not healthy" in refused.stdout
+    assert {h: _installed(lab, h) for h in HOSTS} == {h: NEW_VERSION for h in HOSTS}
+    _ssh(lab, "h1", "systemctl", "start", "awide-cluster.service")
+    leader = _healthy(lab, "h2", timeout=90)["leader"]["host"]
+    t.lap("upgrade.yml refused on an unhealthy cluster")
+
+    # a build that cannot start stops the rolling upgrade at its first host
+    broken = _playbook(lab, inventory, "upgrade.yml", "upgrade-broken", "-e",
+                       f"awide_wheelhouse={wheels_broken}", "-e", "awide_health_retries=5",
+                       expect_ok=False)
+    first = [h for h in HOSTS if h != leader][0]
+    versions = {h: _installed(lab, h) for h in HOSTS}
+    assert versions == {h: BROKEN_VERSION if h == first else NEW_VERSION for h in HOSTS}, \
+        (versions, broken.stdout[-4000:])
+    assert _task_hosts(broken.stdout, "Install awide-cluster into the venv") == [first]
+    t.lap(f"upgrade.yml with a broken build stopped after {first}")
+
+    # site.yml with the good wheels repairs it
+    _playbook(lab, inventory, "site.yml", "site-repair", "-e", f"awide_wheelhouse={wheels_new}")
+    repaired = _healthy(lab, "h3", timeout=90)
+    assert {h["host"]: h["version"] for h in repaired["hosts"]} == {h: NEW_VERSION for h in HOSTS}
+    t.lap("site.yml repaired the broken host")
+
+
+def _installed(lab: Lab, host: str) -> str:
+    """The awide-cluster version in the host's venv (read from its metadata: a broken build
+    cannot run)."""
+    return _ssh(lab, host, "/opt/awide-cluster/bin/python", "-c",
+                "import importlib.metadata as m; print(m.version('awide-cluster'))").stdout.strip()
