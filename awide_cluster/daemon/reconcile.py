@@ -173,9 +173,12 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
             new = _relocate(new, *o.source, log)
         if o.good is True:
             new = replace(new, health="ok", reason="")
-        elif o.good is False and not (o.stale and h.bad == 1 and h.up):
+        elif o.good is False and not (o.stale and (c.health == "sick" or (h.bad == 1 and h.up))):
             # one report that did not advance is the normal jitter between two hosts' polls:
-            # it counts toward out, but the registry shows it from the second in a row
+            # it counts toward out, but the registry shows it from the second in a row; and
+            # it never replaces the reason of a card already sick (else a card that stays out
+            # alternates between its reason and "did not advance": a registry write, and a new
+            # generation on every gateway, at every jitter)
             new = replace(new, health="sick", reason=o.reason)
             if c.health != "sick" or c.reason != o.reason:
                 log.append(f"{describe(c)} bad poll {h.bad}/{policy.sick_polls}: {o.reason}")

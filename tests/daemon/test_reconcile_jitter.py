@@ -1,0 +1,44 @@
+"""Regression (found by the fault campaign, issue 6): polling jitter (a host report that did
+not advance between two leader cycles) must not rewrite the registry for a card that is
+already sick. A card that stayed out (e.g. the card that was swapped out of a directory)
+alternated between its reason and "report did not advance" at every jitter: the registry was
+rewritten about twice a second with nothing changed for service, and every gateway applied a
+new generation each time."""
+
+from __future__ import annotations
+
+from .builders import Leader, card, cid, report
+
+A = cid("SNA")
+
+
+def test_jitter_does_not_rewrite_the_reason_of_a_sick_card() -> None:
+    L = Leader(sick_polls=3)
+    L.step(report("h2", 1, card("card0", "SNA")))
+    sick = card("card0", "SNA", healthy=False, reason="store: connection refused")
+    for seq in (2, 3, 4):
+        L.step(report("h2", seq, sick))
+    assert L.state(A) == "out"
+    writes, gen = L.writes, L.registry.generation
+    # jitter: the same report twice (stale), then a fresh one, over and over
+    seq = 4
+    for _ in range(5):
+        d = L.step(report("h2", seq, sick))            # did not advance
+        assert not d.write, d.log
+        seq += 1
+        d = L.step(report("h2", seq, sick))            # advanced, still sick
+        assert not d.write, d.log
+    assert (L.writes, L.registry.generation) == (writes, gen)
+    c = L.registry.card(A)
+    assert (c.state, c.health, c.reason) == ("out", "sick", "store: connection refused")
+
+
+def test_a_report_that_stops_advancing_still_shows_and_takes_the_card_out() -> None:
+    L = Leader(sick_polls=3)
+    L.step(report("h2", 1, card("card0", "SNA")))
+    L.step(report("h2", 2, card("card0", "SNA")))
+    assert not L.step(report("h2", 2, card("card0", "SNA"))).write      # jitter: not shown
+    assert L.step(report("h2", 2, card("card0", "SNA"))).write          # twice: shown
+    assert "did not advance" in L.registry.card(A).reason
+    L.step(report("h2", 2, card("card0", "SNA")))
+    assert L.state(A) == "out"
