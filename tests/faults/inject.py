@@ -59,9 +59,14 @@ def _daemon_kill(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
     rec.t_inject = c.kill_daemon(host)
     ctx.say(f"#{f.index} SIGKILL daemon {host}{' (leader)' if leader else ''}")
     _hold(f)
-    c.start_daemon(host)
+    t_spawn = c.start_daemon(host)
+    # healed once the new process is up (its API answers): how long a Python process takes
+    # to start on a loaded machine is not the cluster's to bound
+    while c.daemon_status(host, 0.3) is None and time.monotonic() < t_spawn + 60.0:
+        time.sleep(0.05)
     rec.t_heal = time.monotonic()
-    ctx.say(f"#{f.index} daemon {host} started again")
+    rec.detail += f"; new process up {rec.t_heal - t_spawn:.2f} s after its start"
+    ctx.say(f"#{f.index} daemon {host} started again (up after {rec.t_heal - t_spawn:.2f} s)")
 
 
 def _daemon_stop(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
@@ -207,6 +212,7 @@ def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
     key = _pick(list(c.cards), f.pick)
     rec.target = key
+    rec.cards = (c.cards[key].id,)
     rec.t_inject = time.monotonic()
     ctx.say(f"#{f.index} {key} flaps {f.flaps} times (dead ~1 poll, alive ~1 poll)")
     for _ in range(f.flaps):

@@ -217,8 +217,15 @@ def _good(revs: tuple[RegistryRev, ...]) -> tuple[RegistryRev, ...]:
 
 def agreed(reg: RegistryRev | None, tabs: dict[str, GatewayTable | None],
            gateways: tuple[str, ...], expected_in: frozenset[str],
-           renamed: tuple[tuple[str, str, str], ...] = ()) -> str:
-    """"" when healed and agreed, else what is not (for logs)."""
+           renamed: tuple[tuple[str, str, str], ...] = (),
+           ahead: dict[int, RegistryRev] | None = None) -> str:
+    """"" when healed and agreed, else what is not (for logs).
+
+    ``ahead`` (generation -> revision, from the whole record): a gateway may apply a registry
+    revision before the runner's watch has seen it; then that revision is the one compared."""
+    newest = max((tb.generation for tb in tabs.values() if tb is not None), default=0)
+    if ahead and (reg is None or (reg.generation or 0) < newest) and newest in ahead:
+        reg = ahead[newest]
     if reg is None:
         return "no registry"
     if reg.usable != expected_in:
@@ -263,14 +270,16 @@ def settled_at(rec: Recorded, t_from: float, t_until: float,
         lo, hi = bisect.bisect_right(times, t_from), bisect.bisect_right(times, t_until)
         changes.extend((row.t, 1, row) for row in rows[lo:hi])
     changes.sort(key=lambda c: (c[0], c[1]))
-    ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed)   # type: ignore[arg-type]
+    ahead = {r.generation: r for r in revs}
+    ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed, ahead)  # type: ignore[arg-type]
     since: float | None = t_from if ok else None
     for t, _, item in changes:
         if isinstance(item, RegistryRev):
             reg = item
         else:
             tabs[item.gateway] = item                                    # type: ignore[union-attr]
-        ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed)  # type: ignore[arg-type]
+        ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed,  # type: ignore[arg-type]
+                        ahead)
         if not ok:
             since = None
         elif since is None:

@@ -119,6 +119,11 @@ def summary(report: dict[str, Any]) -> str:
     gp, ac, lag = report["gateway_poll_s"], report["accessor_s"], report["loop_lag_s"]
     out.append(f"gateway poll max {_fmt(gp['max'])} s, accessor max {_fmt(ac['max'])} s, "
                f"event-loop lag max {_fmt(lag['max'])} s; bounds {report['bounds']}")
+    flap = report.get("card_flap")
+    if flap:
+        out.append(f"card_flap: the registry took the card out in {flap['card_taken_out']} of "
+                   f"{flap['faults']} flaps (hysteresis: {report['timing'].get('sick_polls')} "
+                   "sick polls in a row)")
     for v in report["violations"]:
         out.append("")
         out.append(f"VIOLATION {v['invariant']} at {v['at']} s (fault #{v['fault']} "

@@ -295,3 +295,16 @@ def test_gateway_lines_parse_into_records():
     assert parse_line("not json") is None
     assert parse_line('{"type": "started", "t": 1, "gateway": "g1"}') is None
     assert parse_line('{"type": "table", "t": 1}') is None
+
+
+def test_a_gateway_ahead_of_the_runners_watch_is_compared_with_that_revision():
+    old = inv.registry_rev(reg_value(4, "s1", BOTH), 9, 1.0)
+    new = inv.registry_rev(reg_value(5, "s1", BOTH), 10, 2.0)   # the runner sees it at 2.0
+    tabs = {"g1": table(1.5, "g1", 5, {"a": True, "b": True}),
+            "g2": table(1.6, "g2", 5, {"a": True, "b": True})}
+    expected = frozenset({"a", "b"})
+    assert "generation 5, registry 4" in inv.agreed(old, tabs, GWS, expected)
+    assert inv.agreed(old, tabs, GWS, expected, ahead={4: old, 5: new}) == ""
+    tabs["g2"] = table(1.6, "g2", 4, {"a": True, "b": True})
+    assert "generation 4, registry 5" in inv.agreed(old, tabs, GWS, expected,
+                                                     ahead={4: old, 5: new})
