@@ -209,20 +209,27 @@ def _device_rename(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
 
 
 def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    """The card itself fails and returns, each phase about one poll (dead 0.9 poll, alive 1.1),
+    never for the sick_polls in a row the hysteresis needs. Instant toggles (a directory
+    renamed away and back, a controller going ``connecting``), so the phases are what they
+    say — a store process restart would take longer than a poll on a loaded machine."""
     c = ctx.cluster
     key = _pick(list(c.cards), f.pick)
     rec.target = key
     rec.cards = (c.cards[key].id,)
     rec.t_inject = time.monotonic()
-    ctx.say(f"#{f.index} {key} flaps {f.flaps} times (dead ~1 poll, alive ~1 poll)")
-    for _ in range(f.flaps):
-        c.store_kill(key)
-        time.sleep(ctx.poll * 0.9)
-        c.store_start(key)
-        time.sleep(ctx.poll * 1.1)
+    ctx.say(f"#{f.index} {key} flaps {f.flaps} times (dead ~0.9 poll, alive ~1.1 poll)")
+    try:
+        for _ in range(f.flaps):
+            c.card_glitch(key, present=False)
+            time.sleep(ctx.poll * 0.9)
+            c.card_glitch(key, present=True)
+            time.sleep(ctx.poll * 1.1)
+    finally:
+        c.card_glitch(key, present=True)
     rec.t_heal = time.monotonic()
     rec.hold = rec.t_heal - rec.t_inject
-    ctx.say(f"#{f.index} {key} stopped flapping (store up)")
+    ctx.say(f"#{f.index} {key} stopped flapping")
 
 
 def _read_burst(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:

@@ -29,7 +29,8 @@ KINDS: dict[str, str] = {
     "card_swap": "put another card's label in a directory card's place, then the original back",
     "device_rename": "an NVMe card's controller vanishes on the gateways' hosts: they must "
                      "reconnect it under a new device name, found by serial",
-    "card_flap": "a card's store alternates dead/alive faster than the sick-poll hysteresis",
+    "card_flap": "a card alternates failed/healthy (its directory away and back, its "
+                 "controller connecting/live) faster than the sick-poll hysteresis",
     "read_burst": "a burst of concurrent registry reads from many extra gateway followers",
 }
 
@@ -85,7 +86,7 @@ def _fault(rng: random.Random, index: int, kind: str, quick: bool, scale: float)
     if quick:                   # the quick campaign: the longest hold (the full effect)
         hold = hi
     pick = rng.randrange(1 << 30)
-    flaps = rng.randint(2, 4) if kind == "card_flap" else 0
+    flaps = rng.randint(3, 6) if kind == "card_flap" else 0
     readers = rng.choice((64, 128, 200)) if kind == "read_burst" else 0
     if quick and kind == "read_burst":
         readers = 64

@@ -288,6 +288,27 @@ class CampaignCluster:
         write_label(c.path, c.serial, DIR_MODEL, c.uuid, force=True)
         return time.monotonic()
 
+    def card_glitch(self, key: str, present: bool) -> float:
+        """Make the card itself fail (``present`` False) or come back, instantly: a directory
+        card's directory is renamed away and back (as a flapping mount); the NVMe card's
+        controller on its host goes ``connecting`` and ``live`` again. For flaps faster than
+        a process could restart."""
+        c = self.cards[key]
+        t = time.monotonic()
+        if c.kind == "dir":
+            assert c.path is not None
+            away = c.path.with_name(c.path.name + ".away")
+            src, dst = (away, c.path) if present else (c.path, away)
+            if src.exists():
+                os.rename(src, dst)
+        else:
+            sysfs = FakeSysfs(self.work / "hosts" / c.host / "sys")
+            with sysfs.lock():
+                for name in sysfs.controller_names():
+                    if sysfs.attr(name, "serial") == c.serial:
+                        sysfs.set_state(name, "live" if present else "connecting")
+        return t
+
     def vanish_device(self, key: str) -> list[tuple[str, str]]:
         """The NVMe card's controller disappears on every gateway's host (as after a target
         restart): (gateway id, controller name removed). The gateway must reconnect."""
