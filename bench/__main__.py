@@ -94,17 +94,26 @@ def main(argv: list[str] | None = None) -> int:
     busy0 = cpu_ticks()
     rows: list[Row] = []
     errors: dict[str, str] = {}
+    loads: list[dict[str, object]] = []      # the machine's load while each figure ran
     try:
         for mod_name in select(args.only):
             t0 = time.monotonic()
+            la0, b0 = loadavg(), cpu_ticks()
             ctx.say(f"== {mod_name} ({'quick' if args.quick else 'full'})")
+            got: list[Row] = []
             try:
                 mod = importlib.import_module(mod_name)
                 got = mod.run(ctx)
             except Exception as e:  # noqa: BLE001 - one broken figure does not hide the others
                 errors[mod_name] = f"{type(e).__name__}: {e}"
                 ctx.say(traceback.format_exc())
-                continue
+            finally:
+                b1 = cpu_ticks()
+                loads.append({"module": mod_name, "seconds": round(time.monotonic() - t0, 1),
+                              "loadavg_1m_start": la0[0] if la0 else None,
+                              "loadavg_1m_end": (loadavg() or [None])[0],
+                              "cpu_busy_pct": round(100.0 * (b1[0] - b0[0]) / (b1[1] - b0[1]), 1)
+                              if b1[1] > b0[1] else None})
             rows.extend(got)
             ctx.say(f"   {mod_name}: {len(got)} rows in {time.monotonic() - t0:.0f} s")
     finally:
@@ -126,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {**info, "loadavg_end": loadavg(),
                     "cpu_busy_pct_during_run": busy},   # the bench's own processes included
         "etcd_binary": ctx.etcd_binary,
+        "figure_load": loads,
         "figures": [r.to_dict() for r in rows],
         "errors": errors,
     }
@@ -135,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {info['nproc']} cores, {info['cpu']}; load average {' '.join(info['loadavg_start'])}"
           f" at start, {' '.join(doc['machine']['loadavg_end'])} at end; CPU busy {busy} % "
           "during the run (the bench included)")
+    for ld in loads:
+        print(f"  {ld['module']}: {ld['seconds']} s, load average (1 min) "
+              f"{ld['loadavg_1m_start']} -> {ld['loadavg_1m_end']}, CPU busy {ld['cpu_busy_pct']} %")
     print(f"wrote {out} ({len(rows)} rows, {elapsed:.0f} s)")
     return 1 if errors else 0
 

@@ -24,6 +24,12 @@ def markdown(doc: dict[str, Any]) -> str:
         f"the machine's CPUs were {m.get('cpu_busy_pct_during_run')} % busy during the run "
         "(the bench's own processes included).",
         "",
+        "Load while each part ran (1-minute load average at its start and end, the machine's CPU "
+        "busy share): " + "; ".join(
+            f"{ld['module'].removeprefix('bench.')} {ld['loadavg_1m_start']}->"
+            f"{ld['loadavg_1m_end']}, {ld['cpu_busy_pct']} %"
+            for ld in doc.get("figure_load", [])) + ".",
+        "",
         "| fig | figure | value | unit | stat | runs | median | p99 | max | floor / baseline "
         "| ratio | goal | met |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
