@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test deps venv bench bench-quick faults clean
+.PHONY: demo test deps venv bench bench-quick faults system-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,11 @@ FAULTS ?= 40
 REPORT ?= faults-report.json
 faults: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.faults.runner --seed $(SEED) --faults $(FAULTS) --report $(REPORT)
+
+# Real systemd hosts (systemd-nspawn containers in network namespaces, root only) driven by
+# the ansible playbooks: site.yml, upgrade.yml, a SIGKILL restart. Takes minutes; not in `test`.
+system-test: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -m system tests/system/test_nspawn.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
