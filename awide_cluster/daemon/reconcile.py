@@ -14,7 +14,8 @@ Per registry card, one observation per cycle:
 
 A single report that did not advance counts toward ``out`` but does not change the registry's
 ``health``/``reason`` (two hosts polling at nearly the same phase see this now and then); the
-second in a row does.
+second in a row does. It never replaces the reason of a card already sick, and a sick report
+read again in the next cycle is not counted twice (``sick_polls`` counts sick reports).
 
 ``contract.health.observe`` turns observations into ``in``/``out``; ``drained`` stays drained
 until an undrain intent. A reported card whose id is not in the registry is admitted. Cards
@@ -73,6 +74,9 @@ class LeaderMemory:
     cycles: int = 0
     seen: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # host -> (run, seq)
     health: Mapping[str, Hysteresis] = field(default_factory=dict)     # card id -> hysteresis
+    # cards whose observation in the last cycle was a fresh sick report: re-reading that same
+    # report next cycle (it did not advance) is not another sick poll
+    fresh_bad: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +165,14 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
         log.append(f"intent {key} ignored and deleted: {why}")
 
     # 2. one observation per registry card.
+    fresh_bad: set[str] = set()
     for cid in sorted(cards):
         c = cards[cid]
         o = _observe(c, snap, by_id, fresh, baseline)
+        if o.stale and cid in memory.fresh_bad:
+            o = _Obs(None)          # the sick report already counted, read again: no new poll
+        elif o.good is False and not o.stale:
+            fresh_bad.add(cid)
         h0 = health.get(cid) or _initial(c)
         h = observe(h0, o.good, sick_polls=policy.sick_polls,
                     healthy_polls=policy.healthy_polls, reason=o.reason)
@@ -279,7 +288,8 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
         candidate = prev
 
     seen = {h: r.freshness for h, r in snap.reports.items()}
-    mem = LeaderMemory(cycles=memory.cycles + 1, seen=seen, health=health)
+    mem = LeaderMemory(cycles=memory.cycles + 1, seen=seen, health=health,
+                       fresh_bad=frozenset(fresh_bad))
     return Decision(registry=candidate, write=write, consumed=tuple(consumed), memory=mem,
                     log=tuple(log), moves=moves)
 

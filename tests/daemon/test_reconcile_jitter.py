@@ -42,3 +42,27 @@ def test_a_report_that_stops_advancing_still_shows_and_takes_the_card_out() -> N
     assert "did not advance" in L.registry.card(A).reason
     L.step(report("h2", 2, card("card0", "SNA")))
     assert L.state(A) == "out"
+
+
+def test_a_sick_report_read_twice_counts_once() -> None:
+    """sick_polls=3 means three sick reports in a row: a cycle that reads the same sick report
+    again (the host's next poll had not landed yet) is not a third one."""
+    L = Leader(sick_polls=3)
+    L.step(report("h2", 1, card("card0", "SNA")))
+    sick = card("card0", "SNA", healthy=False, reason="controller connecting")
+    L.step(report("h2", 2, sick))           # sick report 1
+    L.step(report("h2", 2, sick))           # the same report again: jitter
+    L.step(report("h2", 3, sick))           # sick report 2
+    assert L.state(A) == "in"
+    L.step(report("h2", 4, sick))           # sick report 3
+    assert L.state(A) == "out"
+
+
+def test_a_host_that_stops_reporting_a_sick_card_still_loses_it() -> None:
+    L = Leader(sick_polls=3)
+    L.step(report("h2", 1, card("card0", "SNA")))
+    sick = card("card0", "SNA", healthy=False, reason="controller connecting")
+    L.step(report("h2", 2, sick))           # 1
+    for _ in range(3):                      # frozen: the same report over and over
+        L.step(report("h2", 2, sick))       # not counted once, then 2, 3
+    assert L.state(A) == "out"
