@@ -17,9 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import select
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig
@@ -99,6 +103,59 @@ async def once(args: argparse.Namespace) -> dict[str, object]:
         return await burst(readers, args.readers, args.duration)
     finally:
         await readers.close()
+
+
+class BurstWorker:
+    """The campaign's side: a ``--serve`` worker started on first use (through the harness's
+    ``Launcher``, so in a namespace when asked), fed through a FIFO, one summary line back per
+    burst. The followers' calls are bounded at 1 s: they are load, and 200 of them saturate
+    their own process first."""
+
+    def __init__(self, launcher: Any, fifo: Path, args: list[str], *, netns: str | None,
+                 env: dict[str, str]) -> None:
+        self.launcher, self.fifo, self.args = launcher, fifo, args
+        self.netns, self.env = netns, env
+        self.proc: Any = None
+        self.fd = -1
+
+    def run(self, readers: int, duration: float) -> str:
+        if self.proc is None or not self.proc.alive():
+            self._start()
+        out = self.proc.popen.stdout
+        os.write(self.fd, (json.dumps({"readers": readers, "duration": duration})
+                           + "\n").encode())
+        ready, _, _ = select.select([out], [], [], duration + 20.0)
+        if not ready:
+            self.proc.kill()
+            return "burst worker did not answer"
+        return out.readline().decode(errors="replace").strip() or "burst worker exited"
+
+    def _start(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        if not self.fifo.exists():
+            os.mkfifo(self.fifo)
+        self.proc = self.launcher.spawn(
+            "burst", [sys.executable, "-m", "tests.faults.burst", "--serve", str(self.fifo),
+                      "--call-timeout", "1.0", *self.args],
+            netns=self.netns, pipe_stdout=True, env=self.env)
+        deadline = time.monotonic() + 10.0
+        while True:        # open for writing once the worker has it open for reading
+            try:
+                self.fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.set_blocking(self.fd, True)
+                return
+            except OSError:                     # ENXIO: no reader yet
+                if not self.proc.alive() or time.monotonic() > deadline:
+                    raise RuntimeError("the burst worker did not open its FIFO:\n"
+                                       + self.proc.log_tail()) from None
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        """The worker reads EOF and exits (the launcher reaps it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def main(argv: list[str] | None = None) -> int:

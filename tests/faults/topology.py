@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import sys
 import urllib.request
@@ -48,6 +47,7 @@ from awide_cluster.embedded.store_thread import StoreThread
 from awide_cluster.store import StoreConfig
 from awide_cluster.store.errors import StoreError
 from tests.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
+from tests.faults.burst import BurstWorker
 from tests.faults.gateway_probe import parse_line
 from tests.faults.netns import Netns, NetnsEtcdCluster
 
@@ -56,7 +56,6 @@ NVME_NQN = "nqn.2024-01.io.awide:campaign-n0"
 NVME_SERIAL = "AWCAMPN0"
 NVME_NGUID = "a11ce0000000000000000000000000b0"
 PROBE = [sys.executable, "-m", "tests.faults.gateway_probe"]
-BURST = [sys.executable, "-m", "tests.faults.burst"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -128,8 +127,7 @@ class CampaignCluster:
         self.stopped_hosts: set[str] = set()
         self._gateway_ids: dict[str, str] = {}
         self._api_ports: dict[str, int] = {}
-        self._burst: Proc | None = None
-        self._burst_fd = -1
+        self._burst: BurstWorker | None = None
 
     # ------------------------------------------------------------------ names
 
@@ -196,9 +194,8 @@ class CampaignCluster:
                            call_timeout=1.0)
 
     def stop(self) -> None:
-        if self._burst_fd >= 0:
-            os.close(self._burst_fd)              # the worker reads EOF and exits
-            self._burst_fd = -1
+        if self._burst is not None:
+            self._burst.close()
         procs = list(self.gateways.values()) + list(self.daemons.values())
         reap([p for p in procs if p is not None], 2.0)
         self.launcher.stop_all(1.0)
@@ -441,46 +438,16 @@ class CampaignCluster:
         return [gid for gid, p in self.gateways.items() if not p.alive()]
 
     def burst(self, readers: int, duration: float) -> str:
-        """A burst of registry reads from ``readers`` extra gateway followers (in the first
-        gateway host's namespace), by a worker started on first use and fed through a FIFO
-        (no process start per burst); its one-line JSON summary. The followers' calls are
-        bounded at 1 s: they are load, and 200 of them saturate their own process first."""
+        """A burst of registry reads from ``readers`` extra gateway followers, from the first
+        gateway host's namespace (``burst.BurstWorker``); its one-line JSON summary."""
         assert self.etcd is not None
-        if self._burst is None or not self._burst.alive():
-            fifo = self.work / "burst.fifo"
-            if not fifo.exists():
-                os.mkfifo(fifo)
-            ghost = self.layout.gateway_hosts[0]
-            self._burst = self.launcher.spawn(
-                "burst", BURST + ["--serve", str(fifo), "--endpoints",
-                                  ",".join(self.etcd.endpoints), "--cluster",
-                                  self.layout.cluster, "--call-timeout", "1.0"],
-                netns=self.netns(ghost), pipe_stdout=True, env={"PYTHONPATH": str(REPO)})
-            self._burst_fd = self._open_fifo(fifo, 10.0)
-        p = self._burst.popen
-        assert p.stdout is not None
-        os.write(self._burst_fd, (json.dumps({"readers": readers, "duration": duration})
-                                  + "\n").encode())
-        ready, _, _ = select.select([p.stdout], [], [], duration + 20.0)
-        if not ready:
-            self._burst.kill()
-            return "burst worker did not answer"
-        return p.stdout.readline().decode(errors="replace").strip() or "burst worker exited"
-
-    def _open_fifo(self, fifo: Path, bound: float) -> int:
-        """Open the FIFO for writing once the worker has it open for reading (bounded)."""
-        deadline = time.monotonic() + bound
-        while True:
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                os.set_blocking(fd, True)
-                return fd
-            except OSError:                     # ENXIO: no reader yet
-                if self._burst is not None and not self._burst.alive() or \
-                        time.monotonic() > deadline:
-                    raise TopologyError("the burst worker did not open its FIFO:\n"
-                                        + (self._burst.log_tail() if self._burst else ""))
-                time.sleep(0.02)
+        if self._burst is None:
+            self._burst = BurstWorker(
+                self.launcher, self.work / "burst.fifo",
+                ["--endpoints", ",".join(self.etcd.endpoints), "--cluster",
+                 self.layout.cluster], netns=self.netns(self.layout.gateway_hosts[0]),
+                env={"PYTHONPATH": str(REPO)})
+        return self._burst.run(readers, duration)
 
     # ------------------------------------------------------------------ etcd reads
 
