@@ -330,11 +330,13 @@ def flap_outcomes(rec, bounds: Bounds) -> dict[str, int]:
     """How many card_flap faults the registry rode out (the card stayed in) — informational:
     a stale report of jitter can legitimately complete a run of sick polls."""
     out = {"faults": 0, "card_taken_out": 0}
+    injected = sorted(f.t_inject for f in rec.faults if not f.skipped)
     for f in rec.faults:
         if f.kind != "card_flap" or f.skipped or f.t_heal is None:
             continue
         out["faults"] += 1
-        end = f.t_heal + bounds.detect
+        later = [t for t in injected if t > f.t_inject]
+        end = min([f.t_heal + bounds.detect] + later[:1])   # not the next fault's effect
         if any(f.t_inject <= r.t <= end and r.generation is not None
                and any(c in f.cards for c, state in r.states if state != "in")
                for r in rec.registry):
