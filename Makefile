@@ -14,7 +14,7 @@ $(BIN)/python:
 deps:
 	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
 	  need=""; \
-	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2; do \
+	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2 debootstrap openssh-client; do \
 	    dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
 	  if [ -n "$$need" ]; then \
 	    echo "apt: installing$$need"; \
@@ -48,7 +48,7 @@ faults: deps venv
 # Real systemd hosts (systemd-nspawn containers in network namespaces, root only) driven by
 # the ansible playbooks: site.yml, upgrade.yml, a SIGKILL restart. Takes minutes; not in `test`.
 system-test: deps venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -m system tests/system/test_nspawn.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -s -m system tests/system/test_nspawn.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
