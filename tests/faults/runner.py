@@ -348,7 +348,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tests.faults.runner",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--faults", type=int, default=40)
+    ap.add_argument("--faults", type=int, default=None,
+                    help="how many faults (default 40; with --quick: one per kind)")
     ap.add_argument("--report", default="")
     ap.add_argument("--quick", action="store_true",
                     help="every fault kind once, short holds (the make test campaign)")
@@ -365,7 +366,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return Campaign(parse_args(argv)).run()
+    args = parse_args(argv)
+    if args.faults is None:
+        args.faults = 1 if args.quick else 40
+    return Campaign(args).run()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ SEED = int(os.environ.get("FAULTS_SEED", "11"))
 def test_quick_campaign_keeps_every_invariant(etcd_binaries, tmp_path):
     etcd = next(iter(etcd_binaries.values()))
     report = tmp_path / "report.json"
-    argv = [sys.executable, "-m", "tests.faults.runner", "--seed", str(SEED), "--faults", "1",
+    argv = [sys.executable, "-m", "tests.faults.runner", "--seed", str(SEED),
             "--quick", "--report", str(report), "--etcd", etcd,
             "--work-dir", str(tmp_path / "work")]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
