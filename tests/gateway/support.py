@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -138,3 +139,19 @@ def argv_text(world: FakeNvmeWorld) -> str:
 
 def with_state(card: CardEntry, state: str) -> CardEntry:
     return replace(card, state=state, health="ok" if state == "in" else "sick")  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def serving_gateway(etcd: Any, leader: "RegistryWriter", world: FakeNvmeWorld,
+                          cluster_name: str) -> AsyncIterator[tuple[ClusterGateway, CardEntry]]:
+    """One served card published, a gateway started and the card in service; stopped after."""
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id))
+        yield gw, a
+    finally:
+        await gw.stop()

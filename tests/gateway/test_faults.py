@@ -18,6 +18,7 @@ from awide_cluster.nvme.target import NvmeTarget
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import LocalCard
 from tests.gateway.support import (
+    serving_gateway,
     argv_text, config, gateway, in_service, make_card, serve, wait_for,
 )
 
@@ -179,13 +180,7 @@ async def test_corrupt_unknown_and_skewed_registries_are_kept_out(
 ])
 async def test_hostile_registry_targets_never_reach_the_subprocess(
         etcd, leader, world, cluster_name, field, value):
-    a = make_card(1)
-    serve(world, a)
-    await leader.publish([a])
-    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
-    await gw.start()
-    try:
-        await wait_for(lambda: in_service(gw, a.id))
+    async with serving_gateway(etcd, leader, world, cluster_name) as (gw, a):
         evil = make_card(2, admitted=2)
         doc = leader.doc([a, evil])
         for c in doc["cards"]:
@@ -198,8 +193,6 @@ async def test_hostile_registry_targets_never_reach_the_subprocess(
         assert field in gw.stats().problem
         assert value not in argv_text(world)
         assert "evil" not in argv_text(world) and "reboot" not in argv_text(world)
-    finally:
-        await gw.stop()
 
 
 async def test_connector_refuses_a_forged_target_before_any_subprocess(world):

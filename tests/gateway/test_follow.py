@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.gateway.support import (
+    serving_gateway,
     config, gateway, in_service, make_card, serve, wait_for,
 )
 
@@ -118,13 +119,7 @@ async def test_card_out_and_back_by_registry(etcd, leader, world, cluster_name):
 
 async def test_local_io_errors_take_a_card_out_after_sick_polls_and_back(
         etcd, leader, world, cluster_name):
-    a = make_card(1)
-    serve(world, a)
-    await leader.publish([a])
-    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
-    await gw.start()
-    try:
-        await wait_for(lambda: in_service(gw, a.id))
+    async with serving_gateway(etcd, leader, world, cluster_name) as (gw, a):
         seen_out = False
         for _ in range(200):                      # keep reporting until it goes out
             gw.report_io_error(a.id)
@@ -136,19 +131,11 @@ async def test_local_io_errors_take_a_card_out_after_sick_polls_and_back(
         s = gw.snapshot().card(a.id)
         assert "I/O error" in s.why and "2 bad polls" in s.why
         await wait_for(lambda: in_service(gw, a.id), what="back once healthy")
-    finally:
-        await gw.stop()
 
 
 async def test_target_restart_found_again_under_new_device_name(etcd, leader, world,
                                                                 cluster_name):
-    a = make_card(1)
-    serve(world, a)
-    await leader.publish([a])
-    gw = gateway(config(cluster_name, etcd.endpoints, world), world)
-    await gw.start()
-    try:
-        await wait_for(lambda: in_service(gw, a.id))
+    async with serving_gateway(etcd, leader, world, cluster_name) as (gw, a):
         old = gw.snapshot().card(a.id).device
         ctrl = re.fullmatch(r"/dev/(nvme[0-9]+)n[0-9]+", old).group(1)
         world.sysfs.remove_controller(ctrl)         # the controller is lost with the target
@@ -158,8 +145,6 @@ async def test_target_restart_found_again_under_new_device_name(etcd, leader, wo
         assert new != old
         id_ctrls = [c for c in world.calls() if c[0] == "id-ctrl"]
         assert len(id_ctrls) >= 2                   # identity checked again on the new name
-    finally:
-        await gw.stop()
 
 
 async def test_card_answering_with_wrong_serial_is_refused(etcd, leader, world, cluster_name):
