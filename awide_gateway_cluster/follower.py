@@ -5,7 +5,8 @@ The poll is one ranged read of ``registry`` with ``min_mod_revision`` = the last
 hundred bytes) and nothing is decoded. ``count`` tells "unchanged" (1) from "absent" (0).
 
 What is applied, and what is kept (``decide``):
-- a changed document is decoded, checked to name this cluster, and its slot table recomputed
+- a changed document is decoded, checked to name this cluster and not to go back (within one
+  lineage the generation only grows: ``contract.registry.went_back``), and its slot table recomputed
   with the shared slot function (``contract.registry.check_slots``); any failure (corrupt,
   unknown schema, other cluster, version skew) keeps the last good registry, is counted and
   reported, and the same bad revision is not fetched again;
@@ -20,7 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema, check_slots
+from awide_cluster.contract.registry import (
+    Registry, RegistryError, UnknownSchema, check_slots, went_back,
+)
 from awide_cluster.contract.registry import decode as decode_registry
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.types import RangeResult
@@ -77,12 +80,20 @@ def decide(state: FollowState, answer: RangeResult | BaseException, now: float, 
         return _reject(base, f"unknown schema: {e}")
     except RegistryError as e:
         return _reject(base, f"corrupt registry: {e}")
+    back = went_back(state.registry, reg)
+    if back is not None:
+        return _reject(base, f"registry refused: {back}")
     skew = check_slots(reg)
     if skew is not None:
         st, d = _reject(base, f"version skew, generation {reg.generation} not applied: {skew}")
         return replace(st, skew=st.skew + 1), d
     applied = replace(base, registry=reg, applied_revision=kv.mod_revision, problem="")
-    return applied, Decision("applied", registry=reg)
+    detail = ""
+    if state.registry is not None and state.registry.lineage != reg.lineage:
+        detail = (f"registry lineage changed from {state.registry.lineage or '-'} to "
+                  f"{reg.lineage or '-'} (re-created): generation {reg.generation} applied "
+                  f"after {state.registry.generation}")
+    return applied, Decision("applied", registry=reg, detail=detail)
 
 
 def _reject(state: FollowState, why: str) -> tuple[FollowState, Decision]:

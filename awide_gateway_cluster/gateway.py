@@ -27,6 +27,7 @@ from awide_cluster import __version__
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.contract.text import safe_text
 from awide_cluster.store.errors import StoreError
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
@@ -60,6 +61,7 @@ class GatewayStats:
     registration_failures: int
     layout_ok: bool
     events_dropped: int
+    loop_errors: int = 0            # exceptions the poll/registration loops survived
 
 
 class ClusterGateway:
@@ -94,6 +96,8 @@ class ClusterGateway:
         self._engine: str | None = None
         self._hub = Hub()
         self._hostile = self._refused = 0
+        self._loop_errors = 0
+        self._last_loop_error = ""
         self._started = False
         self._poll_now = asyncio.Event()
         self._follower: Follower | None = None
@@ -122,17 +126,22 @@ class ClusterGateway:
 
     def stats(self) -> GatewayStats:
         fs = self._follower.state if self._follower else None
+        poll = self._tasks[0] if self._tasks else None
+        dead = ""
+        if self._started and (poll is None or poll.done()):
+            dead = "registry poll task is not running: the view is stale by definition"
         return GatewayStats(
             generation=self._view.generation,
             staleness=self._follower.staleness() if self._follower else None,
-            stale=bool(fs and fs.problem) or fs is None or fs.last_ok is None,
-            problem=fs.problem if fs else "not started",
+            stale=bool(dead) or bool(fs and fs.problem) or fs is None or fs.last_ok is None,
+            problem=dead or (fs.problem if fs else "not started"),
             polls=fs.polls if fs else 0, failed_polls=fs.failed_polls if fs else 0,
             registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
             hostile_targets=self._hostile, cards_refused=self._refused,
             registration_failures=self._registration.failures if self._registration else 0,
             layout_ok=self._layout_ok,
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
+            loop_errors=self._loop_errors,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -256,7 +265,10 @@ class ClusterGateway:
         await asyncio.sleep(self._rng.uniform(0, self._interval))   # random phase
         while True:
             self._poll_now.clear()
-            await self._poll_once()
+            try:
+                await self._poll_once()
+            except Exception as e:      # noqa: BLE001 - no content may end the poll loop
+                self._loop_failed("registry poll", e)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._poll_now.wait()
@@ -290,6 +302,8 @@ class ClusterGateway:
             prev = old_cards.get(card.id)
             if prev is not None and prev.state != "in" and card.state == "in":
                 self._wake[card.id].set()
+        if decision.detail:
+            log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
         self._rebuild()
 
@@ -343,21 +357,34 @@ class ClusterGateway:
     async def _etcd_side_loop(self) -> None:
         await asyncio.sleep(self._rng.uniform(0, self._interval))
         while True:
-            if not self._layout_ok and not self._layout_mismatch:
-                with contextlib.suppress(lay.LayoutMismatch):
-                    await self._check_layout()
-            assert self._registration is not None and self._follower is not None
-            v = self._view
-            record = GatewayRecord(
-                id=self.id, host=self.config.host, pod=self.config.pod,
-                namespace=self.namespace, placement=self.placement_name,
-                fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
-                version=__version__, stale=bool(self._follower.state.problem),
-            )
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._call * 3.5):
-                    await self._registration.tick(record, self._clock())
+            try:
+                await self._etcd_side_once()
+            except Exception as e:      # noqa: BLE001 - no content may end this loop
+                self._loop_failed("registration", e)
             await asyncio.sleep(self._interval)
+
+    def _loop_failed(self, what: str, e: BaseException) -> None:
+        why = safe_text(f"{what} failed: {type(e).__name__}: {e}")
+        self._loop_errors += 1
+        if why != self._last_loop_error:
+            log.error("%s; the loop goes on", why, exc_info=e)
+        self._last_loop_error = why
+
+    async def _etcd_side_once(self) -> None:
+        if not self._layout_ok and not self._layout_mismatch:
+            with contextlib.suppress(lay.LayoutMismatch):
+                await self._check_layout()
+        assert self._registration is not None and self._follower is not None
+        v = self._view
+        record = GatewayRecord(
+            id=self.id, host=self.config.host, pod=self.config.pod,
+            namespace=self.namespace, placement=self.placement_name,
+            fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
+            version=__version__, stale=bool(self._follower.state.problem),
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._call * 3.5):
+                await self._registration.tick(record, self._clock())
 
     # ------------------------------------------------------------------ cards
 

@@ -92,7 +92,8 @@ class Daemon:
 
 def daemon_config(endpoints: tuple[str, ...], cluster: str, host: str,
                   cards: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"cluster": cluster, "host": host, "role": "storage" if cards else "witness",
+    return {"cluster": cluster, "host": host, "hosts": ["h1", "h2", "h3"],
+            "role": "storage" if cards else "witness",
             "etcd": {"endpoints": list(endpoints)}, "api": {"listen": "127.0.0.1:0"},
             "cards": cards}
 

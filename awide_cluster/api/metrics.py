@@ -99,6 +99,17 @@ class DaemonMetrics:
         self.etcd_errors = Counter("awide_etcd_call_errors",
                                    "Failed etcd calls, by operation and error type",
                                    ["op", "error"], registry=r)
+        self.loop_errors = Counter("awide_loop_errors",
+                                   "Main loop turns that raised and were survived, by error type",
+                                   ["error"], registry=r)
+        self.values_refused = Counter("awide_etcd_values_refused",
+                                      "Values read from etcd and refused (corrupt, too large, "
+                                      "forged, from an unknown host), by problem code",
+                                      ["problem"], registry=r)
+        self.registry_repairs = Counter("awide_registry_repairs",
+                                        "Registry documents the leader rewrote from its last "
+                                        "good state, by what it found in etcd", ["found"],
+                                        registry=r)
 
         self._cards_seen: set[tuple[str, str]] = set()
         self._leader: str | None = None
@@ -108,6 +119,17 @@ class DaemonMetrics:
     def poll_done(self, seconds: float, *, ok: bool = True) -> None:
         self.polls.labels(result="ok" if ok else "error").inc()
         self.poll_duration.observe(max(0.0, seconds))
+
+    def loop_error(self, error: str) -> None:
+        self.loop_errors.labels(error=error[:64]).inc()
+
+    def value_refused(self, problem: str) -> None:
+        """``problem``: a problem code of docs/operations.md (a bounded set)."""
+        self.values_refused.labels(problem=problem).inc()
+
+    def registry_repaired(self, found: str) -> None:
+        """``found``: corrupt, unknown_schema, missing, foreign, or too_large."""
+        self.registry_repairs.labels(found=found).inc()
 
     def bind_heartbeat(self, age: Callable[[], float]) -> None:
         """Make ``awide_loop_heartbeat_age_seconds`` read ``age()`` at each scrape."""

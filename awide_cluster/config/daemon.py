@@ -2,6 +2,7 @@
 
     cluster: prod1
     host: store-a                 # default: this machine's host name
+    hosts: [store-a, store-b, witness-c]   # every host of the cluster (storage and witness)
     role: storage                 # storage | witness (a witness has no cards)
     dev_cluster: false            # true: accept an etcd cluster of fewer than 3 members
     etcd:
@@ -69,6 +70,9 @@ class DaemonConfig(Section):
     host: str = Field(default_factory=_hostname)
     role: Literal["storage", "witness"] = "storage"
     dev_cluster: bool = False
+    # every host of the cluster, storage and witness: the leader admits reports (and so cards)
+    # only from these; a report under members/<other> is refused and shown as a problem
+    hosts: tuple[str, ...] = Field(min_length=1, max_length=256)
     etcd: EtcdSection
     timing: TimingSection = TimingSection()
     api: ApiSection = ApiSection()
@@ -83,6 +87,18 @@ class DaemonConfig(Section):
             return check_name(info.field_name, v)
         except BadName as e:
             raise ValueError(str(e)) from None
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for h in v:
+            try:
+                check_name("host", h)
+            except BadName as e:
+                raise ValueError(str(e)) from None
+        if len(set(v)) != len(v):
+            raise ValueError("a host is listed twice")
+        return v
 
     @field_validator("sysfs_root")
     @classmethod
@@ -107,6 +123,9 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
             f"{t.lease_ttl} s is not longer than poll_interval + 2 x etcd.call_timeout "
             f"= {t.poll_interval:g} + 2 x {call:g} = {floor:g} s: the lease could expire "
             "between two keepalives of a healthy daemon")))
+    if cfg.host not in cfg.hosts:
+        out.append(("hosts", f"this host {cfg.host!r} is not in hosts "
+                             f"({', '.join(cfg.hosts)}): its own reports would be refused"))
     if cfg.role == "witness" and cfg.cards:
         out.append(("cards", "a witness host has no cards (role: witness)"))
     seen: dict[str, int] = {}

@@ -33,6 +33,7 @@ from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
+MAX_GENERATION = 2**53 - 1      # exact in every JSON reader; a lineage never gets there
 STATES = ("in", "out", "drained")
 HEALTHS = ("ok", "sick", "unknown")
 KINDS = ("nvme", "dir")
@@ -93,10 +94,13 @@ class Registry:
     written_at: str = ""
     schema: int = SCHEMA_VERSION
     slot_algorithm: int = slotfn.ALGORITHM_VERSION
+    lineage: str = ""                       # id of this registry's history (docs/registry.md)
+    hosts: tuple[str, ...] = ()             # the hosts whose reports the leader admits
     by_id: dict[str, CardEntry] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cards", tuple(sorted(self.cards, key=lambda c: c.id)))
+        object.__setattr__(self, "hosts", tuple(sorted(set(self.hosts))))
         object.__setattr__(self, "by_id", {c.id: c for c in self.cards})
 
     def card(self, card_id_: str) -> CardEntry | None:
@@ -104,7 +108,8 @@ class Registry:
 
     def content(self) -> tuple:
         """What a write compares to decide whether anything changed (not generation/time)."""
-        return (self.cluster, self.cards, self.slots, self.slot_algorithm)
+        return (self.cluster, self.cards, self.slots, self.slot_algorithm, self.lineage,
+                self.hosts)
 
 
 def claims(cards: tuple[CardEntry, ...], table: slotfn.SlotTable) -> list[slotfn.SlotClaim]:
@@ -124,6 +129,21 @@ def claims(cards: tuple[CardEntry, ...], table: slotfn.SlotTable) -> list[slotfn
 def slot_table(cards: tuple[CardEntry, ...], previous: slotfn.SlotTable) -> slotfn.SlotTable:
     """The slot table for ``cards`` given the table the registry held before."""
     return slotfn.assign(claims(cards, previous))
+
+
+def went_back(old: Registry | None, new: Registry) -> str | None:
+    """Why ``new`` must not replace ``old`` (None: it may): within one lineage the generation
+    only grows, and one generation has one content. A registry of another lineage (a
+    deliberate re-creation, docs/registry.md) may replace it; its reader says so."""
+    if old is None or new.lineage != old.lineage:
+        return None
+    if new.generation < old.generation:
+        return (f"generation {new.generation} is older than generation {old.generation} "
+                f"already applied (lineage {old.lineage or '-'}): the registry went back")
+    if new.generation == old.generation and new.content() != old.content():
+        return (f"generation {new.generation} differs from the generation {old.generation} "
+                f"already applied (lineage {old.lineage or '-'}) with the same number")
+    return None
 
 
 def check_slots(reg: Registry) -> str | None:
@@ -179,13 +199,15 @@ class _UnplacedDoc(_Strict):
 class _RegistryDoc(_Strict):
     schema_: int = Field(alias="schema")
     cluster: str
-    generation: int = Field(ge=0)
+    generation: int = Field(ge=0, le=MAX_GENERATION)
     leader: str
     written_at: str = ""
     slot_algorithm: int = Field(ge=1)
     cards: list[_CardDoc]
     slots: list[str | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
     unplaced: list[_UnplacedDoc] = []
+    lineage: str = Field(default="", max_length=32)
+    hosts: list[str] = Field(default=[], max_length=256)
 
 
 def _where(err: ValidationError) -> str:
@@ -227,6 +249,13 @@ def decode(raw: bytes | str) -> Registry:
             admitted=c.admitted, changed_generation=c.changed_generation,
             changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
         ))
+    try:
+        if doc.lineage:
+            check_name("lineage", doc.lineage)
+        for h in doc.hosts:
+            check_name("host", h)
+    except BadName as e:
+        raise RegistryError(f"registry field lineage/hosts: {e}") from None
     ids = [c.id for c in cards]
     if len(set(ids)) != len(ids):
         raise RegistryError("registry field cards: the same card id appears twice")
@@ -244,7 +273,7 @@ def decode(raw: bytes | str) -> Registry:
     return Registry(
         cluster=doc.cluster, generation=doc.generation, leader=doc.leader,
         cards=tuple(cards), slots=table, written_at=doc.written_at, schema=doc.schema_,
-        slot_algorithm=doc.slot_algorithm,
+        slot_algorithm=doc.slot_algorithm, lineage=doc.lineage, hosts=tuple(doc.hosts),
     )
 
 
@@ -259,6 +288,8 @@ def to_dict(reg: Registry) -> dict[str, Any]:
         "cards": [_card_dict(c) for c in reg.cards],
         "slots": list(reg.slots.slots),
         "unplaced": [{"card": cid, "reason": why} for cid, why in reg.slots.unplaced],
+        "lineage": reg.lineage,
+        "hosts": list(reg.hosts),
     }
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 
 from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
+from awide_cluster.contract.text import safe_text
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
@@ -28,6 +30,8 @@ from awide_cluster.store.errors import StoreError, Timeout
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
+
+GATEWAYS_READ_LIMIT = 10_000     # gateway records read for the generation floor of a repair
 
 
 class Outcome(enum.Enum):
@@ -44,6 +48,8 @@ class Read:
     snapshot: Snapshot
     registry_rev: int           # mod_revision of the registry as read (0: absent)
     leader_kv: KeyValue | None
+    found: str = "ok"           # the registry in etcd: ok, missing, corrupt, unknown_schema
+    problem: str = ""           # why it is not ok (names the key and the field)
 
 
 def decode_intent(kv: KeyValue) -> Intent:
@@ -61,12 +67,21 @@ class LeaderLoop:
         self.policy, self.call_timeout, self.metrics = policy, call_timeout, metrics
         self.memory = LeaderMemory()
         self.registry: Registry | None = None        # last registry read or written
+        self.own: Registry | None = None             # last registry this term wrote
+        self.attempted: Registry | None = None       # a write not confirmed (maybe applied)
+        self.known: Registry | None = None           # newest good registry known at takeover
         self.last_error = ""
         self.refused_reports: dict[str, int] = {}    # host -> reports refused (counted)
+        self._refusals: dict[str, str] = {}          # key -> last reason logged
+        self.repairs = 0
 
-    def reset(self) -> None:
-        """A new term: counters at zero, the first cycle is the freshness baseline."""
+    def reset(self, known: Registry | None = None) -> None:
+        """A new term: counters at zero, the first cycle is the freshness baseline.
+        ``known``: the newest good registry this daemon holds (it followed it), the base of a
+        repair if etcd's registry is unreadable or missing at the first cycle."""
         self.memory = LeaderMemory()
+        self.own = self.attempted = None
+        self.known = known if known is not None else self.registry
 
     async def read(self) -> Read:
         """Every read of one cycle; StoreError if any failed, RegistryError if the registry in
@@ -78,17 +93,28 @@ class LeaderLoop:
             self.store.range(keys.INTENTS, prefix=True, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
         )
-        reports, bad = {}, {}
+        reports, bad, strangers = {}, {}, {}
+        hosts = self.policy.hosts
         for kv in members.kvs:
             host = keys.tail(kv.key, keys.MEMBERS)
+            if hosts and host not in hosts:
+                strangers[safe_text(host, 80)] = "not a host of this cluster (config hosts)"
+                continue            # never decoded: nothing in it counts
             try:
                 r = reportdoc.decode(kv.value)
                 if r.host != host:
                     raise reportdoc.ReportError(f"report names host {r.host!r}")
                 reports[host] = r
             except reportdoc.ReportError as e:
-                bad[host] = str(e)[:200]
-        registry = regdoc.decode(reg_kv.value) if reg_kv is not None else None
+                bad[host] = safe_text(e, 200)
+        registry, found, problem = None, "missing", "no registry in etcd"
+        if reg_kv is not None:
+            try:
+                registry, found, problem = regdoc.decode(reg_kv.value), "ok", ""
+            except UnknownSchema as e:
+                found, problem = "unknown_schema", safe_text(e, 200)
+            except RegistryError as e:
+                found, problem = "corrupt", safe_text(e, 200)
         good_intents, bad_intents = [], {}
         for kv in intents.kvs:
             try:
@@ -96,8 +122,10 @@ class LeaderLoop:
             except ValueError as e:
                 bad_intents[kv.key] = (kv.mod_revision, str(e)[:200])
         snap = Snapshot(reports=reports, bad_reports=bad, registry=registry,
-                        intents=tuple(good_intents), bad_intents=bad_intents)
-        return Read(snap, reg_kv.mod_revision if reg_kv is not None else 0, leader_kv)
+                        intents=tuple(good_intents), bad_intents=bad_intents,
+                        strangers=strangers)
+        return Read(snap, reg_kv.mod_revision if reg_kv is not None else 0, leader_kv,
+                    found=found, problem=problem)
 
     async def cycle(self) -> Outcome:
         ld = self.leadership
@@ -108,23 +136,21 @@ class LeaderLoop:
             got = await self.read()
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
-        except RegistryError as e:
-            if self.metrics is not None:
-                self.metrics.registry_refused(
-                    "unknown_schema" if isinstance(e, UnknownSchema) else "corrupt")
-            return self._skip(f"registry in etcd is unreadable, not overwriting it: {e}")
         ld.observe_key(got.leader_kv)
         if not ld.holds():
             return Outcome.DEPOSED
-        for host, why in got.snapshot.bad_reports.items():
-            self.refused_reports[host] = self.refused_reports.get(host, 0) + 1
-            if self.metrics is not None:
-                self.metrics.report_refused(host)
-            log.warning("host report of %s ignored: %s", host, why)
-        self.registry = got.snapshot.registry or self.registry
-        d = decide(got.snapshot, self.memory, self.policy, now=self.clock.wall())
+        self._note_refusals(got.snapshot)
+        try:
+            snap = await self._repair_base(got)
+        except StoreError as e:
+            return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
+        if snap.registry is not None and not snap.repair:
+            self.registry = snap.registry
+        d = decide(snap, self.memory, self.policy, now=self.clock.wall())
         self.memory = d.memory
         self.last_error = ""
+        if not d.write and d.registry is not None and self.own is None:
+            self.own = d.registry       # adopted as it is: this term's baseline
         if not d.write and not d.consumed:
             for line in d.log:
                 log.info(line)
@@ -146,6 +172,8 @@ class LeaderLoop:
                                        timeout=self.call_timeout)
         except StoreError as e:
             maybe = isinstance(e, Timeout) and e.maybe_applied
+            if d.write:
+                self.attempted = reg
             self.last_error = f"registry write not confirmed: {e}"
             log.warning("%s%s; re-reading next cycle", self.last_error,
                         " (it may have been applied)" if maybe else "")
@@ -165,13 +193,87 @@ class LeaderLoop:
         for line in d.log:
             log.info(line)
         if d.write:
-            self.registry = reg
+            self.registry = self.own = reg
+            self.attempted = None
+            if snap.repair:
+                self.repairs += 1
+                if self.metrics is not None:
+                    self.metrics.registry_repaired(got.found if got.found != "ok" else "foreign")
             log.info("registry generation %d written (%d cards, %d placed)", reg.generation,
                      len(reg.cards), sum(1 for s in reg.slots.slots if s is not None))
             if self.metrics is not None:
                 self.metrics.registry_write("written")
                 self.metrics.observe_registry(reg)
         return Outcome.WROTE
+
+    def _note_refusals(self, snap: Snapshot) -> None:
+        """Count every refused value each cycle; log a refusal when its reason changes."""
+        now: dict[str, str] = {}
+        for host, why in snap.bad_reports.items():
+            now[keys.MEMBERS + host] = f"host report refused: {why}"
+            self.refused_reports[host] = self.refused_reports.get(host, 0) + 1
+            if self.metrics is not None:
+                self.metrics.report_refused(host)       # a host of the cluster: bounded labels
+                self.metrics.value_refused("report_corrupt")
+        for host, why in snap.strangers.items():
+            now[keys.MEMBERS + host] = f"report from an unknown host refused: {why}"
+            if self.metrics is not None:
+                self.metrics.value_refused("report_unknown_host")
+        for key, line in now.items():
+            if self._refusals.get(key) != line:
+                log.warning("%s: %s", key, line)
+        self._refusals = now
+
+    async def _repair_base(self, got: Read) -> Snapshot:
+        """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or
+        the first one it reads and nothing newer is known) it is the base. Otherwise, corrupt,
+        unknown, missing, gone back or not the one this leader wrote, the base is the last good
+        registry this daemon knows, and the write gets a generation above any gateway's."""
+        snap, etcd_reg = got.snapshot, got.snapshot.registry
+        mine = self.own
+        if etcd_reg is not None and self.attempted is not None and etcd_reg == self.attempted:
+            self.own = mine = etcd_reg              # a write that timed out but was applied
+            self.attempted = None
+        base, why = etcd_reg, ""
+        if got.found != "ok":
+            base = mine or self.known
+            if got.found != "missing" or base is not None:
+                why = f"{keys.REGISTRY} {got.found.replace('_', ' ')}: {got.problem}"
+            if self.metrics is not None and got.found != "missing":
+                self.metrics.registry_refused(got.found)
+        elif mine is not None and etcd_reg != mine:
+            base = mine
+            why = (f"{keys.REGISTRY} in etcd (generation {etcd_reg.generation}, lineage "
+                   f"{etcd_reg.lineage or '-'}) is not the one this leader wrote (generation "
+                   f"{mine.generation})")
+        elif mine is None and self.known is not None and etcd_reg is not None:
+            back = regdoc.went_back(self.known, etcd_reg)
+            if back is not None:
+                base, why = self.known, f"{keys.REGISTRY} {back}"
+        if not why and base is not None:
+            # a registry written before lineages existed gets one now (and a new generation)
+            return snap if base.lineage else replace(snap, lineage=uuid.uuid4().hex[:12])
+        floor = max((r.generation for r in (etcd_reg, mine, self.known) if r is not None),
+                    default=0)
+        floor = max(floor, await self._gateway_generations())
+        if why:
+            log.warning("%s: repairing it from generation %s", why,
+                        base.generation if base is not None else "none (rebuilt from reports)")
+        return replace(snap, registry=base, repair=why, generation_floor=floor,
+                       lineage=uuid.uuid4().hex[:12])
+
+    async def _gateway_generations(self) -> int:
+        """The highest registry generation any gateway says it applied (0: none readable)."""
+        res = await self.store.range(keys.GATEWAYS, prefix=True, limit=GATEWAYS_READ_LIMIT,
+                                     timeout=self.call_timeout)
+        top = 0
+        for kv in res.kvs:
+            try:
+                gid = keys.tail(kv.key, keys.GATEWAYS)
+                top = max(top, records.decode_gateway(kv.value, gid).generation)
+            except ValueError:
+                continue                    # a refused record says nothing
+        return min(top, regdoc.MAX_GENERATION - 1)
 
     def _skip(self, why: str) -> Outcome:
         if why != self.last_error:

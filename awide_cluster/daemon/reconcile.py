@@ -31,7 +31,9 @@ from typing import Literal
 
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.health import Hysteresis, observe
-from awide_cluster.contract.registry import CardEntry, Registry, card_id, slot_table
+from awide_cluster.contract.registry import (
+    MAX_GENERATION, CardEntry, Registry, card_id, slot_table,
+)
 from awide_cluster.contract.report import HostReport, ReportedCard
 
 Action = Literal["drain", "undrain", "forget"]
@@ -57,6 +59,13 @@ class Snapshot:
     registry: Registry | None                   # None: no registry written yet
     intents: tuple[Intent, ...] = ()
     bad_intents: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # key -> (rev, why)
+    # reports under members/<host> for a host that is not in Policy.hosts: host -> why refused
+    strangers: Mapping[str, str] = field(default_factory=dict)
+    # "" when ``registry`` is what etcd holds; else why etcd's registry is being rewritten from
+    # ``registry`` (the last good one this daemon knows, or None: rebuilt from the reports)
+    repair: str = ""
+    generation_floor: int = 0   # the written generation must exceed this (gateways applied it)
+    lineage: str = ""           # the lineage to give a registry that has none yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,7 @@ class Policy:
     leader: str                 # this leader's host name
     sick_polls: int = 3
     healthy_polls: int = 1
+    hosts: frozenset[str] = frozenset()   # the cluster's hosts (config); empty: any host
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +138,15 @@ def _index(reports: Mapping[str, HostReport]) -> dict[str, list[tuple[str, Repor
 
 
 def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
+    if policy.hosts:        # only the cluster's hosts count, whoever built the snapshot
+        others = {h: "not a host of this cluster" for h in snap.reports
+                  if h not in policy.hosts}
+        if others:
+            snap = replace(snap, reports={h: r for h, r in snap.reports.items()
+                                          if h in policy.hosts},
+                           strangers={**others, **snap.strangers})
     prev = snap.registry
-    gen = prev.generation if prev is not None else 0
+    gen = max(prev.generation if prev is not None else 0, snap.generation_floor)
     next_gen = gen + 1
     baseline = memory.cycles == 0
     log: list[str] = []
@@ -163,6 +180,18 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
     for key, (rev, why) in sorted(snap.bad_intents.items()):
         consumed.append((key, rev))
         log.append(f"intent {key} ignored and deleted: {why}")
+
+    # 1b. cards the registry places on a host that is not one of the cluster's and that no
+    # host of the cluster reports (a forged or stale entry): never admitted, whatever the
+    # registry claims; they leave the registry (and any slot: they never held one rightly).
+    if policy.hosts:
+        for cid in sorted(cards):
+            c = cards[cid]
+            if c.host not in policy.hosts and cid not in by_id:
+                del cards[cid]
+                health.pop(cid, None)
+                log.append(f"{describe(c)} dropped: host {c.host} is not a host of this "
+                           f"cluster and no host of it reports the card")
 
     # 2. one observation per registry card.
     fresh_bad: set[str] = set()
@@ -267,10 +296,18 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
     entries = tuple(cards.values())
     previous_table = prev.slots if prev is not None else slotfn.EMPTY
     table = slot_table(entries, previous_table)
+    lineage = prev.lineage if prev is not None and prev.lineage else snap.lineage
+    if next_gen > MAX_GENERATION:   # a forged huge generation: a new lineage, from 1 again
+        log.append(f"generation {gen} is at the limit: new lineage {snap.lineage}")
+        lineage, gen, next_gen = snap.lineage or lineage, 0, 1
     candidate = Registry(cluster=policy.cluster, generation=gen, leader=policy.leader,
                          cards=entries, slots=table,
-                         written_at=prev.written_at if prev is not None else "")
-    write = prev is None or candidate.content() != prev.content()
+                         written_at=prev.written_at if prev is not None else "",
+                         lineage=lineage, hosts=tuple(policy.hosts))
+    write = prev is None or bool(snap.repair) or candidate.content() != prev.content()
+    if snap.repair:
+        log.append(f"registry rewritten at generation {next_gen} (lineage {lineage or '-'}): "
+                   f"{snap.repair}")
     moves: tuple[slotfn.Move, ...] = ()
     if write:
         candidate = replace(candidate, generation=next_gen, written_at=now)

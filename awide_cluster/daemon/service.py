@@ -27,6 +27,7 @@ from awide_cluster.config.daemon import DaemonConfig
 from awide_cluster.contract import keys, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
+from awide_cluster.contract.text import safe_text
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
 from awide_cluster.daemon.metered import MeteredStore
@@ -51,7 +52,7 @@ def store_for(cfg: DaemonConfig):
 
 def policy_for(cfg: DaemonConfig) -> Policy:
     return Policy(cluster=cfg.cluster, leader=cfg.host, sick_polls=cfg.timing.sick_polls,
-                  healthy_polls=cfg.timing.healthy_polls)
+                  healthy_polls=cfg.timing.healthy_polls, hosts=frozenset(cfg.hosts))
 
 
 class Daemon:
@@ -98,6 +99,8 @@ class Daemon:
         self._task: asyncio.Task | None = None
         self._ready_sent = False
         self._last_error = ""
+        self._last_turn_error = ""
+        self.turn_errors = 0                        # turns that raised (counted, survived)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,7 +176,7 @@ class Daemon:
             await self._sleep(random.uniform(0, self.config.timing.poll_interval))
             next_at = self.clock.monotonic()
             while not self._stop.is_set():
-                await self.turn()
+                await self._guarded_turn()
                 interval = self.config.timing.poll_interval
                 next_at += interval
                 now = self.clock.monotonic()
@@ -186,6 +189,24 @@ class Daemon:
         except Exception as e:               # a bug: say so and exit non-zero
             self.fatal, self.exit_code = f"{type(e).__name__}: {e}", EXIT_FAILED
             log.exception("daemon main loop failed")
+
+    async def _guarded_turn(self) -> None:
+        """One turn that cannot end the loop: whatever escapes it (content in etcd that a
+        decoder missed, a bug) is counted, logged once per distinct reason, and the next turn
+        runs as usual. Cancellation still stops the loop."""
+        try:
+            await self.turn()
+        except Exception as e:          # noqa: BLE001 - the loop must outlive any content
+            why = safe_text(f"{type(e).__name__}: {e}")
+            self.metrics.loop_error(type(e).__name__)
+            self.turn_errors += 1
+            if why != self._last_turn_error:
+                log.exception("turn failed, the next one runs as usual: %s", why)
+            self._last_turn_error = why
+            self._note_error(f"turn failed: {why}")
+            self.health.etcd_failed(f"turn failed: {why}")
+            self.health.beat()
+            self.notifier.watchdog()
 
     async def _sleep(self, seconds: float) -> None:
         if seconds <= 0 or self._stop.is_set():
@@ -276,7 +297,7 @@ class Daemon:
                 # key) instead of leaving the cluster without a leader
                 ours = holder is not None and holder.lease == self.lease.id
                 if (holder is None or ours) and await self.leadership.campaign():
-                    self.leader_loop.reset()
+                    self.leader_loop.reset(known=self.registry)
         except StoreError as e:
             etcd_ok = False
             self._note_error(f"leader election: {e}")
@@ -289,7 +310,7 @@ class Daemon:
                 self.registry = self.leader_loop.registry
         else:
             if was:
-                self.leader_loop.reset()
+                self.leader_loop.reset(known=self.registry)
             etcd_ok = await self._follow() and etcd_ok
         me = self.leadership.leading
         holder = self.leadership.holder
@@ -319,7 +340,15 @@ class Daemon:
             return False
         if kv is not None:
             try:
-                self.registry = regdoc.decode(kv.value)
+                reg = regdoc.decode(kv.value)
+                back = regdoc.went_back(self.registry, reg)
+                if back is not None:
+                    raise RegistryError(back)
+                if self.registry is not None and reg.lineage != self.registry.lineage:
+                    log.warning("registry lineage changed from %s to %s at generation %d",
+                                self.registry.lineage or "-", reg.lineage or "-",
+                                reg.generation)
+                self.registry = reg
                 self.metrics.observe_registry(self.registry)
             except RegistryError as e:
                 self.metrics.registry_refused("corrupt")

@@ -131,7 +131,8 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
                   cards: list[dict[str, Any]]) -> dict[str, Any]:
     t = spec.timing
     return {
-        "cluster": spec.cluster, "host": host, "role": spec.role(host),
+        "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
+        "role": spec.role(host),
         "etcd": etcd_section(endpoints, t),
         "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
                    "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},

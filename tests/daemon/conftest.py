@@ -74,10 +74,15 @@ def cards(tmp_path) -> Cards:
     return Cards(tmp_path / "cards")
 
 
+TEST_HOSTS = ("h1", "h2", "h3")
+
+
 def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: list[dict] = (), *,
                 role: str = "storage", timing: dict | None = None, dev: bool = False,
                 **extra: Any) -> dict[str, Any]:
-    d = {"cluster": cluster, "host": host, "role": role, "dev_cluster": dev,
+    # the cluster's hosts: the test host names in use (h1..h3, the ones named here)
+    d = {"cluster": cluster, "host": host, "hosts": sorted({host, *TEST_HOSTS}),
+         "role": role, "dev_cluster": dev,
          "etcd": {"endpoints": list(etcd.client_urls), "call_timeout": ETCD_CALL},
          "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
          "cards": list(cards)}

@@ -17,7 +17,7 @@ from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 
 BASE = {
-    "cluster": "c1", "host": "h1", "role": "storage",
+    "cluster": "c1", "host": "h1", "hosts": ["h1", "h2", "h3"], "role": "storage",
     "etcd": {"endpoints": ["http://127.0.0.1:2379", "http://127.0.0.1:2380"]},
     "timing": {"poll_interval": 1.0, "lease_ttl": 5, "sick_polls": 3, "healthy_polls": 1},
     "cards": [
@@ -52,6 +52,10 @@ BAD = [
     ("missing cluster", with_("cluster", DELETE), "cluster", "Field required"),
     ("bad cluster name", with_("cluster", "a/b"), "cluster", "not a valid name"),
     ("bad host name", with_("host", "h 1"), "host", "not a valid name"),
+    ("missing hosts", with_("hosts", DELETE), "hosts", "Field required"),
+    ("host not in hosts", with_("hosts", ["h2", "h3"]), "hosts", "not in hosts"),
+    ("bad name in hosts", with_("hosts", ["h1", "h\n2"]), "hosts", "not a valid name"),
+    ("host listed twice", with_("hosts", ["h1", "h1"]), "hosts", "twice"),
     ("unknown role", with_("role", "gateway"), "role", "storage"),
     ("unknown key", with_("colour", "red"), "colour", "Extra inputs"),
     ("typo in timing", with_("timing.poll", 1), "timing.poll", "Extra inputs"),
@@ -105,7 +109,8 @@ def test_good_config_and_defaults() -> None:
     cfg = daemon_config.parse(BASE)
     assert cfg.api.listen == "127.0.0.1:9700" and cfg.timing.lease_ttl == 5
     assert str(cfg.sysfs_root) == "/sys" and cfg.nvme_program == "nvme"
-    minimal = daemon_config.parse({"cluster": "c1", "role": "witness",
+    me = socket.gethostname().split(".")[0]
+    minimal = daemon_config.parse({"cluster": "c1", "role": "witness", "hosts": [me],
                                    "etcd": {"endpoints": ["http://e:2379"]}})
     assert minimal.host == socket.gethostname().split(".")[0] and minimal.cards == ()
 

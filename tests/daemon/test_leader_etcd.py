@@ -176,15 +176,18 @@ async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, ca
     store = store_of(etcd, cluster_name)
     try:
         await d.turn()
-        await store.put(keys.member("hx"), b"{not json")
-        await store.put(keys.member("hy"), b'{"schema": 1, "host": "hy", "role": "storage"}')
-        await store.put(keys.member("hz"), b'{"schema": 99}')
+        await store.put(keys.member("h2"), b"{not json")
+        await store.put(keys.member("h3"), b'{"schema": 1, "host": "h3", "role": "storage"}')
+        await store.put(keys.member("hz"), b'{"schema": 99}')      # not a host of the cluster
         for _ in range(3):
             await d.turn()
         assert d.outcomes[-3:] == [Outcome.UNCHANGED] * 3
-        assert d.leader_loop.refused_reports == {"hx": 3, "hy": 3, "hz": 3}
+        assert d.leader_loop.refused_reports == {"h2": 3, "h3": 3}
         text = d.metrics.exposition().decode()
-        assert 'awide_reports_rejected_total{host="hx"} 3.0' in text
+        assert 'awide_reports_rejected_total{host="h2"} 3.0' in text
+        assert 'awide_etcd_values_refused_total{problem="report_corrupt"} 6.0' in text
+        assert 'awide_etcd_values_refused_total{problem="report_unknown_host"} 3.0' in text
+        assert 'host="hz"' not in text          # no label from a key nobody configured
         reg = await registry(store)
         assert [c.id for c in reg.cards] == [cid_of(p)] and reg.card(cid_of(p)).state == "in"
     finally:

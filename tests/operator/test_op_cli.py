@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -112,10 +113,23 @@ def test_watch_refreshes_until_interrupted(shared_etcd, cluster_name):
     state.write(shared_etcd.endpoints, cluster_name, state.healthy_state(cluster_name))
     p = subprocess.Popen([CLI, "status", *target(shared_etcd, cluster_name), "--watch", "0.3"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
     try:
-        time.sleep(2.0)
+        # interrupt once two refreshes were printed (a condition, not a sleep: the CLI may
+        # take seconds to start on a loaded machine)
+        deadline = time.monotonic() + 60
+        assert p.stdout is not None
+        while (sum(f"cluster {cluster_name}: HEALTHY" in ln for ln in seen) < 2
+               or not any(">=" in ln for ln in seen)):
+            assert time.monotonic() < deadline, "status --watch printed no two refreshes"
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                line = p.stdout.readline()
+                assert line, "status --watch ended early"
+                seen.append(line)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=10)
+        out, err = p.communicate(timeout=30)
+        out = "".join(seen) + out
     finally:
         if p.poll() is None:
             p.kill()

@@ -21,7 +21,7 @@ FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 
 
 def _config(etcd, cluster, host, cards, role="storage"):
     return daemon_config.parse({
-        "cluster": cluster, "host": host, "role": role,
+        "cluster": cluster, "host": host, "hosts": ["h1", "w1"], "role": role,
         "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
         "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}, "<test>")
 
