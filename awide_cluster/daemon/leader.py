@@ -139,6 +139,15 @@ class LeaderLoop:
         ld.observe_key(got.leader_kv)
         if not ld.holds():
             return Outcome.DEPOSED
+        if ld.tampered:
+            if self.metrics is not None:
+                self.metrics.value_refused("leader_corrupt")
+            try:
+                await ld.repair_key()
+            except StoreError as e:
+                log.warning("leader key not rewritten yet: %s", e)
+            if not ld.holds():
+                return Outcome.DEPOSED
         self._note_refusals(got.snapshot)
         try:
             snap = await self._repair_base(got)

@@ -18,7 +18,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord  # noqa: F401 (re-exported)
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.store.errors import LeaseExpired, StoreError
-from awide_cluster.store.types import Compare, Get, KeyValue, Put
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -108,6 +108,8 @@ class Leadership:
         self.record: LeaderRecord | None = None
         self.holder: LeaderRecord | None = None   # who holds the key, as last seen
         self.api = ""
+        self.tampered = ""          # our key (same create_revision) with another value/lease
+        self._orphan: tuple[int, float] | None = None  # (mod_revision, first seen) lease-less
 
     @property
     def leading(self) -> bool:
@@ -161,6 +163,48 @@ class Leadership:
         elif kv.create_revision != self.revision:
             who = self.holder.host if self.holder else "an unknown holder"
             self.step_down(f"the leader key now belongs to {who}")
+        elif kv.lease != self.lease.id or self.holder != self.record:
+            # still our key (the fencing token is unchanged) but someone overwrote it: a value
+            # that is not our record, or a key taken off our lease (it would never expire)
+            self.tampered = (f"value is not this leader's record" if self.holder != self.record
+                             else f"bound to lease {kv.lease:x}, not ours")
+        else:
+            self.tampered = ""
+
+    async def repair_key(self) -> bool:
+        """Rewrite our record on our lease when the key was tampered with (same fencing
+        token). True when rewritten. Raises StoreError."""
+        if not self.tampered or self.revision is None or self.lease.id is None:
+            return False
+        why, self.tampered = self.tampered, ""
+        await self.move_to_lease(self.lease.id)
+        if self.revision is not None:
+            log.warning("leader key rewritten by %s: its %s", self.host, why)
+            return True
+        return False
+
+    async def clear_orphan(self, kv: KeyValue | None, ttl: float) -> bool:
+        """A follower's check of the leader key: a key on no lease is held by no daemon (every
+        leader key is bound to its leader's lease) and would never expire. Once it has stayed
+        unchanged and lease-less for a lease TTL (its leader, if any, had that long to bind it
+        again), delete it so that a daemon can be elected. True when deleted."""
+        if kv is None or kv.lease != 0:
+            self._orphan = None
+            return False
+        now = self.clock.monotonic()
+        if self._orphan is None or self._orphan[0] != kv.mod_revision:
+            self._orphan = (kv.mod_revision, now)
+            return False
+        if now - self._orphan[1] < ttl:
+            return False
+        held = now - self._orphan[1]
+        self._orphan = None
+        res = await self.store.txn([Compare(keys.LEADER, "mod", "equal", kv.mod_revision)],
+                                   [Delete(keys.LEADER)], [], timeout=self.call_timeout)
+        if res.succeeded:
+            log.warning("leader key deleted by %s: bound to no lease for %.1f s, so held by no "
+                        "daemon (written by hand?)", self.host, held)
+        return res.succeeded
 
     async def move_to_lease(self, lease_id: int) -> None:
         """Rebind our leader key to another lease, keeping its create_revision (fencing token

@@ -296,6 +296,8 @@ class Daemon:
                 # else can take the key while we renew the lease, so campaign (it adopts the
                 # key) instead of leaving the cluster without a leader
                 ours = holder is not None and holder.lease == self.lease.id
+                if not ours and await self.leadership.clear_orphan(holder, cfg.timing.lease_ttl):
+                    holder = None
                 if (holder is None or ours) and await self.leadership.campaign():
                     self.leader_loop.reset(known=self.registry)
         except StoreError as e:

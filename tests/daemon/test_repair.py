@@ -174,3 +174,41 @@ async def test_report_from_a_host_outside_the_cluster_is_never_admitted(
     finally:
         await d.stop()
         await store.close()
+
+
+async def test_leader_rewrites_its_tampered_key(etcd, cluster_name):
+    d = daemon(etcd, cluster_name, "h1", [])
+    store = store_of(etcd, cluster_name)
+    try:
+        await d.turn()
+        before = await store.get(keys.LEADER)
+        assert d.is_leader and before.lease == d.lease.id
+        # a forged record, and the key taken off the leader's lease (it would never expire)
+        await store.put(keys.LEADER, b'{"host":"w9","since":1e300}')
+        await d.turn()
+        after = await store.get(keys.LEADER)
+        assert d.is_leader and after.create_revision == before.create_revision
+        assert after.lease == d.lease.id and after.value == before.value
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_a_leader_key_on_no_lease_is_cleared_after_a_ttl(etcd, cluster_name):
+    clock = FakeClock()
+    cfg = make_config(etcd, cluster_name, "h1", [])
+    d = Daemon(cfg, serve_api=False, clock=clock)
+    store = store_of(etcd, cluster_name)
+    try:
+        await store.put(keys.LEADER, b'{"host":"ghost","since":"2026-01-01T00:00:00+00:00"}')
+        await d.turn()
+        await d.turn()
+        assert not d.is_leader, "a lease-less key must be given its TTL before it is cleared"
+        clock.advance(cfg.timing.lease_ttl + 0.1)
+        await d.turn()
+        assert d.is_leader
+        kv = await store.get(keys.LEADER)
+        assert kv.lease == d.lease.id
+    finally:
+        await d.stop()
+        await store.close()
