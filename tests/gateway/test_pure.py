@@ -176,3 +176,26 @@ def test_diff_moves_name_both_cards_and_both_slots():
     assert "slot=0->1" in mv.line()
     left = next(e for e in evs if e.card_id == b.id)
     assert left.slot is None and "no slot" in left.detail
+
+
+def test_decide_refuses_a_registry_that_went_back_and_says_why():
+    from dataclasses import replace
+    a, b = make_card(1), make_card(2, admitted=2)
+    reg5 = replace(_reg([a]), generation=5, lineage="L1")
+    st, d = decide(FollowState(), _rr(regmod.encode(reg5), mod=5), 1.0, cluster="c1")
+    assert d.outcome == "applied"
+    # a lower generation of the same lineage (a registry re-created from scratch at 1, or an
+    # old copy written back): refused, the applied one kept
+    low = replace(_reg([a, b]), generation=1, lineage="L1")
+    st2, d = decide(st, _rr(regmod.encode(low), mod=6), 2.0, cluster="c1")
+    assert d.outcome == "rejected" and st2.registry == reg5
+    assert "went back" in d.detail and "keeping generation 5" in d.detail
+    # the same number with another content: refused too
+    same = replace(_reg([a, b]), generation=5, lineage="L1")
+    st3, d = decide(st2, _rr(regmod.encode(same), mod=7), 3.0, cluster="c1")
+    assert d.outcome == "rejected" and st3.registry == reg5
+    # a higher generation applies; another lineage applies whatever its number, and says so
+    other = replace(_reg([a, b]), generation=1, lineage="L2")
+    st4, d = decide(st3, _rr(regmod.encode(other), mod=8), 4.0, cluster="c1")
+    assert d.outcome == "applied" and st4.registry == other
+    assert "lineage changed from L1 to L2" in d.detail
