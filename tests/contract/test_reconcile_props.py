@@ -125,3 +125,38 @@ def test_decisions_keep_the_registry_sound(history) -> None:
         assert len(placed) <= SLOT_COUNT
         assert set(placed) | {u for u, _ in new.slots.unplaced} == {c.id for c in new.cards}
         memory, reg = d.memory, (new if d.write else reg)
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories(), st.lists(st.tuples(st.booleans(), st.integers(0, 50)), min_size=8,
+                             max_size=8))
+def test_outsiders_never_count_and_repairs_never_move_a_slot(history, repairs) -> None:
+    """A host outside ``Policy.hosts`` reports cards (never admitted); now and then the
+    registry in etcd is bad and the cycle repairs from the last good one with a generation
+    floor (as the shell does): the repair is written, above the floor, in the same lineage,
+    and no placed card changes slot."""
+    policy = Policy(cluster="c1", leader="h1", sick_polls=2, healthy_polls=1,
+                    hosts=frozenset({"h1", "h2"}))
+    memory, reg, seqs = LeaderMemory(), None, {}
+    for (hosts, intents, new_leader), (repair, floor_up) in zip(history, repairs):
+        if new_leader:
+            memory = LeaderMemory()
+        reports, bad, _ = build(hosts, seqs)
+        inside = {card_id(rc.serial, rc.model, rc.identity)
+                  for h, r in reports.items() if h != "h3" for rc in r.cards if rc.found}
+        floor = (reg.generation if reg is not None else 0) + floor_up
+        snap = Snapshot(reports=reports, bad_reports=bad, registry=reg,
+                        repair="registry corrupt: test" if repair and reg is not None else "",
+                        generation_floor=floor if repair else 0, lineage="L0")
+        d = decide(snap, memory, policy, now="t")
+        new = d.registry
+        assert regdoc.decode(regdoc.encode(new)) == new
+        assert new.lineage == (reg.lineage if reg is not None else "L0")
+        assert set(new.hosts) == {"h1", "h2"}
+        for c in new.cards:       # h3 is no host of the cluster: nothing only it reports
+            assert c.id in inside or (reg is not None and reg.card(c.id) is not None)
+            if reg is not None and reg.slots.slot_of(c.id) is not None:
+                assert new.slots.slot_of(c.id) == reg.slots.slot_of(c.id)
+        if snap.repair:
+            assert d.write and new.generation == max(reg.generation, floor) + 1
+        memory, reg = d.memory, (new if d.write else reg)
