@@ -17,6 +17,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
+from awide_cluster import bounds
 from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.daemon.clock import Clock
@@ -24,7 +25,7 @@ from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
     Intent, LeaderMemory, Policy, Snapshot, decide,
 )
-from awide_cluster.store.errors import StoreError, Timeout
+from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
@@ -54,6 +55,10 @@ def decode_intent(kv: KeyValue) -> Intent:
     return Intent(card_id=cid, action=rec.action, mod_revision=kv.mod_revision, by=rec.by)
 
 
+class RegistryTooLarge(RegistryError):
+    """The registry in etcd is over its bound (refused by name, like a corrupt one)."""
+
+
 class LeaderLoop:
     def __init__(self, store, leadership: Leadership, clock: Clock, *, policy: Policy,
                  call_timeout: float, metrics=None) -> None:
@@ -73,12 +78,28 @@ class LeaderLoop:
         etcd is unreadable (the leader never overwrites what it cannot read)."""
         t = self.call_timeout
         members, reg_kv, intents, leader_kv = await asyncio.gather(
-            self.store.range(keys.MEMBERS, prefix=True, timeout=t),
-            self.store.get(keys.REGISTRY, timeout=t),
-            self.store.range(keys.INTENTS, prefix=True, timeout=t),
+            self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
+                                   max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
+            self._get_registry(t),
+            self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
+                                   max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
         )
-        reports, bad = {}, {}
+        members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
+        if intents.more:
+            log.warning("%d intents pending, over the bound of %d per cycle: the first %d now, "
+                        "the others at the next cycles", intents.count, intents.max_keys,
+                        intents.max_keys)
+        # values over their bound: refused by name, never decoded (a key over the key bound
+        # is only logged: no host has that name, and deleting it would not fit in a txn)
+        bad = {keys.tail(k, keys.MEMBERS): r.why for k, r in members.refused.items()
+               if r.kind == "value"}
+        bad_intents = {k: (r.mod_revision, r.why) for k, r in intents.refused.items()
+                       if r.kind == "value"}
+        for r in (*members.refused.values(), *intents.refused.values()):
+            if r.kind == "key":
+                log.warning("key %s ignored: %s", r.name, r.why)
+        reports = {}
         for kv in members.kvs:
             host = keys.tail(kv.key, keys.MEMBERS)
             try:
@@ -89,7 +110,7 @@ class LeaderLoop:
             except reportdoc.ReportError as e:
                 bad[host] = str(e)[:200]
         registry = regdoc.decode(reg_kv.value) if reg_kv is not None else None
-        good_intents, bad_intents = [], {}
+        good_intents = []
         for kv in intents.kvs:
             try:
                 good_intents.append(decode_intent(kv))
@@ -98,6 +119,14 @@ class LeaderLoop:
         snap = Snapshot(reports=reports, bad_reports=bad, registry=registry,
                         intents=tuple(good_intents), bad_intents=bad_intents)
         return Read(snap, reg_kv.mod_revision if reg_kv is not None else 0, leader_kv)
+
+    async def _get_registry(self, timeout: float) -> KeyValue | None:
+        try:
+            return await self.store.get(keys.REGISTRY, timeout=timeout,
+                                        max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+        except ValueTooLarge as e:     # not read again while unchanged (the store remembers)
+            raise RegistryTooLarge(f"registry (mod_revision {e.mod_revision}): value over "
+                                   f"{e.limit} bytes, refused") from None
 
     async def cycle(self) -> Outcome:
         ld = self.leadership
@@ -111,7 +140,8 @@ class LeaderLoop:
         except RegistryError as e:
             if self.metrics is not None:
                 self.metrics.registry_refused(
-                    "unknown_schema" if isinstance(e, UnknownSchema) else "corrupt")
+                    "unknown_schema" if isinstance(e, UnknownSchema) else
+                    "too_large" if isinstance(e, RegistryTooLarge) else "corrupt")
             return self._skip(f"registry in etcd is unreadable, not overwriting it: {e}")
         ld.observe_key(got.leader_kv)
         if not ld.holds():

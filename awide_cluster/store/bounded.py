@@ -11,9 +11,9 @@ answers without the value and it is refused again at the cost of a few hundred b
 ``read_prefix``: every key under a prefix, in pages of ``limit`` keys (continuing after the
 last key read), the first page's revision pinned for the next ones (one snapshot; a
 serializable read is not pinned, its pages may come from different members). Each page's
-answer is bounded by ``limit`` values of the bound; a page over that (a value far over the
-bound) is listed ``keys_only`` and read key by key, so the one big value is refused by name
-and the others are read. Remembered refusals are left out of the pages (the ranges stop
+answer is bounded by ``limit`` values of the bound, and by the store's answer bound; a page
+over that (a value far over the bound) is listed ``keys_only`` and read key by key, so the
+one big value is refused by name and the others are read. Remembered refusals are left out of the pages (the ranges stop
 before them) and asked with ``min_mod_revision`` as above. More keys than ``max_keys`` is
 reported (``more``, ``count``), never cut silently.
 
@@ -85,14 +85,13 @@ class RefusalMemory:
     def under(self, prefix: str) -> list[Refusal]:
         return [r for k, r in self._items.items() if k.startswith(prefix)]
 
-    def settle(self, prefix: str, upto: str | None, refused: Iterable[Refusal]) -> None:
-        """After a read of ``prefix`` (up to key ``upto`` when it stopped early): keep
-        exactly the refusals it made in that range."""
+    def settle(self, prefix: str, upto: str | None, refused: Iterable[str]) -> None:
+        """After a whole read of ``prefix`` (up to key ``upto`` when it stopped early): forget
+        the refusals of that range it did not make again (changed, deleted)."""
+        keep = set(refused)
         for r in self.under(prefix):
-            if upto is None or r.key <= upto:
+            if (upto is None or r.key <= upto) and r.key not in keep:
                 del self._items[r.key]
-        for r in refused:
-            self.remember(r)
 
 
 # ---------------------------------------------------------------------- one range call
@@ -249,9 +248,7 @@ async def read_prefix(store: "EtcdStore", prefix: str, *, max_keys: int, max_val
     deadline = store.deadline(timeout)
     what = f"read_prefix {prefix!r}"
     per_kv = kv_bound(store, max_value_bytes, max_key_bytes)
-    if page_keys is None:
-        page_keys = (store.transport.max_answer_bytes - ANSWER_OVERHEAD) // per_kv
-    page_keys = max(1, min(page_keys, MAX_PAGE_KEYS))
+    page_keys = max(1, min(page_keys or MAX_PAGE_KEYS, MAX_PAGE_KEYS))
     memory = store.refusals
     skip = sorted((store.codec.key(r.key), r) for r in memory.under(prefix)
                   if r.size > max_value_bytes)
@@ -275,6 +272,7 @@ async def read_prefix(store: "EtcdStore", prefix: str, *, max_keys: int, max_val
             if entry is None and count:
                 entry = known                              # unchanged: refused again
             if entry is not None:
+                _keep(memory, entry)
                 out.append(entry)
             pin, first_revision = _pin(pin, first_revision, rev, serializable)
             pos = pos + b"\x00"
@@ -284,6 +282,8 @@ async def read_prefix(store: "EtcdStore", prefix: str, *, max_keys: int, max_val
         page = await _page(store, pos, seg_end, limit, pin=pin, deadline=deadline, what=what,
                            serializable=serializable, per_kv=per_kv, **bounds)
         pin, first_revision = _pin(pin, first_revision, page.revision, serializable)
+        for e in page.entries:
+            _keep(memory, e)
         out.extend(page.entries)
         if page.more and page.entries:
             pos = store.codec.key(page.entries[-1].key) + b"\x00"
@@ -302,10 +302,16 @@ async def read_prefix(store: "EtcdStore", prefix: str, *, max_keys: int, max_val
     else:
         count = len(out)
     refused = {e.key: e for e in out if isinstance(e, Refusal)}
-    memory.settle(prefix, upto, (r for r in refused.values() if r.kind == "value"))
+    memory.settle(prefix, upto, refused)
     return PrefixRead(prefix=prefix, revision=first_revision,
                       kvs=tuple(e for e in out if isinstance(e, KeyValue)), refused=refused,
                       count=count, more=more, max_keys=max_keys)
+
+
+def _keep(memory: RefusalMemory, e: Entry) -> None:
+    """Remember a value refusal at once: a read that times out later still made progress."""
+    if isinstance(e, Refusal) and e.kind == "value":
+        memory.remember(e)
 
 
 def _pin(pin: int | None, first: int, rev: int, serializable: bool) -> tuple[int | None, int]:
@@ -348,6 +354,8 @@ async def _page(store: "EtcdStore", pos: bytes, seg_end: bytes, limit: int, *, p
         async with gate:
             got, _, _ = await get_one(store, e.key, deadline=deadline, revision=pin,
                                       serializable=serializable, **bounds)
+        if got is not None:
+            _keep(store.refusals, got)
         return got
 
     got = await asyncio.gather(*(one(e) for e in listing.entries))

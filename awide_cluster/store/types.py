@@ -119,6 +119,11 @@ class Refusal:
     kind: Literal["value", "key"] = "value"     # "key": the key's name is over the key bound
 
     @property
+    def name(self) -> str:
+        """The key, cut for logs and messages when it is long."""
+        return self.key if len(self.key) <= 80 else f"{self.key[:64]!r}... ({len(self.key)} chars)"
+
+    @property
     def why(self) -> str:
         if self.kind == "key":
             return f"key of {self.size} bytes over the bound of {self.limit} bytes"
