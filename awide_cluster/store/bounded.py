@@ -23,6 +23,7 @@ A value is measured from its base64 text, before decoding: a refused value is ne
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -165,13 +166,31 @@ def _range_body(start: bytes, end: bytes | None, *, limit: int = 0, revision: in
 
 # ---------------------------------------------------------------------- one key
 
+# etcd's JSON gateway writes proto fields in declaration order: the header, then each kv's
+# key, create_revision and mod_revision before its value. Only this exact shape is accepted.
+_HEAD = re.compile(
+    rb'\{"header":\{"cluster_id":"\d+","member_id":"\d+","revision":"(\d+)","raft_term":"\d+"\},'
+    rb'"kvs":\[\{"key":"([A-Za-z0-9+/=]*)","create_revision":"\d+","mod_revision":"(\d+)",')
+
+
+def refused_kv_head(head: bytes, key: bytes) -> tuple[int, int] | None:
+    """(answer revision, mod_revision) of ``key`` from the first bytes of a refused one-key
+    answer, when they have etcd's exact shape; None otherwise (then it is asked again)."""
+    m = _HEAD.match(head)
+    if m is None or m.group(2) != b64(key).encode():
+        return None
+    return int(m.group(1)), int(m.group(3))
+
+
 async def get_one(store: "EtcdStore", key: str, *, max_value_bytes: int, deadline: float,
                   min_mod_revision: int | None = None, revision: int | None = None,
                   serializable: bool = False,
                   max_key_bytes: int = MAX_KEY_BYTES) -> tuple[Entry | None, int, int]:
     """One key under a bound: (KeyValue, Refusal or None (absent, or filtered out by
-    ``min_mod_revision``), etcd's count, revision). Never reads more than one value's bound
-    (plus, the first time a value trips it, a keys-only answer and one more bounded read)."""
+    ``min_mod_revision``), etcd's count, revision). Reads at most one value's bound: an
+    answer over it names the value's mod_revision in its first bytes; if it does not (an
+    answer of another shape), a keys-only read names it and, unless ``revision`` pins the
+    read, one more bounded read at that revision confirms the value is the big one."""
     full = store.codec.key(key)
     what = f"get {key!r}"
     cap = ANSWER_OVERHEAD + kv_bound(store, max_value_bytes, max_key_bytes)
@@ -181,8 +200,11 @@ async def get_one(store: "EtcdStore", key: str, *, max_value_bytes: int, deadlin
                         deadline=deadline, what=what, max_bytes=cap,
                         max_value_bytes=max_value_bytes, max_key_bytes=max_key_bytes)
         return (a.entries[0] if a.entries else None), a.count, a.revision
-    except TooLarge:
-        pass
+    except TooLarge as exc:
+        seen = refused_kv_head(exc.head, full)
+        if seen is not None:                 # the refused answer named the value's revision
+            rev, mod = seen
+            return Refusal(key, mod, max_value_bytes + 1, max_value_bytes, exact=False), 1, rev
     # over the answer bound: the value is far over its bound. Which revision is it?
     listing = await _call(store, _range_body(full, None, revision=revision, keys_only=True,
                                              **opts),

@@ -89,10 +89,12 @@ class TooLarge(StoreError):
     is the bound in bytes. Another member would answer the same: not retried elsewhere.
     """
 
-    def __init__(self, message: str, *, what: str = "", limit: int = 0) -> None:
+    def __init__(self, message: str, *, what: str = "", limit: int = 0,
+                 head: bytes = b"") -> None:
         super().__init__(message)
         self.what = what
         self.limit = limit
+        self.head = head        # the first bytes of the refused answer (never parsed as JSON)
 
 
 class ValueTooLarge(TooLarge):

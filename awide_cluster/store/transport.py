@@ -22,6 +22,8 @@ from awide_cluster.store.codec import error_for, error_from_body, parse_json
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import BadResponse, StoreError, TooLarge, Unavailable
 
+HEAD_BYTES = 4096      # of a refused answer, kept on the error (see bounded.refused_kv_head)
+
 
 class SendState:
     """Set by the transport once a connection to the member is ready (the request may go out)."""
@@ -164,7 +166,8 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int, where: str, what
         if len(buf) > limit:
             resp.close()
             raise TooLarge(f"{where}: answer over the bound of {limit} bytes, refused "
-                           f"(stopped reading at {len(buf)})", what=what, limit=limit)
+                           f"(stopped reading at {len(buf)})", what=what, limit=limit,
+                           head=bytes(buf[:HEAD_BYTES]))
 
 
 def _decode(endpoint: str, status: int, raw: bytes, write: bool) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from awide_cluster.store.bounded import refused_kv_head
 from awide_cluster.store import (
     Refusal, TooLarge, TooManyKeys, ValueTooLarge, WatchMessageTooLarge,
 )
@@ -30,7 +31,7 @@ def store(cluster, make_store):
 async def test_an_answer_over_the_bound_is_too_large_naming_the_request(cluster, make_store):
     store = make_store(cluster.endpoints, max_answer_bytes=64 * KIB, call_timeout=10.0)
     await store.put("small", b"ok")
-    await store.put("huge", big(NEAR_LIMIT))
+    huge_rev = await store.put("huge", big(NEAR_LIMIT))
     assert (await store.get("small")).value == b"ok"
     before = store.transport.bytes_read
     with pytest.raises(TooLarge) as info:
@@ -39,6 +40,11 @@ async def test_an_answer_over_the_bound_is_too_large_naming_the_request(cluster,
     assert info.value.limit == 64 * KIB and info.value.what == "range 'huge'"
     # refused while streaming: far less than the 2 MiB answer was read
     assert store.transport.bytes_read - before < 512 * KIB
+    # its first bytes name the value's mod_revision (etcd's field order): no second read
+    rev, mod = refused_kv_head(info.value.head, store.codec.key("huge"))
+    assert mod == huge_rev and rev >= huge_rev
+    assert refused_kv_head(info.value.head, store.codec.key("other")) is None
+    assert refused_kv_head(b'{"header":{}}', store.codec.key("huge")) is None
     with pytest.raises(TooLarge):
         await store.range("", prefix=True)
     # the store is still fine for the rest
