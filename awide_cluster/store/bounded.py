@@ -12,8 +12,11 @@ answers without the value and it is refused again at the cost of a few hundred b
 last key read), the first page's revision pinned for the next ones (one snapshot; a
 serializable read is not pinned, its pages may come from different members). Each page's
 answer is bounded by ``limit`` values of the bound, and by the store's answer bound; a page
-over that (a value far over the bound) is listed ``keys_only`` and read key by key, so the
-one big value is refused by name and the others are read. Remembered refusals are left out of the pages (the ranges stop
+over that (a value far over the bound), or a page not answered within half the time left
+(etcd builds a whole answer before it sends it: big values take it long), is listed
+``keys_only`` and read key by key, so the one big value is refused by name and the others
+are read. Every refusal is remembered as soon as it is made: a read that then runs out of
+time still spares the next one. Remembered refusals are left out of the pages (the ranges stop
 before them) and asked with ``min_mod_revision`` as above. More keys than ``max_keys`` is
 reported (``more``, ``count``), never cut silently.
 
@@ -42,6 +45,7 @@ KV_OVERHEAD = 512
 MAX_KEY_BYTES = 512          # a key (relative to the store prefix) longer than this is refused
 MAX_PAGE_KEYS = 64
 PER_KEY_CONCURRENCY = 8      # key-by-key reads of a page that was too large
+PAGE_SHARE = 0.5             # of the time left, a page may take before it is read key by key
 
 Entry = KeyValue | Refusal
 
@@ -346,15 +350,22 @@ def _pin(pin: int | None, first: int, rev: int, serializable: bool) -> tuple[int
 async def _page(store: "EtcdStore", pos: bytes, seg_end: bytes, limit: int, *, pin: int | None,
                 deadline: float, what: str, serializable: bool, per_kv: int,
                 max_value_bytes: int, max_key_bytes: int) -> _Answer:
-    """Up to ``limit`` keys of [pos, seg_end); a page over its bound is read key by key."""
+    """Up to ``limit`` keys of [pos, seg_end); a page over its bound, or not answered within
+    its share of the time left, is read key by key."""
     bounds = dict(max_value_bytes=max_value_bytes, max_key_bytes=max_key_bytes)
+    loop = asyncio.get_running_loop()
+    share = min(deadline, loop.time() + (deadline - loop.time()) * PAGE_SHARE)
     try:
         return await _call(store, _range_body(pos, seg_end, limit=limit, revision=pin,
                                               serializable=serializable),
-                           deadline=deadline, what=what,
+                           deadline=share, what=what,
                            max_bytes=ANSWER_OVERHEAD + limit * per_kv, **bounds)
     except TooLarge:
         pass
+    except Timeout:
+        if loop.time() >= deadline:
+            raise
+        # etcd builds a whole answer before sending it: big values take it long
     # one value (or more) far over the bound in this page: list the keys, read one by one
     while True:
         try:
