@@ -5,6 +5,8 @@ The poll is one ranged read of ``registry`` with ``min_mod_revision`` = the last
 hundred bytes) and nothing is decoded. ``count`` tells "unchanged" (1) from "absent" (0).
 
 What is applied, and what is kept (``decide``):
+- a changed document over its bound (``bounds.REGISTRY_MAX_BYTES``) is refused by name
+  without being decoded (``ValueTooLarge`` names its mod_revision), like a corrupt one;
 - a changed document is decoded, checked to name this cluster and not to go back (within one
   lineage the generation only grows: ``contract.registry.went_back``), and its slot table recomputed
   with the shared slot function (``contract.registry.check_slots``); any failure (corrupt,
@@ -20,12 +22,13 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from awide_cluster import bounds
 from awide_cluster.contract import keys
 from awide_cluster.contract.registry import (
     Registry, RegistryError, UnknownSchema, check_slots, went_back,
 )
 from awide_cluster.contract.registry import decode as decode_registry
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, ValueTooLarge
 from awide_cluster.store.types import RangeResult
 
 Outcome = Literal["applied", "unchanged", "rejected", "failed"]
@@ -56,6 +59,11 @@ def decide(state: FollowState, answer: RangeResult | BaseException, now: float, 
            cluster: str) -> tuple[FollowState, Decision]:
     """Fold one poll's answer (or its error) into the follow state."""
     polls = state.polls + 1
+    if isinstance(answer, ValueTooLarge) and answer.mod_revision:
+        # refused like a corrupt document, and that revision is not fetched again
+        base = replace(state, polls=polls, last_ok=now, failures=0,
+                       seen_revision=answer.mod_revision)
+        return _reject(base, f"registry refused: value over {answer.limit} bytes")
     if isinstance(answer, BaseException):
         why = f"registry not read: {type(answer).__name__}: {answer}".rstrip(": ")
         return replace(state, polls=polls, failures=state.failures + 1, problem=why,
@@ -120,7 +128,8 @@ class Follower:
             # the store bounds the call; the outer bound is a second, independent fence
             async with asyncio.timeout(self.call_timeout * 1.2 + 0.05):
                 answer = await self.store.range(  # type: ignore[attr-defined]
-                    keys.REGISTRY, min_mod_revision=since, timeout=self.call_timeout)
+                    keys.REGISTRY, min_mod_revision=since, timeout=self.call_timeout,
+                    max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
         self.state, decision = decide(self.state, answer, self.clock(),  # type: ignore[operator]

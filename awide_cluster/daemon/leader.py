@@ -18,6 +18,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
+from awide_cluster import bounds
 from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.text import safe_text
@@ -26,7 +27,7 @@ from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
     Intent, LeaderMemory, Policy, Snapshot, decide,
 )
-from awide_cluster.store.errors import StoreError, Timeout
+from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
@@ -84,17 +85,39 @@ class LeaderLoop:
         self.known = known if known is not None else self.registry
 
     async def read(self) -> Read:
-        """Every read of one cycle; StoreError if any failed, RegistryError if the registry in
-        etcd is unreadable (the leader never overwrites what it cannot read)."""
+        """Every read of one cycle; StoreError if any failed. A registry that cannot be used
+        (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
+        cycle repairs it."""
         t = self.call_timeout
         members, reg_kv, intents, leader_kv = await asyncio.gather(
-            self.store.range(keys.MEMBERS, prefix=True, timeout=t),
-            self.store.get(keys.REGISTRY, timeout=t),
-            self.store.range(keys.INTENTS, prefix=True, timeout=t),
+            self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
+                                   max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
+            self._get_registry(t),
+            self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
+                                   max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
         )
-        reports, bad, strangers = {}, {}, {}
+        members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
+        if intents.more:
+            log.warning("%d intents pending, over the bound of %d per cycle: the first %d now, "
+                        "the others at the next cycles", intents.count, intents.max_keys,
+                        intents.max_keys)
+        # values over their bound: refused by name, never decoded (a key over the key bound
+        # is only logged: no host has that name, and deleting it would not fit in a txn)
         hosts = self.policy.hosts
+        reports, strangers, bad = {}, {}, {}
+        for k, r in members.refused.items():
+            if r.kind == "value":
+                host = keys.tail(k, keys.MEMBERS)
+                if hosts and host not in hosts:
+                    strangers[safe_text(host, 80)] = "not a host of this cluster (config hosts)"
+                else:
+                    bad[host] = r.why
+        bad_intents = {k: (r.mod_revision, r.why) for k, r in intents.refused.items()
+                       if r.kind == "value"}
+        for r in (*members.refused.values(), *intents.refused.values()):
+            if r.kind == "key":
+                log.warning("key %s ignored: %s", r.name, r.why)
         for kv in members.kvs:
             host = keys.tail(kv.key, keys.MEMBERS)
             if hosts and host not in hosts:
@@ -108,14 +131,18 @@ class LeaderLoop:
             except reportdoc.ReportError as e:
                 bad[host] = safe_text(e, 200)
         registry, found, problem = None, "missing", "no registry in etcd"
-        if reg_kv is not None:
+        reg_rev = reg_kv.mod_revision if reg_kv is not None else 0
+        if isinstance(reg_kv, ValueTooLarge):
+            found, problem, reg_rev = "too_large", safe_text(
+                f"value over {reg_kv.limit} bytes, refused unread", 200), reg_kv.mod_revision
+        elif reg_kv is not None:
             try:
                 registry, found, problem = regdoc.decode(reg_kv.value), "ok", ""
             except UnknownSchema as e:
                 found, problem = "unknown_schema", safe_text(e, 200)
             except RegistryError as e:
                 found, problem = "corrupt", safe_text(e, 200)
-        good_intents, bad_intents = [], {}
+        good_intents = []
         for kv in intents.kvs:
             try:
                 good_intents.append(decode_intent(kv))
@@ -124,8 +151,17 @@ class LeaderLoop:
         snap = Snapshot(reports=reports, bad_reports=bad, registry=registry,
                         intents=tuple(good_intents), bad_intents=bad_intents,
                         strangers=strangers)
-        return Read(snap, reg_kv.mod_revision if reg_kv is not None else 0, leader_kv,
-                    found=found, problem=problem)
+        return Read(snap, reg_rev, leader_kv, found=found, problem=problem)
+
+    async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
+        """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
+        over its bound: repaired like a corrupt one, not read again while unchanged (the store
+        remembers the refusal)."""
+        try:
+            return await self.store.get(keys.REGISTRY, timeout=timeout,
+                                        max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+        except ValueTooLarge as e:
+            return e
 
     async def cycle(self) -> Outcome:
         ld = self.leadership

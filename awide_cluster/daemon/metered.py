@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-TIMED = ("range", "get", "txn", "create", "put", "delete", "grant", "keepalive", "revoke",
-         "time_to_live", "members", "statuses")
+TIMED = ("range", "read_prefix", "get", "txn", "create", "put", "delete", "grant", "keepalive",
+         "revoke", "time_to_live", "members", "statuses")
 
 
 class MeteredStore:

@@ -20,7 +20,7 @@ import random
 import uuid
 from pathlib import Path
 
-from awide_cluster import __version__
+from awide_cluster import __version__, bounds
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 from awide_cluster.config.daemon import DaemonConfig
@@ -34,7 +34,7 @@ from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.lease import HostLease, Leadership, LeaderRecord
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, ValueTooLarge
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -336,7 +336,13 @@ class Daemon:
         try:
             after = self._registry_rev + 1 if self._registry_rev else None
             kv = await self.store.get(keys.REGISTRY, min_mod_revision=after,
-                                      timeout=self.config.etcd.call_timeout)
+                                      timeout=self.config.etcd.call_timeout,
+                                      max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+        except ValueTooLarge as e:      # refused like a corrupt one; that revision not again
+            self.metrics.registry_refused("too_large")
+            self._note_error(f"registry unreadable, keeping the last good one: {e}")
+            self._registry_rev = e.mod_revision or self._registry_rev
+            return True
         except StoreError as e:
             self._note_error(f"registry read: {e}")
             return False

@@ -1,10 +1,14 @@
 """The I/O shell of status: one bounded read of etcd, then the pure ``build_status``.
 
-One read is three concurrent calls, each within the store's call bound (0.5 s by default):
-every endpoint's status, the member list, and one range over the whole cluster prefix. When
-the (linearizable) key read fails but some member answers, the keys are read again
-serializably from any member, so a cluster that lost quorum still shows what its members
-hold (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
+One read is three concurrent reads: every endpoint's status and the member list, each within
+the store's call bound (0.5 s by default), and one bounded read of the whole cluster prefix
+within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys, each value at most the
+largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a value over its bound
+is refused by name and shown as a problem, so one big key hides nothing else; the first read
+of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred ms). When the
+(linearizable) key read fails but some member answers, the keys are read again serializably
+from any member, so a cluster that lost quorum still shows what its members hold
+(``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
 ``StatusReader`` keeps the observations between reads (report ages, see ``observe``):
 ``snapshot()`` for ``--watch`` and the demo, ``sample(interval)`` for one-shot status.
@@ -17,16 +21,18 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from awide_cluster import bounds
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.errors import StoreError
-from awide_cluster.store.types import EndpointStatus, Member, RangeResult
+from awide_cluster.store.types import EndpointStatus, Member, PrefixRead
 
 
 class StatusStore(Protocol):
-    async def range(self, key: str, *, prefix: bool = False, serializable: bool = False,
-                    timeout: float | None = None) -> RangeResult: ...
+    async def read_prefix(self, prefix: str, *, max_keys: int, max_value_bytes: int,
+                          timeout: float | None = None,
+                          serializable: bool = False) -> PrefixRead: ...
     async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
@@ -40,12 +46,19 @@ def describe_error(e: BaseException) -> str:
 async def read_raw(
     store: StatusStore, *, cluster: str, endpoints: tuple[str, ...], bound: float,
     wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+    keys_timeout: float | None = None,
 ) -> RawSnapshot:
-    """One bounded read. Never raises a StoreError: failures are in the snapshot."""
+    """One bounded read. Never raises a StoreError: failures are in the snapshot.
+    ``keys_timeout``: the bound of each read of the prefix (None: the store's call bound)."""
+
+    def read_keys(serializable: bool = False) -> Any:
+        return store.read_prefix("", max_keys=bounds.CLUSTER_MAX_KEYS,
+                                 max_value_bytes=bounds.REGISTRY_MAX_BYTES,
+                                 serializable=serializable, timeout=keys_timeout)
 
     async def keys() -> tuple[Any, str]:
         try:
-            return await store.range("", prefix=True), ""
+            return await read_keys(), ""
         except StoreError as e:
             return None, describe_error(e)
 
@@ -66,7 +79,7 @@ async def read_raw(
             answered = any(isinstance(s, EndpointStatus) for s in status_map.values())
             if result is None and answered:
                 try:
-                    result = await store.range("", prefix=True, serializable=True)
+                    result = await read_keys(serializable=True)
                     read_error = (f"linearizable read failed ({read_error}); showing a "
                                   "serializable read from one member, possibly stale")
                 except StoreError as e:
@@ -89,7 +102,9 @@ async def read_raw(
         kvs=tuple(result.kvs) if result is not None else None,
         read_error=read_error if read_error else "",
         revision=result.revision if result is not None else None,
-        wall=start_wall, mono=start_mono)
+        wall=start_wall, mono=start_mono,
+        refused=tuple(result.refused.values()) if result is not None else (),
+        key_count=result.count if result is not None and result.more else None)
 
 
 class StatusReader:
@@ -104,15 +119,18 @@ class StatusReader:
         self.cluster = cluster
         self.endpoints = endpoints
         self.policy = policy
-        # status, members and keys run concurrently; the serializable fallback after them
-        self.bound = 2 * call_timeout + 0.5
+        # status, members and keys (paged: twice the call bound) run concurrently; the
+        # serializable fallback after them
+        self.keys_timeout = 2 * call_timeout
+        self.bound = 2 * self.keys_timeout + 0.5
         self._wall, self._mono = wall, mono
         self.seen = Observations()
         self.last_raw: RawSnapshot | None = None
 
     async def read(self) -> RawSnapshot:
         raw = await read_raw(self.store, cluster=self.cluster, endpoints=self.endpoints,
-                             bound=self.bound, wall=self._wall, mono=self._mono)
+                             bound=self.bound, wall=self._wall, mono=self._mono,
+                             keys_timeout=self.keys_timeout)
         self.seen = observe(self.seen, raw.kvs, raw.mono)
         self.last_raw = raw
         return raw

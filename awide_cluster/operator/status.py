@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from awide_cluster import bounds
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
@@ -25,7 +26,7 @@ from awide_cluster.operator.model import (
     LeaderView, Problem, RegistryView,
 )
 from awide_cluster.operator.observe import Age, Observations
-from awide_cluster.store.types import EndpointStatus, KeyValue, Member
+from awide_cluster.store.types import EndpointStatus, KeyValue, Member, Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class RawSnapshot:
     revision: int | None
     wall: float                            # time.time() of the read
     mono: float                            # monotonic time of the read (ages)
+    refused: tuple[Refusal, ...] = ()      # keys whose value was over the read's bound
+    key_count: int | None = None           # more keys than the read's bound: how many in all
 
     @property
     def unreachable(self) -> bool:
@@ -63,7 +66,7 @@ class StatusPolicy:
 def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> ClusterStatus:
     problems: list[Problem] = []
     etcd = _etcd(raw, problems)
-    kv = {k.key: k for k in raw.kvs} if raw.kvs is not None else {}
+    kv, big = _within_bounds(raw, problems)
     readable = raw.kvs is not None
     if not readable:
         problems.append(Problem("error", "keys_unreadable", raw.cluster,
@@ -80,15 +83,23 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
             return fallback
 
     leader = guard("leader", lambda: _leader(kv, raw, problems), None) if readable else None
+    if leader is None and keys.LEADER in big:
+        leader = LeaderView("?", "", None, "", big[keys.LEADER])
     no_reg = (None, RegistryView(None, "", "", None, 0, 0, "not read"))
-    reg, reg_view = guard("registry", lambda: _registry(kv, raw, seen, problems),
-                          no_reg) if readable else no_reg
+    if keys.REGISTRY in big:
+        reg, reg_view = None, RegistryView(None, "", "", seen.age(keys.REGISTRY, raw.mono), 0,
+                                           0, big[keys.REGISTRY])
+    else:
+        reg, reg_view = guard("registry", lambda: _registry(kv, raw, seen, problems),
+                              no_reg) if readable else no_reg
     reports, hosts = guard("hosts", lambda: _hosts(kv, raw, seen, reg, leader, policy,
-                                                   problems), ({}, ()))
+                                                   problems, big), ({}, ()))
     cards = guard("cards", lambda: _cards(reg, reports, problems), ())
     gateways = guard("gateways", lambda: _gateways(kv, raw, seen, reg, reg_view, policy,
                                                    problems), ())
     intents = guard("intents", lambda: _intents(kv, raw, seen, policy, problems), ())
+    gateways, intents = guard("refused values", lambda: _refused_views(
+        big, raw, seen, gateways, intents), (gateways, intents))
     if readable and leader is None:
         problems.append(Problem(
             "error", "no_leader", "leader",
@@ -109,6 +120,58 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
         hosts=hosts, cards=cards, gateways=gateways, intents=intents,
         problems=tuple(problems), dev_cluster=dev,
     )
+
+
+# ---------------------------------------------------------------------- bounds
+
+def _within_bounds(raw: RawSnapshot, problems: list[Problem]
+                   ) -> tuple[dict[str, KeyValue], dict[str, str]]:
+    """The keys whose value is within its bound (``bounds.value_bound``), and why the others
+    were not read or not decoded (``value_too_large``: one big key hides nothing else)."""
+    kv: dict[str, KeyValue] = {}
+    big: dict[str, str] = {}
+    for r in raw.refused:
+        if r.kind == "key":                 # a key name over the key bound: a problem only
+            problems.append(Problem("error", "value_too_large", r.name,
+                                    f"key {r.name}: {r.why}, not read"))
+        else:
+            size = f"{r.size} bytes" if r.exact else f"more than {r.limit} bytes"
+            big[r.key] = f"value over {bounds.value_bound(r.key)} bytes ({size})"
+    for item in raw.kvs or ():
+        limit = bounds.value_bound(item.key)
+        if len(item.value) > limit:
+            big[item.key] = f"value over {limit} bytes ({len(item.value)} bytes)"
+        else:
+            kv[item.key] = item
+    for key, why in sorted(big.items()):
+        problems.append(Problem(
+            "error", "value_too_large", key,
+            f"key {key}: {why}, not read (everything else is shown; rewrite or delete it)"))
+    if raw.key_count is not None:
+        problems.append(Problem(
+            "error", "too_many_keys", raw.cluster,
+            f"{raw.key_count} keys under the cluster prefix, over the bound of "
+            f"{bounds.CLUSTER_MAX_KEYS}: only the first {bounds.CLUSTER_MAX_KEYS} (in key "
+            "order) are shown"))
+    return kv, big
+
+
+def _refused_views(
+    big: dict[str, str], raw: RawSnapshot, seen: Observations,
+    gateways: tuple[GatewayView, ...], intents: tuple[IntentView, ...],
+) -> tuple[tuple[GatewayView, ...], tuple[IntentView, ...]]:
+    """Gateways and intents whose value was over its bound, listed with the reason."""
+    gws, its = list(gateways), list(intents)
+    for key, why in big.items():
+        age = seen.age(key, raw.mono)
+        if key.startswith(keys.GATEWAYS):
+            gws.append(GatewayView(keys.tail(key, keys.GATEWAYS), "", "", "", "", "", None, None,
+                                   "", "", False, age, why))
+        elif key.startswith(keys.INTENTS):
+            its.append(IntentView(keys.tail(key, keys.INTENTS), "?", "", age, why))
+    gws.sort(key=lambda v: (v.namespace, v.id))
+    its.sort(key=lambda v: v.card_id)
+    return tuple(gws), tuple(its)
 
 
 # ---------------------------------------------------------------------- etcd
@@ -258,10 +321,16 @@ def _registry(
 def _hosts(
     kv: dict[str, KeyValue], raw: RawSnapshot, seen: Observations, reg: Registry | None,
     leader: LeaderView | None, policy: StatusPolicy, problems: list[Problem],
+    big: dict[str, str] | None = None,
 ) -> tuple[dict[str, HostReport], tuple[HostView, ...]]:
     reports: dict[str, HostReport] = {}
     views: list[HostView] = []
     lead = leader.host if leader is not None else ""
+    for key, why in (big or {}).items():           # a report over its bound: shown, not read
+        if key.startswith(keys.MEMBERS):
+            host = keys.tail(key, keys.MEMBERS)
+            views.append(HostView(host, "?", "", "", 0, False, host == lead,
+                                  seen.age(key, raw.mono), why))
     for key, item in kv.items():
         if not key.startswith(keys.MEMBERS):
             continue

@@ -81,6 +81,21 @@ def as_int(obj: Mapping[str, Any], field: str, default: int = 0) -> int:
     raise BadResponse(f"field {field!r} is not an integer: {value!r}")
 
 
+def as_bool(obj: Mapping[str, Any], field: str) -> bool:
+    value = obj.get(field, False)
+    if not isinstance(value, bool):
+        raise BadResponse(f"field {field!r} is not a boolean: {value!r}")
+    return value
+
+
+def b64_size(text: Any) -> int:
+    """The size in bytes of the data a base64 text holds, without decoding it."""
+    if not isinstance(text, str):
+        raise BadResponse(f"expected base64 text, got {type(text).__name__}")
+    n = len(text)
+    return n // 4 * 3 - (2 if text.endswith("==") else 1 if text.endswith("=") else 0)
+
+
 def as_dict(obj: Any, what: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise BadResponse(f"{what}: expected a JSON object, got {type(obj).__name__}")
@@ -108,7 +123,8 @@ class Codec:
     # ------------------------------------------------------------------ keys
 
     def key(self, rel: str) -> bytes:
-        return (self.prefix + rel).encode()
+        # surrogateescape: a key read back with undecodable bytes (``rel``) names itself again
+        return (self.prefix + rel).encode(errors="surrogateescape")
 
     def rel(self, raw: Any) -> str:
         full = unb64(raw).decode(errors="surrogateescape")
@@ -127,8 +143,16 @@ class Codec:
 
     def range_request(self, rel: str, *, prefix: bool = False, min_mod_revision: int | None = None,
                       serializable: bool = False, keys_only: bool = False,
-                      limit: int = 0) -> dict[str, Any]:
+                      limit: int = 0, revision: int | None = None, count_only: bool = False,
+                      range_end: bytes | None = None) -> dict[str, Any]:
+        """``range_end`` (full key bytes, exclusive) instead of ``prefix``: any key range."""
         body: dict[str, Any] = self.key_range(rel, prefix)
+        if range_end is not None:
+            body["range_end"] = b64(range_end)
+        if revision:
+            body["revision"] = str(int(revision))
+        if count_only:
+            body["count_only"] = True
         if min_mod_revision:
             body["min_mod_revision"] = str(int(min_mod_revision))
         if serializable:
@@ -200,7 +224,8 @@ class Codec:
         if not isinstance(kvs, list):
             raise BadResponse("kvs is not a list")
         return RangeResult(revision=header_revision(body), kvs=tuple(self.kv(k) for k in kvs),
-                           count=as_int(body, "count"), endpoint=endpoint)
+                           count=as_int(body, "count"), endpoint=endpoint,
+                           more=as_bool(body, "more"))
 
     def txn_result(self, body: Mapping[str, Any], ops: tuple[Put | Delete | Get, ...],
                    endpoint: str = "") -> TxnResult:

@@ -6,6 +6,11 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+# etcd refuses a request over --max-request-bytes (default 1.5 MiB), so one value is at most
+# that; as base64 in a JSON answer it is 4/3 larger (2 MiB). 4 MiB holds any single-key
+# answer of a default etcd with room to spare; larger answers (ranges) are read in pages.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class TlsConfig:
@@ -34,6 +39,8 @@ class StoreConfig:
     ``prefix``: every key given to or returned by the store is relative to it.
     ``call_timeout``: default deadline of a whole call (hedges and endpoint rotation included).
     ``hedge_after``: a read not answered after this long is also sent to the next endpoint.
+    ``max_answer_bytes``: the most any one answer (or one watch message) may hold; a larger
+    one is refused while it streams in (``TooLarge``). Calls may ask for less, never more.
     """
 
     endpoints: tuple[str, ...]
@@ -43,6 +50,7 @@ class StoreConfig:
     tls: TlsConfig | None = None
     username: str | None = None
     password: str | None = None
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
     def __post_init__(self) -> None:
         if isinstance(self.endpoints, str):
@@ -67,5 +75,7 @@ class StoreConfig:
             raise ValueError("StoreConfig.call_timeout must be > 0")
         if not (self.hedge_after >= 0):
             raise ValueError("StoreConfig.hedge_after must be >= 0")
+        if not (isinstance(self.max_answer_bytes, int) and self.max_answer_bytes >= 64 * 1024):
+            raise ValueError("StoreConfig.max_answer_bytes must be an integer >= 65536")
         if (self.username is None) != (self.password is None):
             raise ValueError("StoreConfig: username and password go together")

@@ -12,6 +12,10 @@ Callers decide on the type, never on a message:
 - ``InvalidRequest``: etcd refused the request itself (bad argument, compacted or future
   revision); sending it again will not help.
 - ``WatchCompacted`` / ``WatchCanceled``: a watch ended; re-read, then watch again.
+- ``TooLarge``: an answer (or one watch message) over the bytes the call may read; refused
+  while streaming, naming the request and the bound. ``ValueTooLarge``: one key's value over
+  the bound the caller gave (names the key and its mod_revision). ``TooManyKeys``: more keys
+  under a prefix than the caller's bound.
 
 A failed *write* may still have happened; ``maybe_applied`` (on every error, False unless
 said otherwise) says so. Only ``Timeout`` and ``Unavailable`` ever set it.
@@ -76,3 +80,54 @@ class WatchCompacted(StoreError):
 
 class WatchCanceled(StoreError):
     """etcd canceled the watch (reason in the message)."""
+
+
+class TooLarge(StoreError):
+    """An answer over the bytes this call may read: refused while streaming, never parsed.
+
+    ``what`` names the request (e.g. ``range 'members/'``, ``watch 'registry'``), ``limit``
+    is the bound in bytes. Another member would answer the same: not retried elsewhere.
+    """
+
+    def __init__(self, message: str, *, what: str = "", limit: int = 0,
+                 head: bytes = b"") -> None:
+        super().__init__(message)
+        self.what = what
+        self.limit = limit
+        self.head = head        # the first bytes of the refused answer (never parsed as JSON)
+
+
+class ValueTooLarge(TooLarge):
+    """One key's value over the caller's bound; named by key, never decoded.
+
+    ``size`` is the value's size in bytes when it was read, else a lower bound (the answer
+    was cut off at the read bound); ``mod_revision`` is the value's (0 if unknown), so the
+    caller does not read the same value again.
+    """
+
+    def __init__(self, message: str, *, key: str, limit: int, size: int,
+                 mod_revision: int) -> None:
+        super().__init__(message, what=f"get {key!r}", limit=limit)
+        self.key = key
+        self.size = size
+        self.mod_revision = mod_revision
+
+
+class WatchMessageTooLarge(TooLarge):
+    """One watch message over the watch's bound was refused (not parsed). The watch goes on
+    from ``skipped_to`` + 1: the events up to ``skipped_to`` are not delivered, so re-read
+    the watched keys (bounded) before relying on the watch again."""
+
+    def __init__(self, message: str, *, what: str, limit: int, skipped_to: int) -> None:
+        super().__init__(message, what=what, limit=limit)
+        self.skipped_to = skipped_to
+
+
+class TooManyKeys(StoreError):
+    """More keys under a prefix than the caller's bound (``count`` of them, bound ``limit``)."""
+
+    def __init__(self, message: str, *, prefix: str, count: int, limit: int) -> None:
+        super().__init__(message)
+        self.prefix = prefix
+        self.count = count
+        self.limit = limit

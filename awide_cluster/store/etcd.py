@@ -3,7 +3,9 @@
 Every call finishes within its deadline (``timeout=`` or ``StoreConfig.call_timeout``), hedges
 and endpoint changes included. Reads are hedged across members; writes go to one member and
 are never repeated once they may have reached it. Every answer's revision is checked against
-the highest revision seen before the call was sent (``last_revision``).
+the highest revision seen before the call was sent (``last_revision``). Every answer is read
+under a byte bound (``StoreConfig.max_answer_bytes``; ``TooLarge`` beyond); values under a
+caller's bound: ``range(key, max_value_bytes=N)`` and ``read_prefix`` (see bounded.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from awide_cluster.store import codec
+from awide_cluster.store import bounded, codec
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import (
@@ -20,7 +22,8 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
-    Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, RangeResult, TxnResult,
+    Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, PrefixRead, RangeResult,
+    TxnResult,
 )
 from awide_cluster.store.watch import Watch
 
@@ -37,6 +40,8 @@ class EtcdStore:
         self._last_revision = 0
         self._auth_lock: asyncio.Lock | None = None
         self._auth_off = False  # credentials configured but the cluster has auth disabled
+        # values refused for their size, by key: not read again while unchanged (bounded.py)
+        self.refusals = bounded.RefusalMemory()
 
     # ------------------------------------------------------------------ state
 
@@ -116,13 +121,14 @@ class EtcdStore:
             self.transport.token = token
 
     async def read(self, path: str, body: dict[str, Any], timeout: float | None,
-                   what: str) -> tuple[str, dict[str, Any]]:
-        """A hedged idempotent call; answers below the revision floor move on to other members."""
+                   what: str, *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
+        """A hedged idempotent call; answers below the revision floor move on to other members.
+        An answer over ``max_bytes`` (at most ``max_answer_bytes``) raises ``TooLarge``."""
         deadline = self.deadline(timeout)
         floor = self._last_revision
 
         async def attempt(ep: str) -> dict[str, Any]:
-            answer = await self.transport.post(ep, path, body)
+            answer = await self.transport.post(ep, path, body, max_bytes=max_bytes, what=what)
             self.check_revision(answer, floor, ep)
             return answer
 
@@ -158,12 +164,36 @@ class EtcdStore:
 
     async def range(self, key: str, *, prefix: bool = False, min_mod_revision: int | None = None,
                     serializable: bool = False, keys_only: bool = False, limit: int = 0,
+                    revision: int | None = None, max_value_bytes: int | None = None,
                     timeout: float | None = None) -> RangeResult:
+        """Keys ``key`` (or under it, ``prefix``); ``count`` is every key of the range,
+        ``more`` says ``limit`` cut it. ``revision``: read at that past revision.
+
+        ``max_value_bytes`` (one key only, not with ``prefix``/``keys_only``/``revision``):
+        a value over it raises ``ValueTooLarge`` naming the key, read at most once per
+        mod_revision (see bounded.py). For many keys use ``read_prefix``."""
+        if max_value_bytes is not None:
+            if prefix or keys_only or limit or revision:
+                raise ValueError("range: max_value_bytes is for one key; use read_prefix")
+            return await bounded.get_range(self, key, max_value_bytes=max_value_bytes,
+                                           min_mod_revision=min_mod_revision,
+                                           serializable=serializable, timeout=timeout)
         body = self.codec.range_request(key, prefix=prefix, min_mod_revision=min_mod_revision,
                                         serializable=serializable, keys_only=keys_only,
-                                        limit=limit)
+                                        limit=limit, revision=revision)
         ep, answer = await self.read("/v3/kv/range", body, timeout, f"range {key!r}")
         return self.codec.range_result(answer, ep)
+
+    async def read_prefix(self, prefix: str, *, max_keys: int, max_value_bytes: int,
+                          timeout: float | None = None, serializable: bool = False,
+                          page_keys: int | None = None) -> PrefixRead:
+        """Every key under ``prefix``, in bounded pages, within one deadline: the values of
+        at most ``max_value_bytes`` in ``kvs``, the others refused by key in ``refused``
+        (never decoded, not read again while unchanged); more than ``max_keys`` keys sets
+        ``more`` and ``count`` (``PrefixRead.complete()`` raises ``TooManyKeys`` then)."""
+        return await bounded.read_prefix(self, prefix, max_keys=max_keys,
+                                         max_value_bytes=max_value_bytes, timeout=timeout,
+                                         serializable=serializable, page_keys=page_keys)
 
     async def get(self, key: str, **kw: Any) -> KeyValue | None:
         """The key's KeyValue or None; keyword arguments as for ``range``."""
@@ -280,10 +310,12 @@ class EtcdStore:
     # ------------------------------------------------------------------ watch
 
     def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,
-              stall_after: float = 3.0) -> Watch:
-        """An async iterator of WatchBatch (also an async context manager; see watch.py)."""
+              stall_after: float = 3.0, max_message_bytes: int | None = None) -> Watch:
+        """An async iterator of WatchBatch (also an async context manager; see watch.py).
+        One watch message over ``max_message_bytes`` (default and ceiling:
+        ``max_answer_bytes``) raises ``WatchMessageTooLarge`` once; the watch goes on."""
         return Watch(self, key, prefix=prefix, start_revision=start_revision,
-                     stall_after=stall_after)
+                     stall_after=stall_after, max_message_bytes=max_message_bytes)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,5 +1,10 @@
 """One HTTP POST to one etcd member, with typed errors. No retries, no deadlines here.
 
+Every answer is read under a byte bound (``StoreConfig.max_answer_bytes`` or less, per
+call): a declared Content-Length over it is refused before reading, a streamed body as soon
+as it passes the bound (the connection is closed, the member stops sending). Stream frames
+(watch) are bounded the same way, per line.
+
 The session is created lazily inside the running event loop (one per store). Whether a request
 may have left this process is recorded in a ``SendState`` (an aiohttp trace marks the moment a
 connection is ready): a write whose connection was never established cannot have been applied.
@@ -15,9 +20,9 @@ import aiohttp
 
 from awide_cluster.store.codec import error_for, error_from_body, parse_json
 from awide_cluster.store.config import StoreConfig
-from awide_cluster.store.errors import BadResponse, StoreError, Unavailable
+from awide_cluster.store.errors import BadResponse, StoreError, TooLarge, Unavailable
 
-_MAX_LINE = 64 * 1024 * 1024
+HEAD_BYTES = 4096      # of a refused answer, kept on the error (see bounded.refused_kv_head)
 
 
 class SendState:
@@ -51,6 +56,8 @@ class Transport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self.token: str | None = None
+        self.max_answer_bytes = cfg.max_answer_bytes
+        self.bytes_read = 0          # answer bytes read by unary calls (watches not counted)
 
     def session(self) -> aiohttp.ClientSession:
         if self._closed:
@@ -76,16 +83,28 @@ class Transport:
             headers["Authorization"] = self.token
         return headers
 
+    def cap(self, max_bytes: int | None) -> int:
+        """The bound of one answer: the call's, never more than the store's."""
+        if max_bytes is None:
+            return self.max_answer_bytes
+        return max(1, min(int(max_bytes), self.max_answer_bytes))
+
     async def post(self, endpoint: str, path: str, body: dict[str, Any], *, write: bool = False,
-                   sent: SendState | None = None) -> dict[str, Any]:
-        """POST ``body`` to ``endpoint+path``; the decoded answer or a typed error."""
+                   sent: SendState | None = None, max_bytes: int | None = None,
+                   what: str = "") -> dict[str, Any]:
+        """POST ``body`` to ``endpoint+path``; the decoded answer or a typed error.
+
+        An answer over ``max_bytes`` (default and ceiling: ``max_answer_bytes``) raises
+        ``TooLarge`` naming ``what`` (default: the path)."""
         session = self.session()
         data = json.dumps(body).encode()
+        limit = self.cap(max_bytes)
         try:
             async with session.post(endpoint + path, data=data, headers=self._headers(),
                                     trace_request_ctx=sent) as resp:
                 status = resp.status
-                raw = await resp.read()
+                raw = await read_capped(resp, limit, f"{endpoint}: {what or path}", what or path,
+                                        self)
         except aiohttp.ClientConnectorError as exc:
             raise ConnectFailed(f"{endpoint}: cannot connect: {exc}") from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -106,7 +125,7 @@ class Transport:
             raise Unavailable(f"{endpoint}: {type(exc).__name__}: {exc}") from exc
         if resp.status != 200:
             try:
-                raw = await resp.read()
+                raw = await read_capped(resp, self.max_answer_bytes, f"{endpoint}: {path}", path)
             except (aiohttp.ClientError, OSError) as exc:
                 raise Unavailable(f"{endpoint}: HTTP {resp.status}: {exc}") from exc
             finally:
@@ -127,6 +146,30 @@ class Transport:
                 await session.close()
 
 
+async def read_capped(resp: aiohttp.ClientResponse, limit: int, where: str, what: str,
+                      counter: Transport | None = None) -> bytes:
+    """The whole body, or ``TooLarge`` as soon as it passes ``limit`` bytes (closes ``resp``:
+    the member stops sending). Bytes read are added to ``counter.bytes_read``."""
+    declared = resp.content_length
+    if declared is not None and declared > limit:
+        resp.close()
+        raise TooLarge(f"{where}: answer of {declared} bytes over the bound of {limit} bytes, "
+                       "refused", what=what, limit=limit)
+    buf = bytearray()
+    while True:
+        chunk = await resp.content.readany()
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+        if counter is not None:
+            counter.bytes_read += len(chunk)
+        if len(buf) > limit:
+            resp.close()
+            raise TooLarge(f"{where}: answer over the bound of {limit} bytes, refused "
+                           f"(stopped reading at {len(buf)})", what=what, limit=limit,
+                           head=bytes(buf[:HEAD_BYTES]))
+
+
 def _decode(endpoint: str, status: int, raw: bytes, write: bool) -> dict[str, Any]:
     if status != 200:
         try:
@@ -144,17 +187,31 @@ def _decode(endpoint: str, status: int, raw: bytes, write: bool) -> dict[str, An
     return body
 
 
-class LineReader:
-    """Newline-delimited JSON frames from a streaming answer, without a line-size trap."""
+class FrameTooLarge(TooLarge):
+    """One stream frame over the bound: the stream cannot be resumed past it (the reader
+    has dropped its bytes and closed the answer)."""
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+
+class LineReader:
+    """Newline-delimited JSON frames from a streaming answer, each at most ``max_line`` bytes.
+
+    A frame over the bound raises ``FrameTooLarge`` as soon as it passes the bound (its
+    bytes are dropped, the answer closed): a stream is never read past a frame it refused.
+    """
+
+    def __init__(self, resp: aiohttp.ClientResponse, max_line: int, what: str = "stream") -> None:
         self._resp = resp
         self._buf = bytearray()
+        self._max = max_line
+        self._what = what
 
     async def next_line(self) -> bytes | None:
-        """The next non-empty line, or None at end of stream."""
+        """The next non-empty line, or None at end of stream; ``FrameTooLarge`` for a line
+        over the bound."""
         while True:
             nl = self._buf.find(b"\n")
+            if nl > self._max or (nl < 0 and len(self._buf) > self._max):
+                self._refuse()
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
@@ -172,5 +229,11 @@ class LineReader:
                     return line
                 return None
             self._buf += chunk
-            if len(self._buf) > _MAX_LINE:
-                raise BadResponse("stream frame larger than 64 MiB")
+
+    def _refuse(self) -> None:
+        size = len(self._buf)
+        self._buf.clear()
+        self._resp.close()
+        raise FrameTooLarge(f"{self._what}: a message over the bound of {self._max} bytes, "
+                            f"refused (stopped reading at {size})", what=self._what,
+                            limit=self._max)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +20,9 @@ class KeyValue:
 class RangeResult:
     revision: int            # cluster revision of the answer (header.revision)
     kvs: tuple[KeyValue, ...]
-    count: int
+    count: int               # keys in the range (all of them, also beyond ``limit``)
     endpoint: str = ""       # which member answered (for metrics and logs)
+    more: bool = False       # ``limit`` cut the answer: more keys follow in the range
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +101,59 @@ class WatchBatch:
     revision: int
     events: tuple[WatchEvent, ...]
     progress: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A key whose value was not read: over the reader's bound. Named, never decoded.
+
+    ``size`` is the value's size in bytes, or a lower bound when ``exact`` is False (the
+    answer passed the read bound and was cut off).
+    """
+
+    key: str
+    mod_revision: int
+    size: int
+    limit: int
+    exact: bool = True
+    kind: Literal["value", "key"] = "value"     # "key": the key's name is over the key bound
+
+    @property
+    def name(self) -> str:
+        """The key, cut for logs and messages when it is long."""
+        return self.key if len(self.key) <= 80 else f"{self.key[:64]!r}... ({len(self.key)} chars)"
+
+    @property
+    def why(self) -> str:
+        if self.kind == "key":
+            return f"key of {self.size} bytes over the bound of {self.limit} bytes"
+        got = f"{self.size} bytes" if self.exact else "the answer passed the read bound"
+        return f"value over {self.limit} bytes ({got})"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRead:
+    """What ``EtcdStore.read_prefix`` read: never silently cut.
+
+    ``kvs``: the keys whose value is within the bound, in key order; ``refused``: the keys
+    whose value is over it (by key). ``more``: there are more than ``max_keys`` keys under
+    the prefix; ``kvs`` and ``refused`` then hold the first ``max_keys`` and ``count`` says
+    how many there are in all. ``revision``: the cluster revision of the read.
+    """
+
+    prefix: str
+    revision: int
+    kvs: tuple[KeyValue, ...]
+    refused: Mapping[str, Refusal]
+    count: int
+    more: bool
+    max_keys: int
+
+    def complete(self) -> "PrefixRead":
+        """This read, or ``TooManyKeys`` when it holds only the first ``max_keys`` keys."""
+        if self.more:
+            from awide_cluster.store.errors import TooManyKeys
+            raise TooManyKeys(f"{self.count} keys under {self.prefix!r}, over the bound of "
+                              f"{self.max_keys}: not read", prefix=self.prefix,
+                              count=self.count, limit=self.max_keys)
+        return self

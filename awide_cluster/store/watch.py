@@ -8,6 +8,13 @@ is bounded by the store's call timeout; when every member failed to open one in 
 watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
 revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
 
+Each message (one line of the stream) is read under ``max_message_bytes``. A message over it
+is refused as it streams in, never parsed: the stream is dropped, the watch learns the current
+revision (one small keys-only read) and goes on from the next one, and ``__anext__`` raises
+``WatchMessageTooLarge`` once, naming the watch, the bound and the revision skipped to: the
+caller re-reads (bounded) and keeps iterating. A big value thus costs one bounded read, never a
+watch that re-opens onto the same message forever.
+
 etcd sends progress notifications every ``--experimental-watch-progress-notify-interval``
 (default 10 min!): run members with an interval below ``stall_after`` (the embedded test
 cluster uses 1 s), otherwise an idle watch is re-opened every ``stall_after``.
@@ -26,9 +33,10 @@ from awide_cluster.store import codec
 from awide_cluster.store.codec import TokenRejected, WatchFrame
 from awide_cluster.store.errors import (
     Denied, RevisionWentBack, StoreError, Timeout, Unavailable, WatchCanceled, WatchCompacted,
+    WatchMessageTooLarge,
 )
 from awide_cluster.store.hedge import FINAL, combine
-from awide_cluster.store.transport import LineReader
+from awide_cluster.store.transport import FrameTooLarge, LineReader
 from awide_cluster.store.types import WatchBatch
 
 if TYPE_CHECKING:
@@ -41,10 +49,12 @@ class _Stalled(Exception):
 
 class Watch:
     def __init__(self, store: "EtcdStore", key: str, *, prefix: bool = False,
-                 start_revision: int | None = None, stall_after: float = 3.0) -> None:
+                 start_revision: int | None = None, stall_after: float = 3.0,
+                 max_message_bytes: int | None = None) -> None:
         if not stall_after > 0:
             raise ValueError("stall_after must be > 0")
         self._store = store
+        self.max_message_bytes = store.transport.cap(max_message_bytes)
         self._key = key
         self._prefix = prefix
         self._next_rev = start_revision or None  # first revision not yet delivered
@@ -79,6 +89,9 @@ class Watch:
             assert self._reader is not None
             try:
                 frame = await self._next_frame()
+            except FrameTooLarge as exc:
+                self._drop()
+                raise await self._skip_past(exc) from None
             except (_Stalled, Unavailable, Timeout):
                 self._drop()
                 self.reconnects += 1
@@ -93,6 +106,17 @@ class Watch:
     async def close(self) -> None:
         self._closed = True
         self._drop()
+
+    async def _skip_past(self, exc: FrameTooLarge) -> WatchMessageTooLarge:
+        """After a refused message: go on after the current revision (its events are lost)."""
+        now = await self._store.range(self._key, keys_only=True, limit=1)
+        skipped_to = max(now.revision, self.revision)
+        self._next_rev = skipped_to + 1
+        return WatchMessageTooLarge(
+            f"{self._endpoint}: watch {self._key!r}: a message over the bound of "
+            f"{exc.limit} bytes refused; events up to revision {skipped_to} skipped (re-read "
+            f"{self._key!r}), the watch goes on from revision {skipped_to + 1}",
+            what=f"watch {self._key!r}", limit=exc.limit, skipped_to=skipped_to)
 
     aclose = close
 
@@ -173,7 +197,8 @@ class Watch:
             self._drop()
             self._endpoint = ep
             self._resp = await store.transport.open_stream(ep, "/v3/watch", body)
-            self._reader = LineReader(self._resp)
+            self._reader = LineReader(self._resp, self.max_message_bytes,
+                                      f"{ep}: watch {self._key!r}")
             line = await self._reader.next_line()
             if line is None:
                 raise Unavailable(f"{ep}: watch stream ended before it was created")
