@@ -215,7 +215,8 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
         placement=f.text("placement", limit=u.PLACEMENT_MAX),
         fingerprint=f.text("fingerprint", limit=u.FINGERPRINT_MAX),
         generation=f.integer("generation"),
-        engine=f.text("engine", limit=u.ENGINE_MAX) if isinstance(engine, str) else None,
+        engine=(f.text("engine", required=False, limit=u.ENGINE_MAX) if isinstance(engine, str)
+                else None),
         version=f.text("version", required=False, limit=u.VERSION_MAX),
         stale=f.data.get("stale") is True,
     )

@@ -61,8 +61,8 @@ class Limits:
 
 
 # The registry: 8 placed cards in the design, every card ever admitted and not forgotten in
-# fact; a card entry is under 1.5 KiB with realistic texts and under 40 KiB with every text
-# at its bound. 1 MiB stays under etcd's default request limit (1.5 MiB).
+# fact; a card entry is about 0.5 KiB with realistic texts. 1 MiB stays under etcd's default
+# request limit (1.5 MiB).
 REGISTRY_LIMITS = Limits(max_bytes=1 * MiB, max_depth=16)
 # A host report: at most 64 cards (the daemon config's bound); the writer fits its report in
 # this bound whatever its probes say (daemon/reporter.py ``fit``).
