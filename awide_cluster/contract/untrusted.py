@@ -248,19 +248,21 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _PAIR = re.compile(r"\[\]|\{\}")
 
 
-def nesting_within(text: str, max_depth: int) -> bool:
-    """True when the brackets outside strings of ``text`` are balanced and nested at most
-    ``max_depth`` deep. Linear in ``len(text)`` per level, no recursion, no backtracking:
-    escapes are dropped first (so strings hold no quote), then strings, then everything that
-    is not a bracket; each pass then removes the innermost ``[]``/``{}`` pairs."""
+def nesting_problem(text: str, max_depth: int) -> str | None:
+    """None when the brackets outside strings of ``text`` balance and nest at most
+    ``max_depth`` deep; else why not. Linear in ``len(text)`` per level, no recursion, no
+    backtracking: escapes are dropped first (so strings hold no quote), then strings, then
+    everything that is not a bracket; each pass then removes the innermost ``[]``/``{}``."""
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", _ESCAPE.sub("", text)))
     for _ in range(max_depth):
         if not brackets:
-            return True
+            return None
         brackets, removed = _PAIR.subn("", brackets)
         if not removed:
-            return False                 # mismatched: not JSON anyway
-    return not brackets
+            return "value is not JSON: its brackets do not balance"
+    if brackets:
+        return f"brackets nested deeper than {max_depth} levels"
+    return None
 
 
 def load(raw: object, *, error: type[BadValue], limits: Limits, key: str = "") -> dict[str, Any]:
@@ -286,9 +288,9 @@ def load(raw: object, *, error: type[BadValue], limits: Limits, key: str = "") -
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error(f"value is not UTF-8 (byte {e.start})", key=key) from None
-    if not nesting_within(text, limits.max_depth):
-        raise error(f"brackets nested deeper than {limits.max_depth} levels or unbalanced",
-                    key=key)
+    why = nesting_problem(text, limits.max_depth)
+    if why is not None:
+        raise error(why, key=key)
     try:
         doc = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
                          parse_float=_bounded_float, object_pairs_hook=_object)
