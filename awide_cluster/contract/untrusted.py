@@ -129,7 +129,7 @@ class BadValue(ValueError):
 
     def __init__(self, reason: str = "", *, key: str = "", problem: str | None = None) -> None:
         self.reason = clean_text(reason, REASON_SHOWN_MAX)
-        self.key = clean_text(key, KEY_SHOWN_MAX, replacement="?")
+        self.key = clean_text(key or "", KEY_SHOWN_MAX, replacement="?")
         self.problem = problem or self.default_problem
         super().__init__(self.reason)
 
@@ -278,6 +278,10 @@ def load(raw: object, *, error: type[BadValue], limits: Limits, key: str = "") -
         except UnicodeEncodeError:
             raise error("value is not valid UTF-8 text", key=key) from None
     elif isinstance(raw, (bytes, bytearray, memoryview)):
+        size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+        if size > limits.max_bytes:
+            raise error(f"value of {size} bytes is larger than {limits.max_bytes} bytes",
+                        key=key, problem=VALUE_TOO_LARGE)
         data = bytes(raw)
     else:
         raise error(f"value is {type(raw).__name__}, not bytes", key=key)
