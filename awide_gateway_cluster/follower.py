@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from awide_cluster import bounds
+from awide_cluster.contract import bounds
 from awide_cluster.contract import keys
 from awide_cluster.contract.registry import (
     Registry, RegistryError, UnknownSchema, check_slots, went_back,

@@ -27,7 +27,7 @@ from awide_cluster import __version__
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
-from awide_cluster.contract.text import safe_text
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.errors import StoreError
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
@@ -364,7 +364,7 @@ class ClusterGateway:
             await asyncio.sleep(self._interval)
 
     def _loop_failed(self, what: str, e: BaseException) -> None:
-        why = safe_text(f"{what} failed: {type(e).__name__}: {e}")
+        why = clean_text(f"{what} failed: {type(e).__name__}: {e}", 300)
         self._loop_errors += 1
         if why != self._last_loop_error:
             log.error("%s; the loop goes on", why, exc_info=e)

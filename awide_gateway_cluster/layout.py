@@ -22,7 +22,7 @@ from typing import Any, Literal
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import (  # noqa: F401 (re-exported)
     PLACEMENT_ALGORITHM, LayoutRecord, decode_layout,
-    RecordError as LayoutError,
+    LayoutRecordError as LayoutError,
 )
 
 Placement = Literal["dialog", "stripe"]
@@ -75,8 +75,9 @@ def encode_record(r: LayoutRecord) -> bytes:
     return r.encode()
 
 
-def decode_record(raw: bytes | str) -> LayoutRecord:
-    return decode_layout(raw)
+def decode_record(raw: bytes | str, *, key: str = "") -> LayoutRecord:
+    """Raises LayoutError (a BadValue naming ``key``) and nothing else, whatever ``raw`` is."""
+    return decode_layout(raw, key=key)
 
 
 def compare(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutMismatch | None:

@@ -36,7 +36,7 @@ async def check_layout(store: object, mine: LayoutRecord, *, timeout: float) -> 
     if kv is None:          # deleted between the two calls: check again at the next start
         raise StoreError(f"{key} vanished while being read")
     try:
-        recorded = decode_record(kv.value)
+        recorded = decode_record(kv.value, key=key)
     except LayoutError as e:
         recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
                                 algorithm=0, slot_algorithm=0, created_by="?")

@@ -28,7 +28,13 @@ from pydantic import (
     field_validator, model_validator,
 )
 
+from awide_cluster.contract.untrusted import FORBIDDEN
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, clean_serial, validate_traddr
+
+# A directory card's path goes into every host report and the registry: at most this many
+# bytes (UTF-8) and no control character, so a report of 64 cards always fits its bound
+# (contract/untrusted.py, daemon/reporter.py ``fit``).
+PATH_MAX_BYTES = 1024
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9_.-]{0,62})")
 _UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.(service|socket|target|mount|path|timer)")
@@ -160,6 +166,18 @@ class CardSpec(BaseModel):
     def _name(cls, v: str) -> str:
         if not _NAME.fullmatch(v):
             raise ValueError("card name must be 1-63 of a-z 0-9 _ . - starting with a-z or 0-9")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        text = str(v)
+        if len(text.encode("utf-8", "surrogateescape")) > PATH_MAX_BYTES:
+            raise ValueError(f"path longer than {PATH_MAX_BYTES} bytes")
+        if FORBIDDEN.search(text):
+            raise ValueError("path contains a control character")
         return v
 
     @field_validator("serial")

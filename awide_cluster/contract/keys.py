@@ -19,9 +19,12 @@ class BadName(ValueError):
 
 
 def check_name(what: str, value: str) -> str:
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    # fullmatch: ``$`` alone would accept a trailing newline
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        shown = repr(value[:80] if isinstance(value, str) else value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise BadName(
-            f"{what} {value!r} is not a valid name: 1-63 characters of letters, digits, "
+            f"{what} {shown} is not a valid name: 1-63 characters of letters, digits, "
             "'.', '_' or '-', starting with a letter or digit"
         )
     return value

@@ -7,51 +7,97 @@
 
 Readers are lenient about fields they do not know (a cluster in the middle of a rolling
 upgrade has writers of two versions) and strict about the fields they need: a record that
-lacks one raises ``RecordError`` naming it.
+lacks one, or holds a bad one, raises its own ``RecordError`` subclass (``LeaderRecordError``,
+``GatewayRecordError``, ``LayoutRecordError``, ``IntentRecordError``) naming the key and the
+field, and nothing else escapes a decoder (contract/untrusted.py bounds the value first).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
 INTENT_ACTIONS = ("drain", "undrain", "forget")
 
 
-class RecordError(ValueError):
-    """A record that cannot be read; the message names the record and the field at fault."""
+class RecordError(u.BadValue):
+    """A record that cannot be read; the message names the record and the field at fault.
+    Each record has its own subclass (and problem code)."""
+
+    what = "record"
 
 
-def _object(what: str, raw: bytes | str) -> dict[str, Any]:
+class LeaderRecordError(RecordError):
+    what = "leader record"
+    default_problem = u.LEADER_CORRUPT
+
+
+class GatewayRecordError(RecordError):
+    what = "gateway record"
+    default_problem = u.GATEWAY_RECORD_CORRUPT
+
+
+class LayoutRecordError(RecordError):
+    what = "layout record"
+    default_problem = u.LAYOUT_CORRUPT
+
+
+class IntentRecordError(RecordError):
+    what = "intent"
+    default_problem = u.INTENT_CORRUPT
+
+
+class _Fields:
+    """The fields of one decoded record: each read is checked, and a bad one raises the
+    record's own error naming the key and the field."""
+
+    def __init__(self, raw: bytes | str, error: type[RecordError], key: str) -> None:
+        self.error, self.key = error, key
+        self.data = u.load(raw, error=error, limits=u.RECORD_LIMITS, key=key)
+
+    def refuse(self, field: str, why: str) -> RecordError:
+        return self.error(f"field {field}: {why}", key=self.key)
+
+    def text(self, field: str, *, required: bool = True, limit: int = 256) -> str:
+        value = self.data.get(field)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            raise self.refuse(field, "missing or not a string")
+        why = u.text_problem(value, limit)
+        if why is not None:
+            raise self.refuse(field, why)
+        return value
+
+    def name(self, field: str) -> str:
+        value = self.text(field, limit=u.NAME_MAX)
+        try:
+            return check_name(field, value)
+        except BadName as e:
+            raise self.refuse(field, str(e)) from None
+
+    def integer(self, field: str, default: int | None = None) -> int:
+        value = self.data.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.refuse(field, "missing or not a non-negative integer")
+        return value
+
+
+def _named(error: type[RecordError], what: str, value: str, key: str) -> str:
+    """A name the caller took from the key (a gateway id, a namespace)."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RecordError(f"{what} is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise RecordError(f"{what} is not a JSON object")
-    return data
-
-
-def _text(what: str, data: dict[str, Any], key: str, *, required: bool = True,
-          limit: int = 256) -> str:
-    value = data.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value):
-        raise RecordError(f"{what} field {key}: missing or not a string")
-    return value[:limit]
-
-
-def _int(what: str, data: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RecordError(f"{what} field {key}: missing or not a non-negative integer")
-    return value
+        return check_name(what, value)
+    except BadName as e:
+        raise error(f"key: {e}", key=key) from None
 
 
 def _encode(d: dict[str, Any]) -> bytes:
@@ -59,26 +105,31 @@ def _encode(d: dict[str, Any]) -> bytes:
 
 
 def parse_time(value: Any) -> float | None:
-    """Unix seconds from an ISO-8601 text or a number; None when absent or unreadable."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value:
+    """Unix seconds from an ISO-8601 text or a number; None when absent, unreadable or out of
+    range (1970 .. 9999): never raises."""
+    if isinstance(value, str):
+        if not value or len(value) > u.TIME_TEXT_MAX:
+            return None
         try:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            return u.time_value(dt.timestamp())
+        except (ValueError, OverflowError, OSError):
             return None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
-    return None
+    return u.time_value(value)
 
 
 def iso(ts: float | None) -> str:
-    if ts is None:
+    """ISO-8601 text of Unix seconds; "" for None or a time ``parse_time`` would not give."""
+    if ts is None or not isinstance(ts, (int, float)) or not math.isfinite(ts):
         return ""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+    if not u.TIME_MIN <= ts <= u.TIME_MAX:
+        return ""
+    try:
+        return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        return ""
 
 
 # ------------------------------------------------------------------------ leader
@@ -99,22 +150,26 @@ class LeaderRecord:
                         "run": self.run})
 
     @classmethod
-    def decode(cls, raw: bytes | str) -> "LeaderRecord | None":
+    def decode(cls, raw: bytes | str, *, key: str = keys.LEADER) -> "LeaderRecord | None":
         """The record, or None when the value is not one (shown as an unknown holder)."""
         try:
-            return decode_leader(raw)
-        except RecordError:
+            return decode_leader(raw, key=key)
+        except LeaderRecordError:
             return None
 
 
-def decode_leader(raw: bytes | str) -> LeaderRecord:
-    d = _object("leader key", raw)
-    since = d.get("since")
+def decode_leader(raw: bytes | str, *, key: str = keys.LEADER) -> LeaderRecord:
+    """Raises LeaderRecordError naming the key and the field, and nothing else. ``since`` is
+    kept as written when it is a text; a number (older writers) is turned into one, "" when
+    out of range."""
+    f = _Fields(raw, LeaderRecordError, key)
+    since = f.data.get("since")
     return LeaderRecord(
-        host=_text("leader key", d, "host"),
-        since=since if isinstance(since, str) else iso(parse_time(since)),
-        api=_text("leader key", d, "api", required=False),
-        run=_text("leader key", d, "run", required=False),
+        host=f.name("host"),
+        since=(f.text("since", required=False, limit=u.TIME_TEXT_MAX)
+               if isinstance(since, str) else iso(parse_time(since))),
+        api=f.text("api", required=False, limit=u.API_MAX),
+        run=f.text("run", required=False, limit=u.RUN_MAX),
     )
 
 
@@ -133,6 +188,11 @@ class GatewayRecord:
     version: str
     stale: bool = False         # the gateway's registry view is stale
 
+    def __post_init__(self) -> None:
+        # the engine's name comes from the engine integration: written as readers accept it
+        if self.engine is not None:
+            object.__setattr__(self, "engine", u.clean_text(self.engine, u.ENGINE_MAX))
+
     def encode(self) -> bytes:
         return _encode({
             "schema": 1, "id": self.id, "host": self.host, "pod": self.pod,
@@ -142,17 +202,23 @@ class GatewayRecord:
         })
 
 
-def decode_gateway(raw: bytes | str, gateway_id: str | None = None) -> GatewayRecord:
-    what = f"gateway record {gateway_id or ''}".rstrip()
-    d = _object(what, raw)
-    engine = d.get("engine")
+def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
+                   key: str | None = None) -> GatewayRecord:
+    """Raises GatewayRecordError naming the key and the field, and nothing else."""
+    key = key if key is not None else keys.GATEWAYS + gateway_id if gateway_id else ""
+    f = _Fields(raw, GatewayRecordError, key)
+    engine = f.data.get("engine")
     return GatewayRecord(
-        id=gateway_id or _text(what, d, "id"), host=_text(what, d, "host"),
-        pod=_text(what, d, "pod"), namespace=_text(what, d, "namespace"),
-        placement=_text(what, d, "placement"), fingerprint=_text(what, d, "fingerprint"),
-        generation=_int(what, d, "generation"),
-        engine=engine if isinstance(engine, str) else None,
-        version=_text(what, d, "version", required=False), stale=d.get("stale") is True,
+        id=(_named(GatewayRecordError, "gateway id", gateway_id, key) if gateway_id
+            else f.name("id")),
+        host=f.name("host"), pod=f.name("pod"), namespace=f.name("namespace"),
+        placement=f.text("placement", limit=u.PLACEMENT_MAX),
+        fingerprint=f.text("fingerprint", limit=u.FINGERPRINT_MAX),
+        generation=f.integer("generation"),
+        engine=(f.text("engine", required=False, limit=u.ENGINE_MAX) if isinstance(engine, str)
+                else None),
+        version=f.text("version", required=False, limit=u.VERSION_MAX),
+        stale=f.data.get("stale") is True,
     )
 
 
@@ -182,17 +248,21 @@ class LayoutRecord:
         })
 
 
-def decode_layout(raw: bytes | str, namespace: str | None = None) -> LayoutRecord:
-    what = f"layout record {namespace or ''}".rstrip()
-    d = _object(what, raw)
-    if d.get("schema", 1) != 1:
-        raise RecordError(f"{what} field schema: {d.get('schema')!r} is not known")
+def decode_layout(raw: bytes | str, namespace: str | None = None, *,
+                  key: str | None = None) -> LayoutRecord:
+    """Raises LayoutRecordError naming the key and the field, and nothing else."""
+    key = key if key is not None else keys.LAYOUTS + namespace if namespace else ""
+    f = _Fields(raw, LayoutRecordError, key)
+    schema = f.data.get("schema", 1)
+    if type(schema) is not int or schema != 1:
+        raise f.refuse("schema", f"{u.shown(schema)} is not known")
     return LayoutRecord(
-        namespace=namespace or _text(what, d, "namespace"),
-        placement=_text(what, d, "placement"),
-        algorithm=_int(what, d, "algorithm"),
-        slot_algorithm=_int(what, d, "slot_algorithm"),
-        created_by=_text(what, d, "created_by", required=False),
+        namespace=(_named(LayoutRecordError, "namespace", namespace, key) if namespace
+                   else f.name("namespace")),
+        placement=f.text("placement", limit=u.PLACEMENT_MAX),
+        algorithm=f.integer("algorithm"),
+        slot_algorithm=f.integer("slot_algorithm"),
+        created_by=f.text("created_by", required=False, limit=u.NAME_MAX),
     )
 
 
@@ -204,17 +274,22 @@ class IntentRecord:
     by: str = ""
     at: str = ""
 
+    def __post_init__(self) -> None:
+        # ``by`` is given on the command line or is user@host: written as readers accept it
+        object.__setattr__(self, "by", u.clean_text(self.by, u.BY_MAX))
+
     def encode(self) -> bytes:
         if self.action not in INTENT_ACTIONS:
-            raise RecordError(f"unknown intent {self.action!r}")
+            raise IntentRecordError(f"unknown intent {self.action!r}")
         return _encode({"action": self.action, "by": self.by, "at": self.at})
 
 
-def decode_intent(raw: bytes | str, card_id: str = "") -> IntentRecord:
-    what = f"intent {card_id}".rstrip()
-    d = _object(what, raw)
-    action = d.get("action")
-    if action not in INTENT_ACTIONS:
-        raise RecordError(f"{what} field action: must be one of {', '.join(INTENT_ACTIONS)}")
-    return IntentRecord(action=action, by=_text(what, d, "by", required=False, limit=128),
-                        at=_text(what, d, "at", required=False))
+def decode_intent(raw: bytes | str, card_id: str = "", *, key: str | None = None) -> IntentRecord:
+    """Raises IntentRecordError naming the key and the field, and nothing else."""
+    key = key if key is not None else keys.INTENTS + card_id if card_id else ""
+    f = _Fields(raw, IntentRecordError, key)
+    action = f.data.get("action")
+    if not isinstance(action, str) or action not in INTENT_ACTIONS:
+        raise f.refuse("action", f"must be one of {', '.join(INTENT_ACTIONS)}")
+    return IntentRecord(action=action, by=f.text("by", required=False, limit=u.BY_MAX),
+                        at=f.text("at", required=False, limit=u.TIME_TEXT_MAX))

@@ -24,12 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.untrusted import Name, Text
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
@@ -42,8 +44,11 @@ State = Literal["in", "out", "drained"]
 Health = Literal["ok", "sick", "unknown"]
 
 
-class RegistryError(ValueError):
+class RegistryError(u.BadValue):
     """The registry document is not valid; the message names the field at fault."""
+
+    what = "registry"
+    default_problem = u.REGISTRY_CORRUPT
 
 
 class UnknownSchema(RegistryError):
@@ -77,6 +82,14 @@ class CardEntry:
     target: NvmeTarget | None = None
     path: str | None = None         # directory cards: where the directory is
     conflict: str | None = None     # why this card is in conflict (duplicate serial), if it is
+
+    def __post_init__(self) -> None:
+        # the free texts are made what every reader accepts (untrusted.clean_text): the
+        # leader composes them from reports and other cards, and must never write a registry
+        # that readers refuse
+        object.__setattr__(self, "reason", u.clean_text(self.reason, u.REGISTRY_REASON_MAX))
+        if self.conflict is not None:
+            object.__setattr__(self, "conflict", u.clean_text(self.conflict, u.CONFLICT_MAX))
 
     @property
     def usable(self) -> bool:
@@ -160,115 +173,119 @@ def check_slots(reg: Registry) -> str | None:
 
 
 # ---------------------------------------------------------------- wire format
+# Every field is bounded (docs/registry.md, "Values read from etcd are untrusted"); ``Name``
+# is a key-segment name (contract/keys.py), ``Text(n)`` at most n characters without a
+# control character.
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
+_Serial = Text(u.SERIAL_MAX, 1)
+_Model = Text(u.MODEL_MAX)
+_Identity = Text(u.IDENTITY_MAX)
+_Reason = Text(u.REGISTRY_REASON_MAX)
+_Conflict = Text(u.CONFLICT_MAX)
+_Unplaced = Text(u.UNPLACED_REASON_MAX)
+_Time = Text(u.TIME_TEXT_MAX)
+_Path = Text(u.PATH_MAX)
+_Short = Annotated[str, StringConstraints(max_length=256)]     # NvmeTarget checks the rest
+_Port = Annotated[str, StringConstraints(max_length=8)]
+
+
 class _TargetDoc(_Strict):
-    transport: str
-    traddr: str
-    trsvcid: int | str             # NvmeTarget writes an int; "4420" also accepted
-    subnqn: str
+    transport: _Short
+    traddr: _Short
+    trsvcid: int | _Port           # NvmeTarget writes an int; "4420" also accepted
+    subnqn: _Short
 
 
 class _CardDoc(_Strict):
-    id: str = Field(min_length=1, max_length=64)
-    serial: str = Field(min_length=1, max_length=64)
-    model: str = Field(max_length=64)
-    identity: str = Field(max_length=128)
-    host: str
-    name: str
+    id: Name
+    serial: _Serial
+    model: _Model
+    identity: _Identity
+    host: Name
+    name: Name
     kind: Literal["nvme", "dir"]
     state: Literal["in", "out", "drained"]
     health: Literal["ok", "sick", "unknown"]
-    reason: str = Field(max_length=1024)
+    reason: _Reason
     admitted: int = Field(ge=0)
     changed_generation: int = Field(ge=0)
-    changed_at: str = ""
+    changed_at: _Time = ""
     target: _TargetDoc | None = None
-    path: str | None = Field(default=None, max_length=4096)
-    conflict: str | None = None
+    path: _Path | None = None
+    conflict: _Conflict | None = None
 
 
 class _UnplacedDoc(_Strict):
-    card: str
-    reason: str
+    card: Name
+    reason: _Unplaced
 
 
 class _RegistryDoc(_Strict):
     schema_: int = Field(alias="schema")
-    cluster: str
+    cluster: Name
     generation: int = Field(ge=0, le=MAX_GENERATION)
-    leader: str
-    written_at: str = ""
+    leader: Name
+    written_at: _Time = ""
     slot_algorithm: int = Field(ge=1)
-    cards: list[_CardDoc]
-    slots: list[str | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
-    unplaced: list[_UnplacedDoc] = []
-    lineage: str = Field(default="", max_length=32)
-    hosts: list[str] = Field(default=[], max_length=256)
+    cards: list[_CardDoc] = Field(max_length=u.REGISTRY_CARDS_MAX)
+    slots: list[Name | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
+    unplaced: list[_UnplacedDoc] = Field(default=[], max_length=u.REGISTRY_CARDS_MAX)
+    lineage: Name | Literal[""] = ""
+    hosts: list[Name] = Field(default=[], max_length=256)
 
 
-def _where(err: ValidationError) -> str:
-    e = err.errors()[0]
+def where(err: ValidationError) -> str:
+    """The first field at fault in a pydantic error, as ``cards[3].reason: <why>``."""
+    e = err.errors(include_url=False, include_input=False)[0]
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
     return f"{loc or 'document'}: {e['msg']}"
 
 
-def decode(raw: bytes | str) -> Registry:
-    """Parse and check a registry document; raise RegistryError naming what is wrong."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RegistryError(f"registry is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise RegistryError("registry is not a JSON object")
+def decode(raw: bytes | str, *, key: str = keys.REGISTRY) -> Registry:
+    """Parse and check a registry document read at ``key``.
+
+    Raises RegistryError (UnknownSchema for a schema this reader does not know) naming the
+    key and what is wrong, and nothing else, whatever ``raw`` holds."""
+    data = u.load(raw, error=RegistryError, limits=u.REGISTRY_LIMITS, key=key)
     schema = data.get("schema")
-    if schema != SCHEMA_VERSION:
-        raise UnknownSchema(
-            f"registry schema {schema!r} is not known to this reader (knows {SCHEMA_VERSION})"
-        )
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise UnknownSchema(f"schema {u.shown(schema)} is not known to this "
+                            f"reader (knows {SCHEMA_VERSION})", key=key)
     try:
         doc = _RegistryDoc.model_validate(data)
     except ValidationError as e:
-        raise RegistryError(f"registry field {_where(e)}") from None
+        raise RegistryError(f"field {where(e)}", key=key) from None
     cards = []
     for i, c in enumerate(doc.cards):
         try:
-            check_name("host", c.host)
-            check_name("card name", c.name)
             target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except (BadName, InvalidTarget) as e:
-            raise RegistryError(f"registry field cards[{i}]: {e}") from None
+        except InvalidTarget as e:
+            raise RegistryError(f"field cards[{i}].target: {e}", key=key) from None
         if c.kind == "nvme" and target is None:
-            raise RegistryError(f"registry field cards[{i}].target: an nvme card needs a target")
+            raise RegistryError(f"field cards[{i}].target: an nvme card needs a target", key=key)
         cards.append(CardEntry(
             id=c.id, serial=c.serial, model=c.model, identity=c.identity, host=c.host,
             name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
             admitted=c.admitted, changed_generation=c.changed_generation,
             changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
         ))
-    try:
-        if doc.lineage:
-            check_name("lineage", doc.lineage)
-        for h in doc.hosts:
-            check_name("host", h)
-    except BadName as e:
-        raise RegistryError(f"registry field lineage/hosts: {e}") from None
     ids = [c.id for c in cards]
     if len(set(ids)) != len(ids):
-        raise RegistryError("registry field cards: the same card id appears twice")
+        raise RegistryError("field cards: the same card id appears twice", key=key)
     known = set(ids)
     for i, s in enumerate(doc.slots):
         if s is not None and s not in known:
-            raise RegistryError(f"registry field slots[{i}]: card {s!r} is not in cards")
+            raise RegistryError(f"field slots[{i}]: card {s} is not in cards", key=key)
     placed = [s for s in doc.slots if s is not None]
     if len(set(placed)) != len(placed):
-        raise RegistryError("registry field slots: a card holds two slots")
+        raise RegistryError("field slots: a card holds two slots", key=key)
     table = slotfn.SlotTable(
         slots=tuple(doc.slots),
-        unplaced=tuple(sorted((u.card, u.reason) for u in doc.unplaced)),
+        unplaced=tuple(sorted((x.card, x.reason) for x in doc.unplaced)),
     )
     return Registry(
         cluster=doc.cluster, generation=doc.generation, leader=doc.leader,

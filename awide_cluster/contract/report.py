@@ -16,15 +16,20 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from awide_cluster.contract.keys import BadName, check_name
-from awide_cluster.contract.registry import _Strict, _TargetDoc  # the same wire types
+from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.registry import _Strict, _TargetDoc, where  # the same wire types
+from awide_cluster.contract.untrusted import Name, Text
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
+ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
 
 
-class ReportError(ValueError):
+class ReportError(u.BadValue):
     """A host report that is not valid; the message names the field at fault."""
+
+    what = "host report"
+    default_problem = u.REPORT_CORRUPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,73 +74,78 @@ class HostReport:
         return (self.run, self.seq)
 
 
+_ProbeName = Text(u.PROBE_NAME_MAX)
+_Reason = Text(u.REASON_MAX)
+_Serial = Text(u.SERIAL_MAX)
+_Model = Text(u.MODEL_MAX)
+_Identity = Text(u.IDENTITY_MAX)
+_Path = Text(u.PATH_MAX)
+_ControllerState = Text(u.CONTROLLER_STATE_MAX)
+_Version = Text(u.VERSION_MAX)
+_Api = Text(u.API_MAX)
+_Run = Text(u.RUN_MAX, 1)
+
+
 class _ProbeDoc(_Strict):
-    probe: str
+    probe: _ProbeName
     ok: bool
-    reason: str = Field(max_length=1024)
-    elapsed: float
+    reason: _Reason
+    elapsed: float = Field(ge=0.0, le=ELAPSED_MAX)
 
 
 class _CardDoc(_Strict):
-    name: str
+    name: Name
     kind: Literal["nvme", "dir"]
     found: bool
-    serial: str = Field(max_length=64)
-    model: str = Field(max_length=64)
-    identity: str = Field(max_length=128)
-    device: str = Field(max_length=4096)
-    controller_state: str = Field(max_length=32)
+    serial: _Serial
+    model: _Model
+    identity: _Identity
+    device: _Path
+    controller_state: _ControllerState
     healthy: bool
-    reason: str = Field(max_length=1024)
+    reason: _Reason
     target: _TargetDoc | None = None
-    path: str | None = Field(default=None, max_length=4096)
-    probes: list[_ProbeDoc] = []
+    path: _Path | None = None
+    probes: list[_ProbeDoc] = Field(default=[], max_length=u.PROBES_MAX)
 
 
 class _ReportDoc(_Strict):
     schema_: int = Field(alias="schema")
-    host: str
+    host: Name
     role: Literal["storage", "witness"]
-    version: str = Field(max_length=64)
-    api: str = Field(max_length=256)
-    run: str = Field(min_length=1, max_length=64)
+    version: _Version
+    api: _Api
+    run: _Run
     seq: int = Field(ge=0)
     dev_cluster: bool = False
-    cards: list[_CardDoc] = Field(default=[], max_length=64)
+    cards: list[_CardDoc] = Field(default=[], max_length=u.REPORT_CARDS_MAX)
 
 
-def decode(raw: bytes | str) -> HostReport:
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ReportError(f"host report is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ReportError("host report is not a JSON object")
-    if data.get("schema") != SCHEMA_VERSION:
-        raise ReportError(f"host report schema {data.get('schema')!r} is not known")
+def decode(raw: bytes | str, *, key: str = "") -> HostReport:
+    """Parse and check a host report read at ``key`` (``members/<host>``).
+
+    Raises ReportError naming the key and what is wrong, and nothing else, whatever ``raw``
+    holds."""
+    data = u.load(raw, error=ReportError, limits=u.REPORT_LIMITS, key=key)
+    schema = data.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise ReportError(f"schema {u.shown(schema)} is not known", key=key)
     try:
         doc = _ReportDoc.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ReportError(f"host report field {loc}: {err['msg']}") from None
+        raise ReportError(f"field {where(e)}", key=key) from None
     cards = []
     for i, c in enumerate(doc.cards):
         try:
-            check_name("card name", c.name)
             target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except (BadName, InvalidTarget) as e:
-            raise ReportError(f"host report field cards.{i}: {e}") from None
+        except InvalidTarget as e:
+            raise ReportError(f"field cards[{i}].target: {e}", key=key) from None
         cards.append(ReportedCard(
             name=c.name, kind=c.kind, found=c.found, serial=c.serial, model=c.model,
             identity=c.identity, device=c.device, controller_state=c.controller_state,
             healthy=c.healthy, reason=c.reason, target=target, path=c.path,
             probes=tuple(ProbeLine(p.probe, p.ok, p.reason, p.elapsed) for p in c.probes),
         ))
-    try:
-        check_name("host", doc.host)
-    except BadName as e:
-        raise ReportError(f"host report field host: {e}") from None
     return HostReport(
         host=doc.host, role=doc.role, version=doc.version, api=doc.api, run=doc.run,
         seq=doc.seq, cards=tuple(cards), dev_cluster=doc.dev_cluster, schema=doc.schema_,

@@ -18,10 +18,10 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from awide_cluster import bounds
+from awide_cluster.contract import bounds
 from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
-from awide_cluster.contract.text import safe_text
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
@@ -110,7 +110,7 @@ class LeaderLoop:
             if r.kind == "value":
                 host = keys.tail(k, keys.MEMBERS)
                 if hosts and host not in hosts:
-                    strangers[safe_text(host, 80)] = "not a host of this cluster (config hosts)"
+                    strangers[clean_text(host, 80)] = "not a host of this cluster (config hosts)"
                 else:
                     bad[host] = r.why
         bad_intents = {k: (r.mod_revision, r.why) for k, r in intents.refused.items()
@@ -121,7 +121,7 @@ class LeaderLoop:
         for kv in members.kvs:
             host = keys.tail(kv.key, keys.MEMBERS)
             if hosts and host not in hosts:
-                strangers[safe_text(host, 80)] = "not a host of this cluster (config hosts)"
+                strangers[clean_text(host, 80)] = "not a host of this cluster (config hosts)"
                 continue            # never decoded: nothing in it counts
             try:
                 r = reportdoc.decode(kv.value)
@@ -129,19 +129,19 @@ class LeaderLoop:
                     raise reportdoc.ReportError(f"report names host {r.host!r}")
                 reports[host] = r
             except reportdoc.ReportError as e:
-                bad[host] = safe_text(e, 200)
+                bad[host] = clean_text(e, 200)
         registry, found, problem = None, "missing", "no registry in etcd"
         reg_rev = reg_kv.mod_revision if reg_kv is not None else 0
         if isinstance(reg_kv, ValueTooLarge):
-            found, problem, reg_rev = "too_large", safe_text(
+            found, problem, reg_rev = "too_large", clean_text(
                 f"value over {reg_kv.limit} bytes, refused unread", 200), reg_kv.mod_revision
         elif reg_kv is not None:
             try:
                 registry, found, problem = regdoc.decode(reg_kv.value), "ok", ""
             except UnknownSchema as e:
-                found, problem = "unknown_schema", safe_text(e, 200)
+                found, problem = "unknown_schema", clean_text(e, 200)
             except RegistryError as e:
-                found, problem = "corrupt", safe_text(e, 200)
+                found, problem = "corrupt", clean_text(e, 200)
         good_intents = []
         for kv in intents.kvs:
             try:

@@ -8,11 +8,14 @@ Tests pass their own observer or a runner with fake programs; nothing here is pa
 from __future__ import annotations
 
 import asyncio
+import math
+from dataclasses import replace
 from typing import Protocol
 
 from awide_cluster.cards.model import DISCOVERY, CardObservation, ProbeResult, summarize
 from awide_cluster.cards.spec import CardSpec
-from awide_cluster.contract.report import HostReport, ProbeLine, ReportedCard
+from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.report import ELAPSED_MAX, HostReport, ProbeLine, ReportedCard, encode
 from awide_cluster.daemon.clock import Clock
 
 
@@ -55,31 +58,67 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
     return list(results)
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
+# Texts from probes, nvme-cli, sysfs and exception messages go through the contract's
+# ``clean_text`` (control characters become spaces, cut at the readers' bound): the report
+# never holds what the leader's decoder refuses.
+_clean = u.clean_text
+
+
+def _elapsed(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        return 0.0
+    return round(min(max(seconds, 0.0), ELAPSED_MAX), 4)
 
 
 def to_reported(spec: CardSpec, obs: CardObservation) -> ReportedCard:
     c = obs.card
-    probes = tuple(ProbeLine(p.probe, p.ok, _cut(p.reason, 1024), round(p.elapsed, 4))
-                   for p in obs.probes)
+    probes = tuple(ProbeLine(_clean(p.probe, u.PROBE_NAME_MAX), p.ok,
+                             _clean(p.reason, u.REASON_MAX), _elapsed(p.elapsed))
+                   for p in obs.probes[:u.PROBES_MAX])
     path = str(spec.path) if spec.path is not None else None
     if c is None:
         return ReportedCard(
             name=spec.name, kind=spec.kind, found=False, serial="", model="", identity="",
-            device="", controller_state="", healthy=False, reason=_cut(obs.reason, 1024),
+            device="", controller_state="", healthy=False, reason=_clean(obs.reason, u.REASON_MAX),
             target=spec.target, path=path, probes=probes)
     return ReportedCard(
         name=spec.name, kind=spec.kind, found=True, serial=c.serial, model=c.model,
-        identity=c.identity or "", device=_cut(c.device or "", 4096),
-        controller_state=_cut(c.controller_state or "", 32), healthy=obs.healthy,
-        reason="" if obs.healthy else _cut(obs.reason, 1024),
+        identity=c.identity or "", device=_clean(c.device or "", u.PATH_MAX),
+        controller_state=_clean(c.controller_state or "", u.CONTROLLER_STATE_MAX),
+        healthy=obs.healthy, reason="" if obs.healthy else _clean(obs.reason, u.REASON_MAX),
         target=c.target if c.target is not None else spec.target, path=path, probes=probes)
+
+
+# Steps ``fit`` takes when a report is too large: (card reason, probe reason) bounds in
+# characters; None drops the probe lines (the card's own reason still says what failed).
+_SHRINK: tuple[tuple[int, int | None], ...] = ((256, 64), (64, None))
+
+
+def fit(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes) -> HostReport:
+    """The report cut down until its encoding is within ``max_bytes`` (what readers accept):
+    reasons are shortened, then probe lines dropped. Names, identities, targets and paths are
+    never touched; the config bounds them (64 cards, paths of at most 1024 bytes), so the last
+    step always fits (64 cards of about 8 KiB each with every text escaped at its longest:
+    tests/contract/test_untrusted.py builds that report)."""
+    if len(encode(report)) <= max_bytes:
+        return report
+    smaller = report
+    for reason_max, probe_max in _SHRINK:
+        cards = tuple(replace(
+            c, reason=_clean(c.reason, reason_max),
+            probes=() if probe_max is None else tuple(
+                replace(p, reason=_clean(p.reason, probe_max)) for p in c.probes))
+            for c in report.cards)
+        smaller = replace(report, cards=cards)
+        if len(encode(smaller)) <= max_bytes:
+            break
+    return smaller
 
 
 def build_report(*, host: str, role: str, version: str, api: str, run: str, seq: int,
                  dev_cluster: bool, specs: tuple[CardSpec, ...],
                  observations: list[CardObservation]) -> HostReport:
-    return HostReport(host=host, role=role, version=version, api=api, run=run, seq=seq,
-                      dev_cluster=dev_cluster,
-                      cards=tuple(to_reported(s, o) for s, o in zip(specs, observations)))
+    return fit(HostReport(
+        host=host, role=role, version=_clean(version, u.VERSION_MAX),
+        api=_clean(api, u.API_MAX), run=run, seq=seq, dev_cluster=dev_cluster,
+        cards=tuple(to_reported(s, o) for s, o in zip(specs, observations))))

@@ -27,7 +27,7 @@ from awide_cluster.config.daemon import DaemonConfig
 from awide_cluster.contract import keys, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.text import safe_text
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
 from awide_cluster.daemon.metered import MeteredStore
@@ -197,7 +197,7 @@ class Daemon:
         try:
             await self.turn()
         except Exception as e:          # noqa: BLE001 - the loop must outlive any content
-            why = safe_text(f"{type(e).__name__}: {e}")
+            why = clean_text(f"{type(e).__name__}: {e}", 300)
             self.metrics.loop_error(type(e).__name__)
             self.turn_errors += 1
             if why != self._last_turn_error:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from awide_cluster import bounds
+from awide_cluster.contract import bounds
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status

@@ -3,6 +3,7 @@
 ``awide_cluster.contract.records``; this module names it for the operator code."""
 
 from awide_cluster.contract.records import (  # noqa: F401
-    GatewayRecord, IntentRecord, LayoutRecord, LeaderRecord, RecordError, decode_gateway,
+    GatewayRecord, GatewayRecordError, IntentRecord, IntentRecordError, LayoutRecord,
+    LayoutRecordError, LeaderRecord, LeaderRecordError, RecordError, decode_gateway,
     decode_intent, decode_layout, decode_leader, iso, parse_time,
 )

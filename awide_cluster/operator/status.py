@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from awide_cluster import bounds
+from awide_cluster.contract import bounds
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.text import safe_text
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator import records
 from awide_cluster.operator.model import (
     CardView, ClusterStatus, EtcdMemberView, EtcdView, GatewayView, HostView, IntentView,
@@ -78,8 +78,8 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
         try:
             return fn()
         except Exception as e:      # noqa: BLE001
-            problems.append(Problem("error", "status_section_failed", section, safe_text(
-                f"{section} could not be judged: {type(e).__name__}: {e}")))
+            problems.append(Problem("error", "status_section_failed", section, clean_text(
+                f"{section} could not be judged: {type(e).__name__}: {e}", 300)))
             return fallback
 
     leader = guard("leader", lambda: _leader(kv, raw, problems), None) if readable else None
@@ -334,7 +334,7 @@ def _hosts(
     for key, item in kv.items():
         if not key.startswith(keys.MEMBERS):
             continue
-        host = safe_text(keys.tail(key, keys.MEMBERS), 80)
+        host = clean_text(keys.tail(key, keys.MEMBERS), 80)
         age = seen.age(key, raw.mono)
         if reg is not None and reg.hosts and host not in reg.hosts:
             problems.append(Problem(

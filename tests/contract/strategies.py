@@ -14,6 +14,12 @@ hosts = st.sampled_from(["h1", "h2", "h3", "store-a.example"])
 states = st.sampled_from(["in", "out", "drained"])
 healths = st.sampled_from(["ok", "sick", "unknown"])
 texts = st.text(max_size=30)
+# what a reader accepts in a text field (contract/untrusted.py FORBIDDEN excluded)
+printable = st.characters(
+    blacklist_categories=("Cc", "Cs", "Zl", "Zp"),
+    blacklist_characters="\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# key-segment names (contract/keys.py)
+names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", fullmatch=True)
 
 
 @st.composite

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from awide_cluster import bounds
+from awide_cluster.contract import bounds
 from awide_cluster.contract import keys
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon

@@ -159,8 +159,9 @@ async def test_corrupt_registry_and_report(shared_etcd, cluster_name):
     kvs[keys.member("h2")] = b'{"schema": 1, "host": "h2", "role": "queen"}'
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert codes(st) == ["registry_corrupt", "report_corrupt"]
-    assert st.registry.error.startswith("registry is not JSON")
-    assert next(h for h in st.hosts if h.host == "h2").error.startswith("host report field")
+    assert st.registry.error.startswith("registry (key registry): value is not JSON")
+    assert next(h for h in st.hosts if h.host == "h2").error.startswith("host report")
+    assert "field role" in next(h for h in st.hosts if h.host == "h2").error
     kvs[keys.REGISTRY] = b'{"schema": 99}'
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert "schema 99 is not known" in st.registry.error

@@ -23,7 +23,7 @@ from awide_cluster.contract import keys
 
 KIB = 1024
 
-REPORT_MAX_BYTES = 128 * KIB
+REPORT_MAX_BYTES = 512 * KIB      # 64 cards with every text at its longest fit (daemon/reporter.py fit)
 REGISTRY_MAX_BYTES = 512 * KIB
 RECORD_MAX_BYTES = 4 * KIB
 
