@@ -28,7 +28,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from awide_cluster.config.common import ConfigError, EtcdSection, Section, load, parse
+from awide_cluster.config.common import (
+    ConfigError, EtcdSection, Section, load, parse, plaintext_problems,
+)
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
@@ -178,10 +180,19 @@ class GatewayConfig(Section):
         return self.gateway_id or f"{self.host}-{self.pod}"
 
 
+def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
+    """A gateway has no dev_cluster: plain http to another host needs etcd.allow_plaintext."""
+    problems = plaintext_problems(cfg.etcd, dev_cluster=None)
+    if problems:
+        field, reason = problems[0]
+        raise ConfigError(file, field, reason)
+    return cfg
+
+
 def parse_config(data: object, file: str = "<config>") -> GatewayConfig:
-    return parse(data, GatewayConfig, file)
+    return _refuse_plaintext(parse(data, GatewayConfig, file), file)
 
 
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a gateway config file; ConfigError(file, field, reason) if bad."""
-    return load(path, GatewayConfig)
+    return _refuse_plaintext(load(path, GatewayConfig), str(path))

@@ -28,7 +28,7 @@ from pydantic import Field, field_validator
 
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.config import common
-from awide_cluster.config.common import ConfigError, EtcdSection, Section
+from awide_cluster.config.common import ConfigError, EtcdSection, Section, plaintext_problems
 from awide_cluster.contract.keys import BadName, check_name
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
@@ -107,6 +107,7 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
             f"{t.lease_ttl} s is not longer than poll_interval + 2 x etcd.call_timeout "
             f"= {t.poll_interval:g} + 2 x {call:g} = {floor:g} s: the lease could expire "
             "between two keepalives of a healthy daemon")))
+    out += plaintext_problems(cfg.etcd, dev_cluster=cfg.dev_cluster)
     if cfg.role == "witness" and cfg.cards:
         out.append(("cards", "a witness host has no cards (role: witness)"))
     seen: dict[str, int] = {}
