@@ -63,7 +63,7 @@ def _documented_scores() -> tuple[int, dict[str, tuple[float, float]]]:
     """The systemd version and {unit: (measured, maximum)} of docs/security.md's score table
     (rows ``| `awide-cluster.service` | 8.5 | 1.4 | 2.5 | ... |``: before, now, maximum)."""
     text = SECURITY_DOC.read_text()
-    version = re.search(r"measured with systemd (\d+)", text)
+    version = re.search(r"measured with\s+systemd (\d+)", text)
     assert version, "docs/security.md must say which systemd measured the scores"
     rows = re.findall(r"^\| `(awide-[^`]+\.service)` \| [0-9.]+ \| ([0-9.]+) \| ([0-9.]+) \|",
                       text, re.M)
