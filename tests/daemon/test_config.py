@@ -212,3 +212,26 @@ def test_check_config_warns_about_the_plaintext_opt_out(tmp_path) -> None:
     f.write_text(yaml.safe_dump(BASE))               # loopback only: nothing to warn about
     res = CliRunner().invoke(cli, ["check-config", str(f)])
     assert res.exit_code == 0 and "WARNING" not in res.stderr, res.stderr
+
+
+def test_status_and_gateway_check_config_warn_about_the_opt_out_too(tmp_path) -> None:
+    # 192.0.2.1 (TEST-NET-1) answers nothing: status is unhealthy after one bounded call,
+    # and has said WARNING before it
+    daemon = with_("etcd", {"endpoints": ["http://192.0.2.1:2379"], "allow_plaintext": True,
+                            "call_timeout": 0.2, "hedge_after": 0.05})
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(daemon))
+    res = CliRunner().invoke(cli, ["status", "--config", str(f)])
+    assert res.exit_code != 0
+    assert "WARNING: etcd.allow_plaintext is true" in res.stderr, res.stderr
+    gw = {"mode": "cluster", "cluster": "c1", "host": "gpu1", "pod": "vllm-0",
+          "etcd": {"endpoints": ["http://10.0.0.1:2379"], "allow_plaintext": True},
+          "model": {"name": "m"}}
+    g = tmp_path / "gw.yaml"
+    g.write_text(yaml.safe_dump(gw))
+    res = CliRunner().invoke(cli, ["gateway", "check-config", str(g)])
+    assert res.exit_code == 0, res.output
+    assert "WARNING: etcd.allow_plaintext is true" in res.stderr
+    g.write_text(yaml.safe_dump({**gw, "etcd": {"endpoints": ["http://10.0.0.1:2379"]}}))
+    res = CliRunner().invoke(cli, ["gateway", "check-config", str(g)])
+    assert res.exit_code == 2 and "etcd.endpoints.0" in res.stderr, res.stderr
