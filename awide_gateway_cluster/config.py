@@ -8,7 +8,8 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     host: gpu7
     pod: vllm-0
     etcd:
-      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+      endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
+      tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
     timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10}
     key_placement: dialog
     model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,

@@ -5,7 +5,8 @@
     role: storage                 # storage | witness (a witness has no cards)
     dev_cluster: false            # true: accept an etcd cluster of fewer than 3 members
     etcd:
-      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+      endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
+      tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
     timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1}
     api: {listen: 127.0.0.1:9700}
     cards:
