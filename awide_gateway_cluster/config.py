@@ -8,7 +8,8 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     host: gpu7
     pod: vllm-0
     etcd:
-      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+      endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
+      tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
     timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10}
     key_placement: dialog
     model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,
@@ -28,7 +29,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from awide_cluster.config.common import ConfigError, EtcdSection, Section, load, parse
+from awide_cluster.config.common import (
+    ConfigError, EtcdSection, Section, load, parse, plaintext_problems,
+)
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
@@ -178,10 +181,19 @@ class GatewayConfig(Section):
         return self.gateway_id or f"{self.host}-{self.pod}"
 
 
+def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
+    """A gateway has no dev_cluster: plain http to another host needs etcd.allow_plaintext."""
+    problems = plaintext_problems(cfg.etcd, dev_cluster=None)
+    if problems:
+        field, reason = problems[0]
+        raise ConfigError(file, field, reason)
+    return cfg
+
+
 def parse_config(data: object, file: str = "<config>") -> GatewayConfig:
-    return parse(data, GatewayConfig, file)
+    return _refuse_plaintext(parse(data, GatewayConfig, file), file)
 
 
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a gateway config file; ConfigError(file, field, reason) if bad."""
-    return load(path, GatewayConfig)
+    return _refuse_plaintext(load(path, GatewayConfig), str(path))

@@ -9,6 +9,12 @@
 The daemon constructs ``DaemonApi`` with objects it owns and starts/stops it inside its own
 event loop; the handlers never do I/O of their own (they read the marks and the view), so a
 stalled etcd cannot stall the API, and a stalled loop shows as 503 on ``/healthz``.
+
+Read-only and bounded (docs/security.md): every method but GET is refused (405) before any
+routing; a request line, a header field and the number of headers are capped (aiohttp's own
+parser limits: 400/431 and the connection closed); a connection that has not sent a whole
+request within ``header_timeout`` (aiohttp's keep-alive timer, which also runs from the
+connection's start) is closed; a request body is never read (and capped at 1 KiB).
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ from awide_cluster.api.metrics import CONTENT_TYPE, DaemonMetrics
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
+
+# Limits of the API's HTTP parser. The paths are a few bytes; Prometheus and curl send fewer
+# than 10 headers of well under 1 KiB.
+MAX_LINE_SIZE = 1024          # request line (method, path, version), bytes
+MAX_FIELD_SIZE = 4096         # one header field, bytes
+MAX_HEADERS = 32              # header fields per request
+MAX_BODY = 1024               # request body (never read by a handler), bytes
+HEADER_TIMEOUT = 10.0         # seconds a connection may take to send a whole request, and may
+                              # stay idle between two requests
 
 
 class ApiError(RuntimeError):
@@ -60,11 +75,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
         text=json.dumps(data, sort_keys=True, default=str) + "\n", status=status,
-        content_type="application/json",
+        content_type="application/json", headers=headers,
     )
+
+
+@web.middleware
+async def _only_get(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+    """The API is read-only: any other method is refused before routing, its body unread."""
+    if request.method != "GET":
+        return _json({"error": f"method {request.method} not allowed: the API is read-only "
+                               "(GET only)"}, 405, headers={"Allow": "GET"})
+    return await handler(request)
 
 
 class DaemonApi:
@@ -77,7 +101,11 @@ class DaemonApi:
     def __init__(
         self, *, health: DaemonHealth, metrics: DaemonMetrics,
         view: Callable[[], Mapping[str, Any]], listen: str = DEFAULT_LISTEN,
+        header_timeout: float = HEADER_TIMEOUT,
     ) -> None:
+        if not header_timeout > 0:
+            raise ApiError(f"header_timeout must be > 0, got {header_timeout!r}")
+        self.header_timeout = header_timeout
         self.health = health
         self.metrics = metrics
         self._view = view
@@ -89,11 +117,10 @@ class DaemonApi:
         self.app = self._make_app()
 
     def _make_app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/v1/status", self._status)
-        app.router.add_get("/metrics", self._metrics)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_only_get])
+        for path, handler in (("/healthz", self._healthz), ("/readyz", self._readyz),
+                              ("/v1/status", self._status), ("/metrics", self._metrics)):
+            app.router.add_get(path, handler, allow_head=False)
         return app
 
     # ---------------------------------------------------------------- handlers
@@ -133,7 +160,10 @@ class DaemonApi:
         if not is_loopback(self._host):
             log.warning("daemon API listens on %s, not on loopback: it has no authentication",
                         self._host)
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                               keepalive_timeout=self.header_timeout,
+                               max_line_size=MAX_LINE_SIZE, max_field_size=MAX_FIELD_SIZE,
+                               max_headers=MAX_HEADERS)
         await runner.setup()
         site = web.TCPSite(runner, self._host, self._port, reuse_address=True)
         try:

@@ -40,6 +40,9 @@ def check_config(file: str) -> None:
     cfg = _load(file)
     click.echo(f"{file}: ok (cluster {cfg.cluster}, host {cfg.host}, {cfg.role}, "
                f"{len(cfg.cards)} card(s){', DEVELOPMENT cluster' if cfg.dev_cluster else ''})")
+    warning = cfg.etcd.plaintext_warning()
+    if warning:
+        click.echo(f"{file}: {warning}", err=True)
 
 
 @cli.command("run")
@@ -50,8 +53,11 @@ def check_config(file: str) -> None:
 def run(config: str, log_level: str) -> None:
     """Run the daemon: report this host's cards, take part in leader election, and as leader
     keep the card registry. SIGTERM stops cleanly (lease revoked), SIGHUP reloads."""
-    _load(config)                         # a bad file stops here, before etcd is touched
+    cfg = _load(config)                   # a bad file stops here, before etcd is touched
     _logging(log_level)
+    warning = cfg.etcd.plaintext_warning()
+    if warning:
+        logging.getLogger("awide_cluster.daemon").warning("%s", warning)
     from awide_cluster.daemon.service import run_daemon
     sys.exit(asyncio.run(run_daemon(config)))
 

@@ -49,6 +49,9 @@ def check_config(file: str) -> None:
     click.echo(f"{file}: ok: gateway {cfg.id} of cluster {cfg.cluster}, namespace "
                f"{namespace(cfg.model)}, placement {cfg.key_placement}, "
                f"{len(cfg.etcd.endpoints)} etcd endpoint(s)")
+    warning = cfg.etcd.plaintext_warning()
+    if warning:
+        click.echo(f"{file}: {warning}", err=True)
 
 
 def _out(line: str) -> None:

@@ -97,6 +97,9 @@ def _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_aft
     except (ssl.SSLError, OSError, ValueError) as e:
         click.echo(f"awide-cluster: etcd settings: {e}", err=True)
         sys.exit(EXIT_USAGE)
+    warning = target.etcd.plaintext_warning()
+    if warning:
+        click.echo(f"awide-cluster: {warning}", err=True)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,

@@ -6,12 +6,16 @@ into exit code 2 before anything touches etcd.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+    model_validator,
+)
 
 if TYPE_CHECKING:
     from awide_cluster.store.config import StoreConfig
@@ -49,6 +53,33 @@ class TlsSection(Section):
         return self
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any user:password part replaced by ``***`` (for error messages and logs)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): traffic that never leaves the host."""
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _plain_endpoints(info: ValidationInfo) -> list[tuple[int, str]]:
+    """(index, URL) of the ``http://`` endpoints already validated in this section."""
+    return [(i, url) for i, url in enumerate(info.data.get("endpoints") or ())
+            if urlsplit(url).scheme == "http"]
+
+
 class EtcdSection(Section):
     endpoints: list[str] = Field(min_length=1, max_length=16)
     call_timeout: float = Field(default=0.5, gt=0.01, le=10.0,
@@ -57,8 +88,13 @@ class EtcdSection(Section):
                                description="a read not answered by then also goes to the next member")
     tls: TlsSection | None = None
     username: str | None = None
-    password: str | None = None
+    # SecretStr: the password never shows in a repr, a log line or an error message.
+    password: SecretStr | None = None
     password_file: Path | None = None
+    allow_plaintext: bool = Field(
+        default=False,
+        description="LOUD opt-out: accept plain http:// endpoints on other hosts in a "
+                    "production cluster (etcd traffic unencrypted on the network)")
 
     @field_validator("endpoints")
     @classmethod
@@ -69,10 +105,38 @@ class EtcdSection(Section):
                 port = parts.port
             except ValueError:
                 port = None
+            if "@" in parts.netloc:     # checked first: never echo a URL with credentials
+                raise ValueError(
+                    f"endpoint {i} {redact_url(url)!r} carries credentials in the URL: give "
+                    "etcd.username and etcd.password_file instead")
             if parts.scheme not in ("http", "https") or not parts.hostname or not port:
                 raise ValueError(
-                    f"endpoint {i} {url!r} must be http(s)://HOST:PORT (e.g. http://10.0.0.1:2379)"
+                    f"endpoint {i} {redact_url(url)!r} must be http(s)://HOST:PORT "
+                    "(e.g. https://10.0.0.1:2379)"
                 )
+        return v
+
+    @field_validator("tls")
+    @classmethod
+    def _tls_needs_https(cls, v: "TlsSection | None", info: ValidationInfo) -> "TlsSection | None":
+        plain = _plain_endpoints(info) if v is not None else []
+        if plain:
+            i, url = plain[0]
+            raise ValueError(
+                f"TLS settings are given but endpoint {i} {url!r} is plain http: every "
+                "endpoint must be https:// (etcd.allow_plaintext does not change this)")
+        return v
+
+    @field_validator("password", "password_file")
+    @classmethod
+    def _password_needs_https(cls, v: Any, info: ValidationInfo) -> Any:
+        plain = _plain_endpoints(info) if v is not None else []
+        if plain:
+            i, url = plain[0]
+            raise ValueError(
+                f"a password is given but endpoint {i} {url!r} is plain http: the password "
+                "would travel in clear; every endpoint must be https:// "
+                "(etcd.allow_plaintext does not change this)")
         return v
 
     @model_validator(mode="after")
@@ -85,10 +149,28 @@ class EtcdSection(Section):
             raise ValueError("hedge_after must be shorter than call_timeout")
         return self
 
+    def plaintext_endpoints(self) -> list[tuple[int, str]]:
+        """(index, URL) of the ``http://`` endpoints on another host (not loopback)."""
+        out = []
+        for i, url in enumerate(self.endpoints):
+            parts = urlsplit(url)
+            if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+                out.append((i, url))
+        return out
+
+    def plaintext_warning(self) -> str | None:
+        """The loud line to print when ``allow_plaintext`` lets plain http through, else None."""
+        plain = self.plaintext_endpoints()
+        if not (self.allow_plaintext and plain):
+            return None
+        urls = ", ".join(url for _, url in plain)
+        return (f"WARNING: etcd.allow_plaintext is true: etcd traffic to {urls} is NOT "
+                "encrypted (anyone on that network can read and forge the registry)")
+
     def resolved_password(self) -> str | None:
         if self.password_file is not None:
             return self.password_file.read_text().strip()
-        return self.password
+        return self.password.get_secret_value() if self.password is not None else None
 
     def store_config(self, cluster: str) -> "StoreConfig":
         """The store config of this section for ``cluster`` (keys under its prefix)."""
@@ -108,6 +190,21 @@ class EtcdSection(Section):
     def store(self, cluster: str) -> "EtcdStore":
         from awide_cluster.store.etcd import EtcdStore
         return EtcdStore(self.store_config(cluster))
+
+
+def plaintext_problems(etcd: EtcdSection, *, dev_cluster: bool | None) -> list[tuple[str, str]]:
+    """(field, reason) for each plain ``http://`` endpoint on another host, unless this is a
+    development cluster or ``etcd.allow_plaintext`` opts out. Loopback endpoints are fine:
+    their traffic never leaves the host. ``dev_cluster`` None: the config has no such field
+    (the gateway's)."""
+    if dev_cluster or etcd.allow_plaintext:
+        return []
+    dev = " (a development cluster, dev_cluster: true, accepts it too)" if dev_cluster is not None \
+        else ""
+    return [(f"etcd.endpoints.{i}", (
+        f"{url} is plain http to another host: use https:// with etcd.tls "
+        f"(docs/security.md), or opt out loudly with etcd.allow_plaintext: true{dev}"))
+        for i, url in etcd.plaintext_endpoints()]
 
 
 def _field(err: dict[str, Any]) -> str:

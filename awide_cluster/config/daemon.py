@@ -6,7 +6,8 @@
     role: storage                 # storage | witness (a witness has no cards)
     dev_cluster: false            # true: accept an etcd cluster of fewer than 3 members
     etcd:
-      endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+      endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
+      tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
     timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1}
     api: {listen: 127.0.0.1:9700}
     cards:
@@ -29,7 +30,7 @@ from pydantic import Field, field_validator
 
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.config import common
-from awide_cluster.config.common import ConfigError, EtcdSection, Section
+from awide_cluster.config.common import ConfigError, EtcdSection, Section, plaintext_problems
 from awide_cluster.contract.keys import BadName, check_name
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
@@ -126,6 +127,7 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
     if cfg.host not in cfg.hosts:
         out.append(("hosts", f"this host {cfg.host!r} is not in hosts "
                              f"({', '.join(cfg.hosts)}): its own reports would be refused"))
+    out += plaintext_problems(cfg.etcd, dev_cluster=cfg.dev_cluster)
     if cfg.role == "witness" and cfg.cards:
         out.append(("cards", "a witness host has no cards (role: witness)"))
     seen: dict[str, int] = {}

@@ -374,9 +374,11 @@ class EtcdCluster:
         if version_tuple(self.version) >= (3, 5):
             args.append("--unsafe-no-fsync=true")  # test clusters only: speed over durability
         if self.tls:
-            args += ["--trusted-ca-file", self.tls.ca_file, "--cert-file", self.tls.cert_file,
-                     "--key-file", self.tls.key_file,
+            args += ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file,
                      f"--client-cert-auth={'true' if self.tls.client_cert_auth else 'false'}"]
+            if self.tls.client_cert_auth:
+                # etcd demands client certificates whenever a trusted CA is given
+                args += ["--trusted-ca-file", self.tls.ca_file]
         args += list(self.extra_args)
         return args
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # etcd refuses a request over --max-request-bytes (default 1.5 MiB), so one value is at most
@@ -49,7 +49,7 @@ class StoreConfig:
     hedge_after: float = 0.05
     tls: TlsConfig | None = None
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)     # never in a repr or a log
     max_answer_bytes: int = MAX_ANSWER_BYTES
 
     def __post_init__(self) -> None:
@@ -58,8 +58,11 @@ class StoreConfig:
         eps = tuple(e.rstrip("/") for e in self.endpoints)
         if not eps:
             raise ValueError("StoreConfig.endpoints: at least one endpoint")
-        for e in eps:
+        for i, e in enumerate(eps):
             parts = urlsplit(e)
+            if "@" in parts.netloc:      # never echo the URL: it carries credentials
+                raise ValueError(f"StoreConfig.endpoints: endpoint {i} has credentials in the "
+                                 "URL; give username and password instead")
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"StoreConfig.endpoints: not an http(s) URL: {e!r}")
             try:

@@ -92,6 +92,23 @@ BAD = [
      "cards.0.probe_timeout", "sick_polls x poll_interval"),
     ("relative sysfs", with_("sysfs_root", "sys"), "sysfs_root", "absolute"),
     ("dev_cluster not bool", with_("dev_cluster", "maybe"), "dev_cluster", "boolean"),
+    # plain http to etcd (docs/security.md)
+    ("plain http to another host", with_("etcd.endpoints", ["http://127.0.0.1:2379",
+                                                            "http://10.0.0.2:2379"]),
+     "etcd.endpoints.1", "allow_plaintext"),
+    ("plain http to an IPv6 host", with_("etcd.endpoints", ["http://[fd00::2]:2379"]),
+     "etcd.endpoints.0", "plain http to another host"),
+    ("TLS with an http endpoint", with_("etcd.tls", {"ca_file": __file__},
+                                        with_("etcd.allow_plaintext", True)),
+     "etcd.tls", "endpoint 0 'http://127.0.0.1:2379' is plain http"),
+    ("password with an http endpoint", with_("etcd.password", "pw", with_("etcd.username", "u",
+                                             with_("dev_cluster", True))),
+     "etcd.password", "would travel in clear"),
+    ("password file with an http endpoint", with_("etcd.password_file", __file__,
+                                                  with_("etcd.username", "u")),
+     "etcd.password_file", "every endpoint must be https://"),
+    ("credentials in an endpoint", with_("etcd.endpoints", ["https://u:pw@10.0.0.1:2379"]),
+     "etcd.endpoints", "https://***@10.0.0.1:2379"),
 ]
 
 
@@ -111,7 +128,7 @@ def test_good_config_and_defaults() -> None:
     assert str(cfg.sysfs_root) == "/sys" and cfg.nvme_program == "nvme"
     me = socket.gethostname().split(".")[0]
     minimal = daemon_config.parse({"cluster": "c1", "role": "witness", "hosts": [me],
-                                   "etcd": {"endpoints": ["http://e:2379"]}})
+                                   "etcd": {"endpoints": ["http://localhost:2379"]}})
     assert minimal.host == socket.gethostname().split(".")[0] and minimal.cards == ()
 
 
@@ -170,3 +187,56 @@ def test_run_with_a_bad_file_exits_2_before_touching_etcd(tmp_path) -> None:
         srv.accept()                                   # nobody connected
     srv.close()
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("endpoints,extra", [
+    (["http://127.0.0.1:2379", "http://[::1]:2379", "http://localhost:2379"], {}),
+    (["http://10.0.0.1:2379"], {"dev_cluster": True}),
+    (["http://10.0.0.1:2379"], {"etcd.allow_plaintext": True}),
+    (["https://10.0.0.1:2379"], {}),
+], ids=["loopback", "dev cluster", "opt-out", "https"])
+def test_plain_http_is_accepted_only_where_it_is_safe_or_said(endpoints, extra) -> None:
+    data = with_("etcd.endpoints", endpoints)
+    for path, value in extra.items():
+        data = with_(path, value, data)
+    assert daemon_config.parse(data).etcd.endpoints == endpoints
+
+
+def test_check_config_warns_about_the_plaintext_opt_out(tmp_path) -> None:
+    data = with_("etcd.allow_plaintext", True, with_("etcd.endpoints", ["http://10.0.0.1:2379"]))
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(cli, ["check-config", str(f)])
+    assert res.exit_code == 0, res.output
+    assert "WARNING: etcd.allow_plaintext is true" in res.stderr
+    assert "http://10.0.0.1:2379 is NOT encrypted" in res.stderr
+    f.write_text(yaml.safe_dump(with_("etcd.allow_plaintext", False, data)))
+    res = CliRunner().invoke(cli, ["check-config", str(f)])
+    assert res.exit_code == 2
+    assert f"{f}: etcd.endpoints.0: http://10.0.0.1:2379 is plain http" in res.stderr
+    f.write_text(yaml.safe_dump(BASE))               # loopback only: nothing to warn about
+    res = CliRunner().invoke(cli, ["check-config", str(f)])
+    assert res.exit_code == 0 and "WARNING" not in res.stderr, res.stderr
+
+
+def test_status_and_gateway_check_config_warn_about_the_opt_out_too(tmp_path) -> None:
+    # 192.0.2.1 (TEST-NET-1) answers nothing: status is unhealthy after one bounded call,
+    # and has said WARNING before it
+    daemon = with_("etcd", {"endpoints": ["http://192.0.2.1:2379"], "allow_plaintext": True,
+                            "call_timeout": 0.2, "hedge_after": 0.05})
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(daemon))
+    res = CliRunner().invoke(cli, ["status", "--config", str(f)])
+    assert res.exit_code != 0
+    assert "WARNING: etcd.allow_plaintext is true" in res.stderr, res.stderr
+    gw = {"mode": "cluster", "cluster": "c1", "host": "gpu1", "pod": "vllm-0",
+          "etcd": {"endpoints": ["http://10.0.0.1:2379"], "allow_plaintext": True},
+          "model": {"name": "m"}}
+    g = tmp_path / "gw.yaml"
+    g.write_text(yaml.safe_dump(gw))
+    res = CliRunner().invoke(cli, ["gateway", "check-config", str(g)])
+    assert res.exit_code == 0, res.output
+    assert "WARNING: etcd.allow_plaintext is true" in res.stderr
+    g.write_text(yaml.safe_dump({**gw, "etcd": {"endpoints": ["http://10.0.0.1:2379"]}}))
+    res = CliRunner().invoke(cli, ["gateway", "check-config", str(g)])
+    assert res.exit_code == 2 and "etcd.endpoints.0" in res.stderr, res.stderr

@@ -325,6 +325,8 @@ class CampaignCluster:
         cards = [self._card_spec(c) for c in self.cards.values() if c.host == host]
         doc = daemon_config(self.spec, host, self.etcd.endpoints, self._api_port(host), cards)  # type: ignore[union-attr]
         doc["api"] = {"listen": f"{self.addr(host)}:{self._api_port(host)}"}
+        if self.net is not None:        # plain http between the campaign's namespaces
+            doc["etcd"]["allow_plaintext"] = True
         if any(c.kind == "nvme" for c in self.cards.values() if c.host == host):
             doc["sysfs_root"] = str(self.work / "hosts" / host / "sys")
         path = self.work / "config" / f"{host}.yaml"
@@ -410,6 +412,8 @@ class CampaignCluster:
         doc["nvme"] = {"program": str(world.bin_dir / "nvme"),
                        "sysfs_root": str(world.sysfs_root), "command_timeout": 2.0}
         doc["watch"] = True
+        if self.net is not None:        # plain http between the campaign's namespaces
+            doc["etcd"]["allow_plaintext"] = True
         path = self.work / "config" / f"{ghost}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         gid = f"{ghost}-{doc['pod']}"

@@ -33,6 +33,13 @@ def cfg(**over):
     return parse_config(doc, "gw.yaml")
 
 
+def test_plain_http_to_another_host_needs_the_loud_opt_out():
+    c = cfg(etcd={"endpoints": ["http://10.0.0.1:2379"], "allow_plaintext": True})
+    assert c.etcd.allow_plaintext
+    assert "NOT encrypted" in c.etcd.plaintext_warning()
+    assert cfg().etcd.plaintext_warning() is None          # loopback: nothing to say
+
+
 def test_config_defaults():
     c = cfg()
     assert c.id == "gpu1-vllm-0" and c.key_placement == "dialog" and c.watch
@@ -51,6 +58,11 @@ def test_config_defaults():
     ({"model": {"dtype": "float7"}}, "model.dtype", "float7"),
     ({"nvme": {"hostnqn": "nqn.bad,x"}}, "nvme.hostnqn", "NQN"),
     ({"bogus": 1}, "bogus", "Extra"),
+    ({"etcd": {"endpoints": ["http://10.0.0.1:2379"]}}, "etcd.endpoints.0",
+     "plain http to another host"),
+    ({"etcd": {"endpoints": ["http://127.0.0.1:2379"], "username": "u", "password": "pw"}},
+     "etcd.password", "every endpoint must be https://"),
+    ({"etcd": {"endpoints": ["http://u:pw@10.0.0.1:2379"]}}, "etcd.endpoints", "***@10.0.0.1"),
 ])
 def test_config_refusals_name_the_field(over, field, words):
     with pytest.raises(ConfigError) as err:

@@ -23,6 +23,12 @@ def test_config_validation():
             StoreConfig(**{"prefix": "/a/", **bad})
     with pytest.raises(ValueError):
         TlsConfig("ca.pem", cert_file="c.pem")
+    # credentials in a URL are refused without echoing them; a password is not in the repr
+    with pytest.raises(ValueError) as e:
+        StoreConfig(endpoints=("https://root:s3cr3t-pw@a:1",), prefix="/a/")
+    assert "s3cr3t-pw" not in str(e.value) and "credentials" in str(e.value)
+    assert "s3cr3t-pw" not in repr(StoreConfig(endpoints=("https://a:1",), prefix="/a/",
+                                               username="root", password="s3cr3t-pw"))
 
 
 def test_prefix_end():

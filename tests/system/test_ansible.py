@@ -199,8 +199,11 @@ def test_rendered_configs_pass_check_config(rendered: dict) -> None:
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"host {host}, {role}, {ncards} card(s)" in r.stdout
+        # no TLS in the role yet: the loud opt-out is written, and check-config says so
+        assert "WARNING: etcd.allow_plaintext is true" in r.stderr, r.stderr
         cfg = yaml.safe_load(path.read_text())
         assert cfg["cluster"] == "t1" and cfg["dev_cluster"] is False
+        assert cfg["etcd"]["allow_plaintext"] is True
         assert cfg["etcd"]["endpoints"] == ["http://10.9.0.11:2379", "http://[fd00::12]:2379",
                                             "http://10.9.0.13:2379", "http://10.9.0.14:2379"]
         for card in cfg["cards"]:

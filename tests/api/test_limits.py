@@ -1,0 +1,120 @@
+"""The daemon API's limits against the real server on a loopback port: GET only, request line /
+header field / header count capped, and a connection that does not send a whole request in
+time is closed. Raw sockets, so that nothing between the test and the server fixes requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from awide_cluster.api import DaemonApi, DaemonHealth, DaemonMetrics
+from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE
+
+HEADER_TIMEOUT = 0.5
+BOUND = 10.0          # generous: the close must come, on a loaded machine too
+
+
+@pytest.fixture
+async def api():
+    health = DaemonHealth(loop_stale_after=5.0, report_stale_after=5.0)
+    health.beat()
+    metrics = DaemonMetrics(host="h1", role="storage", version="0.1.0")
+    server = DaemonApi(health=health, metrics=metrics, view=lambda: {"host": "h1"},
+                       listen="127.0.0.1:0", header_timeout=HEADER_TIMEOUT)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def _exchange(server: DaemonApi, raw: bytes, *, body: bool = True
+                    ) -> tuple[int, bytes, bool]:
+    """Send raw bytes; (status, head, closed): the answer's status and headers, and whether the
+    server then closed the connection."""
+    host, port = server.bound
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), BOUND)
+        status = int(head.split(b" ", 2)[1])
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0) if body else 0
+        await asyncio.wait_for(reader.readexactly(length), BOUND)
+        closed = await asyncio.wait_for(reader.read(1), BOUND) == b""
+        return status, head, closed
+    finally:
+        writer.close()
+
+
+def _get(path: str = "/healthz", headers: list[tuple[str, str]] = (), close: bool = True) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def test_a_plain_get_is_answered(api):
+    status, _, _ = await _exchange(api, _get())
+    assert status == 200
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+@pytest.mark.parametrize("path", ["/healthz", "/v1/status", "/no-such-path"])
+async def test_every_method_but_get_is_refused(api, method, path):
+    body = b"x" * 100_000          # never read: refused before the body matters
+    raw = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    status, head, _ = await _exchange(api, raw, body=method != "HEAD")
+    assert status == 405, head
+    assert b"\r\nAllow: GET\r\n" in head, head
+
+
+async def test_a_request_line_over_the_limit_is_refused_and_the_connection_closed(api):
+    status, head, closed = await _exchange(api, _get("/healthz?" + "a" * MAX_LINE_SIZE,
+                                                     close=False))
+    assert status in (400, 414), head
+    assert closed
+    status, _, _ = await _exchange(api, _get("/healthz?" + "a" * (MAX_LINE_SIZE // 2)))
+    assert status == 200                  # under the limit: served
+
+
+async def test_a_header_field_over_the_limit_is_refused_and_the_connection_closed(api):
+    status, head, closed = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE + 1))],
+                                                     close=False))
+    assert status in (400, 431), head
+    assert closed
+    status, _, _ = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE // 2))]))
+    assert status == 200
+
+
+async def test_more_headers_than_the_limit_are_refused_and_the_connection_closed(api):
+    many = [(f"X-H{i}", "v") for i in range(MAX_HEADERS + 1)]
+    status, head, closed = await _exchange(api, _get(headers=many, close=False))
+    assert status in (400, 431), head
+    assert closed
+    status, _, _ = await _exchange(api, _get(headers=many[: MAX_HEADERS - 3]))
+    assert status == 200
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "],
+                         ids=["nothing", "half a request"])
+async def test_a_connection_that_does_not_finish_its_request_in_time_is_closed(api, sent):
+    host, port = api.bound
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(sent)
+        await writer.drain()
+        # the server closes it (EOF, no answer) after header_timeout; the bound is generous
+        assert await asyncio.wait_for(reader.read(), BOUND) == b""
+    finally:
+        writer.close()
+
+
+def test_a_header_timeout_must_be_positive():
+    from awide_cluster.api.server import ApiError
+    with pytest.raises(ApiError):
+        DaemonApi(health=DaemonHealth(loop_stale_after=1, report_stale_after=1),
+                  metrics=DaemonMetrics(host="h1", role="storage", version="0"),
+                  view=dict, header_timeout=0)
