@@ -20,7 +20,8 @@ import random
 import uuid
 from pathlib import Path
 
-from awide_cluster import __version__, bounds
+from awide_cluster import __version__
+from awide_cluster.contract import bounds
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 from awide_cluster.config.daemon import DaemonConfig

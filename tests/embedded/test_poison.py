@@ -61,6 +61,7 @@ def _poison(registry_cluster: str) -> dict[str, bytes]:
         keys.member("intruder"): json.dumps(report).encode(),
         keys.INTENTS + "c0123456789a": json.dumps({"action": "forget", "by": MARK}).encode(),
         keys.gateway("gw-evil"): b'{"schema":1,"generation":' + b"9" * 5000 + b"}",
+        keys.gateway("gw-bad"): b'{"schema":1,"id":"gw-bad","generation":1e999}',
         keys.layout("ns-evil"): b"\x00\xff" * 100,
         "zzz/unknown": json.dumps({"note": MARK}).encode(),
         "zzz/huge": b"x" * BIG,
@@ -113,7 +114,8 @@ def test_poison_at_every_key_kind(tmp_path: Path) -> None:
         codes = {(x["code"], x["subject"]) for x in doc["problems"]}
         subjects = " ".join(f"{code}:{subject}" for code, subject in codes)
         assert "report_unknown_host" in subjects and "members/intruder" in subjects, codes
-        assert "gateway_record_corrupt" in subjects, codes
+        assert "gateway_record_corrupt:gw-bad" in subjects, codes
+        assert "value_too_large:gateways/gw-evil" in subjects, codes
         assert "layout_corrupt" in subjects, codes
         assert "card_out" in subjects, codes
         assert any("zzz/huge" in s for _, s in codes), codes
