@@ -342,11 +342,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
     if why:
         pytest.skip(why)
     t = Timings()
-    root = rootfs()
-    t.lap("root filesystem (debootstrap, or cached)")
-    cleared = _clear_leftovers()
+    cleared = _clear_leftovers()             # first: their containers use the root filesystem
     if cleared:
         print(f"[systest] removed labs left over by earlier runs: {' '.join(cleared)}", flush=True)
+    root = rootfs()
+    t.lap("root filesystem (debootstrap, or cached)")
     logs = tmp_path_factory.mktemp("systest-logs")
     tag = next(cand for cand in ("aws" + secrets.token_hex(2) for _ in range(100))
                if cand not in _labs_here() and not (LABS / f"{cand}.lock").exists())
