@@ -258,6 +258,8 @@ def _clear_leftovers() -> list[str]:
             shutil.rmtree(LABS / tag, ignore_errors=True)
             (LABS / f"{tag}.lock").unlink(missing_ok=True)
         cleared.append(tag)
+    if cleared:
+        print(f"[systest] removed labs left over by earlier runs: {' '.join(cleared)}", flush=True)
     left = sorted(set(_labs_here()) & set(cleared))
     assert not left, f"leftovers of earlier runs could not be removed: {left}"
     return cleared
@@ -342,9 +344,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
     if why:
         pytest.skip(why)
     t = Timings()
-    cleared = _clear_leftovers()             # first: their containers use the root filesystem
-    if cleared:
-        print(f"[systest] removed labs left over by earlier runs: {' '.join(cleared)}", flush=True)
+    _clear_leftovers()                       # first: their containers use the root filesystem
     root = rootfs()
     t.lap("root filesystem (debootstrap, or cached)")
     logs = tmp_path_factory.mktemp("systest-logs")
