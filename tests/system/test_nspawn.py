@@ -12,7 +12,7 @@ at its first host; site.yml repairs that host.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 7 minutes on an idle 2-core machine. The
+opts out (`make system-test` runs it alone). About 7 minutes on a shared 2-core machine. The
 root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
 AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
 list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
@@ -64,8 +64,8 @@ CLUSTER = "systest"
 NEW_VERSION = "0.1.0.post1"                  # what upgrade.yml rolls out
 BROKEN_VERSION = "0.1.0.post2"               # a build that cannot start
 
-# The whole test, root filesystem build included: a bound, not an estimate (about 7 minutes
-# idle, 11 on a loaded 2-core machine, plus ~2 minutes the first time for debootstrap).
+# The whole test, root filesystem build included: a bound, not an estimate (seen: 7-9 minutes
+# on a shared 2-core machine, 13.5 once under heavy load with the debootstrap).
 pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.timeout(1500)]
 DEBOOTSTRAP_TIMEOUT = 600
 PLAYBOOK_TIMEOUT = 600
