@@ -28,7 +28,7 @@ venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
 test: deps venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 demo: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/awide-cluster demo
@@ -46,9 +46,10 @@ faults: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.faults.runner --seed $(SEED) --faults $(FAULTS) --report $(REPORT)
 
 # Real systemd hosts (systemd-nspawn containers in network namespaces, root only) driven by
-# the ansible playbooks: site.yml, upgrade.yml, a SIGKILL restart. Takes minutes; not in `test`.
+# the ansible playbooks: site.yml, upgrade.yml, a SIGKILL restart. Part of `test` when root
+# (AWIDE_SYSTEM_TESTS=0 leaves it out there); this runs it alone, with its phase timings.
 system-test: deps venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -s -m system tests/system/test_nspawn.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -rs -s -m system tests/system/test_nspawn.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
