@@ -8,6 +8,11 @@
    consumed intent's mod_revision; it puts the registry and deletes the intents. A failed
    compare is never forced: a deposed leader steps down, anything else re-reads next cycle.
 4. The decision's log lines are logged once the transaction committed.
+
+Write outages (see ``reconcile``): the caller passes ``write_failure`` when this host's report
+write failed in this turn; a registry transaction that failed is passed to the next cycle. The
+start and the end of an outage are logged here (the decision's lines are lost when the write
+fails).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
@@ -24,7 +29,7 @@ from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
     Intent, LeaderMemory, Policy, Snapshot, decide,
 )
-from awide_cluster.store.errors import StoreError, Timeout
+from awide_cluster.store.errors import StoreError, Timeout, refusal_reason
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
@@ -63,10 +68,19 @@ class LeaderLoop:
         self.registry: Registry | None = None        # last registry read or written
         self.last_error = ""
         self.refused_reports: dict[str, int] = {}    # host -> reports refused (counted)
+        self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
 
     def reset(self) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline."""
         self.memory = LeaderMemory()
+        self.txn_failure = ""
+        if self.metrics is not None:
+            self.metrics.write_outage(False)
+
+    @property
+    def outage(self) -> str:
+        """Why the last cycle was a write outage ("" when it was not)."""
+        return self.memory.outage
 
     async def read(self) -> Read:
         """Every read of one cycle; StoreError if any failed, RegistryError if the registry in
@@ -99,7 +113,8 @@ class LeaderLoop:
                         intents=tuple(good_intents), bad_intents=bad_intents)
         return Read(snap, reg_kv.mod_revision if reg_kv is not None else 0, leader_kv)
 
-    async def cycle(self) -> Outcome:
+    async def cycle(self, write_failure: str = "") -> Outcome:
+        """One cycle. ``write_failure``: this host's report write failed in this turn (why)."""
         ld = self.leadership
         if not ld.holds():
             ld.step_down("lease not confirmed within TTL - margin")
@@ -122,8 +137,13 @@ class LeaderLoop:
                 self.metrics.report_refused(host)
             log.warning("host report of %s ignored: %s", host, why)
         self.registry = got.snapshot.registry or self.registry
-        d = decide(got.snapshot, self.memory, self.policy, now=self.clock.wall())
+        failure = "; ".join(f for f in (write_failure, self.txn_failure) if f)
+        self.txn_failure = ""
+        snap = replace(got.snapshot, write_failure=failure) if failure else got.snapshot
+        was = self.memory.outage
+        d = decide(snap, self.memory, self.policy, now=self.clock.wall())
         self.memory = d.memory
+        self._outage_changed(was, d.memory.outage)
         self.last_error = ""
         if not d.write and not d.consumed:
             for line in d.log:
@@ -147,10 +167,12 @@ class LeaderLoop:
         except StoreError as e:
             maybe = isinstance(e, Timeout) and e.maybe_applied
             self.last_error = f"registry write not confirmed: {e}"
+            self.txn_failure = f"registry write: {e}"[:300]
             log.warning("%s%s; re-reading next cycle", self.last_error,
                         " (it may have been applied)" if maybe else "")
             if self.metrics is not None:
                 self.metrics.registry_write("error")
+                self.metrics.write_refused("registry", refusal_reason(e))
             return Outcome.ERROR
         if not res.succeeded:
             ld.observe_key(_first(res))
@@ -172,6 +194,17 @@ class LeaderLoop:
                 self.metrics.registry_write("written")
                 self.metrics.observe_registry(reg)
         return Outcome.WROTE
+
+    def _outage_changed(self, was: str, now: str) -> None:
+        if self.metrics is not None:
+            self.metrics.write_outage(bool(now))
+        if now and not was:
+            log.warning("write outage: %s; a report that did not advance counts against no "
+                        "card until writes come back", now)
+        elif was and not now:
+            log.warning("write outage over: reports advance again; this cycle is a new "
+                        "freshness baseline (a report that did not advance counts from the "
+                        "next cycle)")
 
     def _skip(self, why: str) -> Outcome:
         if why != self.last_error:

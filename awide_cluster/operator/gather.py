@@ -1,7 +1,8 @@
 """The I/O shell of status: one bounded read of etcd, then the pure ``build_status``.
 
-One read is three concurrent calls, each within the store's call bound (0.5 s by default):
-every endpoint's status, the member list, and one range over the whole cluster prefix. When
+One read is four concurrent calls, each within the store's call bound (0.5 s by default):
+every endpoint's status, the member list, etcd's alarm list, and one range over the whole
+cluster prefix. When
 the (linearizable) key read fails but some member answers, the keys are read again
 serializably from any member, so a cluster that lost quorum still shows what its members
 hold (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
@@ -21,7 +22,7 @@ from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.errors import StoreError
-from awide_cluster.store.types import EndpointStatus, Member, RangeResult
+from awide_cluster.store.types import Alarm, EndpointStatus, Member, RangeResult
 
 
 class StatusStore(Protocol):
@@ -30,6 +31,7 @@ class StatusStore(Protocol):
     async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
+    async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
 
 
 def describe_error(e: BaseException) -> str:
@@ -58,11 +60,18 @@ async def read_raw(
     async def statuses() -> dict[str, EndpointStatus | StoreError]:
         return await store.statuses()
 
+    async def alarms() -> tuple[Any, str]:
+        try:
+            return await store.alarms(), ""
+        except StoreError as e:
+            return None, describe_error(e)
+
     start_wall, start_mono = wall(), mono()
     try:
         async with asyncio.timeout(bound):
-            (result, read_error), (member_list, members_error), status_map = await asyncio.gather(
-                keys(), members(), statuses())
+            (result, read_error), (member_list, members_error), status_map, \
+                (alarm_list, alarms_error) = await asyncio.gather(
+                    keys(), members(), statuses(), alarms())
             answered = any(isinstance(s, EndpointStatus) for s in status_map.values())
             if result is None and answered:
                 try:
@@ -77,7 +86,7 @@ async def read_raw(
             cluster=cluster, endpoints=endpoints,
             answers=tuple(EndpointAnswer(ep, None, msg) for ep in endpoints),
             members=None, members_error=msg, kvs=None, read_error=msg, revision=None,
-            wall=start_wall, mono=start_mono)
+            wall=start_wall, mono=start_mono, alarms=None, alarms_error=msg)
     answers = tuple(
         EndpointAnswer(ep, st, "") if isinstance(st, EndpointStatus)
         else EndpointAnswer(ep, None, describe_error(st))
@@ -89,7 +98,8 @@ async def read_raw(
         kvs=tuple(result.kvs) if result is not None else None,
         read_error=read_error if read_error else "",
         revision=result.revision if result is not None else None,
-        wall=start_wall, mono=start_mono)
+        wall=start_wall, mono=start_mono,
+        alarms=tuple(alarm_list) if alarm_list is not None else None, alarms_error=alarms_error)
 
 
 class StatusReader:

@@ -16,14 +16,14 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from awide_cluster.store.codec import AuthNotEnabled
 from awide_cluster.store.errors import (
-    Denied, InvalidRequest, LeaseExpired, StoreError, Timeout, Unavailable,
+    Denied, InvalidRequest, LeaseExpired, NoSpace, StoreError, Timeout, Unavailable,
 )
 from awide_cluster.store.transport import ConnectFailed, SendState
 
 T = TypeVar("T")
 
 # answers that another member would give just the same: stop at once
-FINAL = (Denied, InvalidRequest, LeaseExpired, AuthNotEnabled)
+FINAL = (Denied, InvalidRequest, LeaseExpired, NoSpace, AuthNotEnabled)
 
 
 class EndpointRing:
