@@ -4,11 +4,13 @@ The daemon owns one ``DaemonHealth`` and calls, from its main loop:
 
 - ``beat()`` once per loop turn (liveness: the loop is turning);
 - ``etcd_ok()`` / ``etcd_failed(reason)`` after each etcd round of the turn;
-- ``report_written()`` when its ``members/<host>`` report was written.
+- ``report_written()`` when its ``members/<host>`` report was written;
+- ``write_refused(reason)`` when etcd refused (or did not confirm) that write.
 
 ``/healthz`` answers 503 when no beat came within ``loop_stale_after`` (a stalled loop, even
 though the process and its HTTP server are alive). ``/readyz`` answers 503 unless etcd answered
-and the report was written within ``report_stale_after``.
+and the report was written within ``report_stale_after``; while the latest report write was
+refused it says so first (etcd may still answer reads: a write outage, not a dead etcd).
 
 All times are from one monotonic clock passed in (``time.monotonic`` by default).
 """
@@ -39,6 +41,7 @@ class HealthMarks:
     last_etcd_ok: float | None = None
     etcd_error: str = ""               # "" when the latest etcd round succeeded
     last_report: float | None = None
+    write_refused: str = ""            # the latest report write failed: why ("" when written)
 
 
 def liveness(m: HealthMarks, now: float, *, loop_stale_after: float) -> Verdict:
@@ -55,6 +58,8 @@ def liveness(m: HealthMarks, now: float, *, loop_stale_after: float) -> Verdict:
 
 
 def readiness(m: HealthMarks, now: float, *, report_stale_after: float) -> Verdict:
+    if m.write_refused:
+        return Verdict(False, f"writes fail: host report not written ({m.write_refused})")
     if m.etcd_error:
         return Verdict(False, f"etcd: {m.etcd_error}")
     if m.last_etcd_ok is None:
@@ -113,7 +118,11 @@ class DaemonHealth:
 
     def report_written(self) -> None:
         now = self._clock()
-        self._marks = replace(self._marks, last_report=now, last_etcd_ok=now, etcd_error="")
+        self._marks = replace(self._marks, last_report=now, last_etcd_ok=now, etcd_error="",
+                              write_refused="")
+
+    def write_refused(self, reason: str) -> None:
+        self._marks = replace(self._marks, write_refused=reason or "write refused")
 
     # -- reads, from the API
     def marks(self) -> HealthMarks:

@@ -87,6 +87,16 @@ class DaemonMetrics:
                                         "Peer host reports read by the leader and refused",
                                         ["host"], registry=r)
 
+        self.writes_refused = Counter("awide_writes_refused",
+                                      "Writes of this daemon that etcd refused or did not "
+                                      "confirm, by write (report, registry) and reason "
+                                      "(nospace, auth, timeout, unavailable, other)",
+                                      ["write", "reason"], registry=r)
+        self.write_outage_gauge = Gauge("awide_write_outage",
+                                        "1 while this daemon, as leader, judges that the hosts "
+                                        "cannot write (reports that did not advance count "
+                                        "against no card), else 0", registry=r)
+
         self.is_leader = Gauge("awide_is_leader", "1 while this daemon holds the leader key",
                                registry=r)
         self.leader_changes = Counter("awide_leader_changes",
@@ -179,6 +189,14 @@ class DaemonMetrics:
     # ------------------------------------------------------------------ reports
     def report_write(self, ok: bool) -> None:
         self.reports.labels(result="written" if ok else "error").inc()
+
+    def write_refused(self, write: str, reason: str) -> None:
+        """``write``: report or registry; ``reason``: one of
+        ``store.errors.WRITE_REFUSAL_REASONS`` (bounded label values)."""
+        self.writes_refused.labels(write=write, reason=reason).inc()
+
+    def write_outage(self, on: bool) -> None:
+        self.write_outage_gauge.set(1 if on else 0)
 
     def report_refused(self, host: str) -> None:
         self.reports_rejected.labels(host=host).inc()

@@ -8,6 +8,11 @@
    consumed intent's mod_revision; it puts the registry and deletes the intents. A failed
    compare is never forced: a deposed leader steps down, anything else re-reads next cycle.
 4. The decision's log lines are logged once the transaction committed.
+
+Write outages (see ``reconcile``): the caller passes ``write_failure`` when this host's report
+write failed in this turn; a registry transaction that failed is passed to the next cycle. The
+start and the end of an outage are logged here (the decision's lines are lost when the write
+fails).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
     Intent, LeaderMemory, Policy, Snapshot, decide,
 )
-from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge
+from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
@@ -75,6 +80,7 @@ class LeaderLoop:
         self.refused_reports: dict[str, int] = {}    # host -> reports refused (counted)
         self._refusals: dict[str, str] = {}          # key -> last reason logged
         self.repairs = 0
+        self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -83,6 +89,14 @@ class LeaderLoop:
         self.memory = LeaderMemory()
         self.own = self.attempted = None
         self.known = known if known is not None else self.registry
+        self.txn_failure = ""
+        if self.metrics is not None:
+            self.metrics.write_outage(False)
+
+    @property
+    def outage(self) -> str:
+        """Why the last cycle was a write outage ("" when it was not)."""
+        return self.memory.outage
 
     async def read(self) -> Read:
         """Every read of one cycle; StoreError if any failed. A registry that cannot be used
@@ -163,7 +177,8 @@ class LeaderLoop:
         except ValueTooLarge as e:
             return e
 
-    async def cycle(self) -> Outcome:
+    async def cycle(self, write_failure: str = "") -> Outcome:
+        """One cycle. ``write_failure``: this host's report write failed in this turn (why)."""
         ld = self.leadership
         if not ld.holds():
             ld.step_down("lease not confirmed within TTL - margin")
@@ -191,8 +206,13 @@ class LeaderLoop:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         if snap.registry is not None and not snap.repair:
             self.registry = snap.registry
+        failure = "; ".join(f for f in (write_failure, self.txn_failure) if f)
+        self.txn_failure = ""
+        snap = replace(snap, write_failure=failure) if failure else snap
+        was = self.memory.outage
         d = decide(snap, self.memory, self.policy, now=self.clock.wall())
         self.memory = d.memory
+        self._outage_changed(was, d.memory.outage)
         self.last_error = ""
         if not d.write and d.registry is not None and self.own is None:
             self.own = d.registry       # adopted as it is: this term's baseline
@@ -220,10 +240,12 @@ class LeaderLoop:
             if d.write:
                 self.attempted = reg
             self.last_error = f"registry write not confirmed: {e}"
+            self.txn_failure = f"registry write: {e}"[:300]
             log.warning("%s%s; re-reading next cycle", self.last_error,
                         " (it may have been applied)" if maybe else "")
             if self.metrics is not None:
                 self.metrics.registry_write("error")
+                self.metrics.write_refused("registry", refusal_reason(e))
             return Outcome.ERROR
         if not res.succeeded:
             ld.observe_key(_first(res))
@@ -319,6 +341,16 @@ class LeaderLoop:
             except ValueError:
                 continue                    # a refused record says nothing
         return min(top, regdoc.MAX_GENERATION - 1)
+    def _outage_changed(self, was: str, now: str) -> None:
+        if self.metrics is not None:
+            self.metrics.write_outage(bool(now))
+        if now and not was:
+            log.warning("write outage: %s; a report that did not advance counts against no "
+                        "card until writes come back", now)
+        elif was and not now:
+            log.warning("write outage over: reports advance again; this cycle is a new "
+                        "freshness baseline (a report that did not advance counts from the "
+                        "next cycle)")
 
     def _skip(self, why: str) -> Outcome:
         if why != self.last_error:

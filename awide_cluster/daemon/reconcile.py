@@ -17,6 +17,19 @@ A single report that did not advance counts toward ``out`` but does not change t
 second in a row does. It never replaces the reason of a card already sick, and a sick report
 read again in the next cycle is not counted twice (``sick_polls`` counts sick reports).
 
+Write outages: when the hosts cannot write, every report stops advancing although nothing
+happened to the cards (etcd's NOSPACE alarm, a role that lost write permission, a member that
+answers reads but cannot commit). A cycle is a *write outage* when this leader's own writes
+failed (``Snapshot.write_failure``: its host report in this turn or its last registry
+transaction), or when the reports of a majority of the hosts that have one stopped advancing
+together (each within its first ``STOPPED_TOGETHER`` stale cycles; once in an outage, it lasts
+while a majority stays stale). In an outage cycle, and in the first cycle after one (the
+freshness baseline starts again: hosts write again at their own phase), a report that did not
+advance counts nothing; everything else (a fresh sick report, a missing or unreadable report)
+counts as usual. A single frozen host is never a majority of 2 or more hosts reporting: it
+still loses its cards after ``sick_polls`` cycles (one or two later when another host's jitter
+falls in its first two stale cycles).
+
 ``contract.health.observe`` turns observations into ``in``/``out``; ``drained`` stays drained
 until an undrain intent. A reported card whose id is not in the registry is admitted. Cards
 claiming one serial are marked in conflict, never merged. Intents are applied in the same
@@ -66,6 +79,9 @@ class Snapshot:
     repair: str = ""
     generation_floor: int = 0   # the written generation must exceed this (gateways applied it)
     lineage: str = ""           # the lineage to give a registry that has none yet
+    # this leader's own writes failed (its host report in this turn, or its last registry
+    # transaction): why, "" when they did not. Then the hosts' writes fail too: a write outage
+    write_failure: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +103,10 @@ class LeaderMemory:
     # cards whose observation in the last cycle was a fresh sick report: re-reading that same
     # report next cycle (it did not advance) is not another sick poll
     fresh_bad: frozenset[str] = frozenset()
+    # write outages: host -> cycles in a row its report did not advance; why the last cycle
+    # was a write outage ("" when it was not)
+    stale_for: Mapping[str, int] = field(default_factory=dict)
+    outage: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +125,35 @@ class _Obs:
     reason: str = ""
     source: tuple[str, ReportedCard] | None = None   # (host, card) the observation came from
     stale: bool = False         # bad only because the host's report did not advance
+
+
+# hosts whose reports stopped advancing within this many cycles of each other stopped together
+STOPPED_TOGETHER = 2
+
+
+def stale_streaks(snap: Snapshot, memory: LeaderMemory) -> dict[str, int]:
+    """host -> cycles in a row its report did not advance, counting this one (hosts whose
+    report advanced, or that have none, are absent). Empty in a new leader's first cycle."""
+    if memory.cycles == 0:
+        return {}
+    return {h: memory.stale_for.get(h, 0) + 1 for h, r in snap.reports.items()
+            if memory.seen.get(h) == r.freshness}
+
+
+def write_outage(snap: Snapshot, memory: LeaderMemory, streaks: Mapping[str, int]) -> str:
+    """Why this cycle is a write outage, "" when it is not (see the module's docstring)."""
+    if snap.write_failure:
+        return f"this leader's own writes fail: {snap.write_failure}"
+    n = len(snap.reports)
+    stale = sorted(streaks)
+    together = [h for h in stale if streaks[h] <= STOPPED_TOGETHER]
+    if len(together) >= 2 and 2 * len(together) > n:
+        return (f"the reports of {len(together)} of {n} hosts stopped advancing together "
+                f"({', '.join(together)})")
+    if memory.outage and len(stale) >= 2 and 2 * len(stale) > n:
+        return (f"the reports of {len(stale)} of {n} hosts still do not advance "
+                f"({', '.join(stale)})")
+    return ""
 
 
 def describe(c: CardEntry) -> str:
@@ -193,13 +242,19 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
                 log.append(f"{describe(c)} dropped: host {c.host} is not a host of this "
                            f"cluster and no host of it reports the card")
 
-    # 2. one observation per registry card.
+    # 2. one observation per registry card. In a write outage, and in the cycle after it (a
+    # new freshness baseline), a report that did not advance is no observation.
+    streaks = stale_streaks(snap, memory)
+    outage = write_outage(snap, memory, streaks)
+    stale_counts = not outage and not memory.outage
     fresh_bad: set[str] = set()
     for cid in sorted(cards):
         c = cards[cid]
         o = _observe(c, snap, by_id, fresh, baseline)
-        if o.stale and cid in memory.fresh_bad:
-            o = _Obs(None)          # the sick report already counted, read again: no new poll
+        if o.stale and (cid in memory.fresh_bad or not stale_counts):
+            # a sick report already counted, read again, is no new poll; nor is a report that
+            # did not advance because nobody could write it
+            o = _Obs(None)
         elif o.good is False and not o.stale:
             fresh_bad.add(cid)
         h0 = health.get(cid) or _initial(c)
@@ -326,7 +381,7 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
 
     seen = {h: r.freshness for h, r in snap.reports.items()}
     mem = LeaderMemory(cycles=memory.cycles + 1, seen=seen, health=health,
-                       fresh_bad=frozenset(fresh_bad))
+                       fresh_bad=frozenset(fresh_bad), stale_for=streaks, outage=outage)
     return Decision(registry=candidate, write=write, consumed=tuple(consumed), memory=mem,
                     log=tuple(log), moves=moves)
 

@@ -3,8 +3,10 @@
 One turn:
 1. renew the host lease (a new lease means the old report and leadership are gone);
 2. observe the local cards (concurrently, each bounded);
-3. write the host report to ``members/<host>`` on the lease;
-4. campaign for ``leader`` when nobody holds it; as leader run one ``LeaderLoop.cycle``;
+3. write the host report to ``members/<host>`` on the lease (a refused write is counted by
+   reason, shown in ``/v1/status`` as ``write_error`` and in ``/readyz``);
+4. campaign for ``leader`` when nobody holds it; as leader run one ``LeaderLoop.cycle`` (told
+   whether this turn's report write failed: then the hosts cannot write, a write outage);
    otherwise follow the registry (for the status view);
 5. heartbeat (health marks, systemd watchdog).
 
@@ -35,7 +37,7 @@ from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.lease import HostLease, Leadership, LeaderRecord
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
-from awide_cluster.store.errors import StoreError, ValueTooLarge
+from awide_cluster.store.errors import StoreError, ValueTooLarge, refusal_reason
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -102,6 +104,7 @@ class Daemon:
         self._last_error = ""
         self._last_turn_error = ""
         self.turn_errors = 0                        # turns that raised (counted, survived)
+        self.write_error: dict | None = None     # the latest report write failed: how
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -276,16 +279,19 @@ class Daemon:
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api.url if self.api is not None else "", run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations)
+        report_failure = ""
         if self.lease.id is not None:
             try:
                 await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
                                      lease=self.lease.id, timeout=call)
                 self.metrics.report_write(True)
                 self.health.report_written()
+                self.write_error = None
             except StoreError as e:
                 etcd_ok = False
-                self.metrics.report_write(False)
-                self._note_error(f"host report: {e}")
+                report_failure = f"host report: {e}"[:300]
+                self._report_refused(e)
+                self._note_error(report_failure)
         # 4. leadership
         was = self.leadership.leading
         try:
@@ -305,7 +311,7 @@ class Daemon:
             etcd_ok = False
             self._note_error(f"leader election: {e}")
         if self.leadership.leading:
-            outcome = await self.leader_loop.cycle()
+            outcome = await self.leader_loop.cycle(write_failure=report_failure)
             self.outcomes = (self.outcomes + [outcome])[-50:]
             if outcome in (Outcome.SKIPPED, Outcome.ERROR):
                 etcd_ok = False
@@ -364,6 +370,15 @@ class Daemon:
                 self._note_error(f"registry unreadable, keeping the last good one: {e}")
             self._registry_rev = kv.mod_revision
         return True
+
+    def _report_refused(self, e: StoreError) -> None:
+        reason = refusal_reason(e)
+        self.metrics.report_write(False)
+        self.metrics.write_refused("report", reason)
+        self.health.write_refused(f"{reason}: {e}"[:300])
+        n = self.write_error["in_a_row"] + 1 if self.write_error else 1
+        self.write_error = {"write": "report", "reason": reason, "error": str(e)[:300],
+                            "in_a_row": n}
 
     def _note_error(self, text: str) -> None:
         if text != self._last_error:
@@ -439,6 +454,8 @@ class Daemon:
             "lease": f"{self.lease.id:x}" if self.lease.id else None,
             "error": self._last_error or None,
             "leader_error": self.leader_loop.last_error or None,
+            "write_error": dict(self.write_error) if self.write_error else None,
+            "write_outage": (self.leader_loop.outage or None) if self.is_leader else None,
         }
         if self.config.dev_cluster:
             extra["warning"] = ("DEVELOPMENT CLUSTER: dev_cluster is true; etcd has "

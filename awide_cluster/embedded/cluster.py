@@ -33,7 +33,8 @@ Operations (fault methods return the ``time.monotonic()`` at which the fault was
   labelled directory + store service, config rewritten, SIGHUP to that daemon);
 - daemons: ``daemon_signal(host, sig)``, ``kill_daemon(host)`` (SIGKILL),
   ``restart_daemon(host)`` (SIGTERM if running, then start again), ``daemon_alive(host)``;
-- etcd: ``etcd`` (the ``EtcdCluster``: freeze/thaw/kill/restart members),
+- etcd: ``etcd`` (the ``EtcdCluster``: freeze/thaw/kill/restart members; ``spec.etcd_args``
+  are extra flags of every member),
   ``etcd_leader_index()`` (the raft leader member), ``store_config()``, ``registry()``
   (decoded ``Registry`` or None; raises ``StoreError`` / ``TimeoutError`` when etcd does not
   answer), ``leader_host()`` (same),
@@ -160,7 +161,7 @@ class EmbeddedCluster:
             raise EmbeddedClusterError(NO_ETCD)
         self.etcd = EtcdCluster(self.work_dir / "etcd", size=spec.etcd_members, binary=binary,
                                 stop_timeout=min(1.0, stop_timeout),
-                                die_with_parent=die_with_parent)
+                                die_with_parent=die_with_parent, extra_args=spec.etcd_args)
         self.launcher = Launcher(self.work_dir / "logs", die_with_parent=die_with_parent)
         self._cards: dict[str, _Card] = {}
         self._hosts: dict[str, _Host] = {}

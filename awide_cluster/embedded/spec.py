@@ -56,7 +56,8 @@ class ClusterSpec:
     """Hosts, gateways and timing of an embedded cluster.
 
     ``first_leader``: start this host's daemon first and wait until it leads (the tour kills a
-    leader that has cards); None starts all daemons together. ``netns`` maps a host (daemon
+    leader that has cards); None starts all daemons together. ``etcd_args``: extra flags for
+    every etcd member (e.g. ``--quota-backend-bytes=16777216``). ``netns`` maps a host (daemon
     host or gateway id) to a network namespace its processes are started in (``ip netns exec``);
     empty on loopback.
     """
@@ -72,6 +73,7 @@ class ClusterSpec:
     first_leader: str | None = None
     model: str = "demo/tiny-llm"
     netns: Mapping[str, str] = field(default_factory=dict)
+    etcd_args: tuple[str, ...] = ()
 
     @property
     def storage_names(self) -> tuple[str, ...]:

@@ -1,13 +1,13 @@
 """The I/O shell of status: one bounded read of etcd, then the pure ``build_status``.
 
-One read is three concurrent reads: every endpoint's status and the member list, each within
-the store's call bound (0.5 s by default), and one bounded read of the whole cluster prefix
-within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys, each value at most the
-largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a value over its bound
-is refused by name and shown as a problem, so one big key hides nothing else; the first read
-of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred ms). When the
-(linearizable) key read fails but some member answers, the keys are read again serializably
-from any member, so a cluster that lost quorum still shows what its members hold
+One read is four concurrent reads: every endpoint's status, the member list and etcd's alarm
+list, each within the store's call bound (0.5 s by default), and one bounded read of the whole
+cluster prefix within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys, each
+value at most the largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a value
+over its bound is refused by name and shown as a problem, so one big key hides nothing else;
+the first read of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred ms).
+When the (linearizable) key read fails but some member answers, the keys are read again
+serializably from any member, so a cluster that lost quorum still shows what its members hold
 (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
 ``StatusReader`` keeps the observations between reads (report ages, see ``observe``):
@@ -26,7 +26,7 @@ from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.errors import StoreError
-from awide_cluster.store.types import EndpointStatus, Member, PrefixRead
+from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
 
 
 class StatusStore(Protocol):
@@ -36,6 +36,7 @@ class StatusStore(Protocol):
     async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
+    async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
 
 
 def describe_error(e: BaseException) -> str:
@@ -71,11 +72,18 @@ async def read_raw(
     async def statuses() -> dict[str, EndpointStatus | StoreError]:
         return await store.statuses()
 
+    async def alarms() -> tuple[Any, str]:
+        try:
+            return await store.alarms(), ""
+        except StoreError as e:
+            return None, describe_error(e)
+
     start_wall, start_mono = wall(), mono()
     try:
         async with asyncio.timeout(bound):
-            (result, read_error), (member_list, members_error), status_map = await asyncio.gather(
-                keys(), members(), statuses())
+            (result, read_error), (member_list, members_error), status_map, \
+                (alarm_list, alarms_error) = await asyncio.gather(
+                    keys(), members(), statuses(), alarms())
             answered = any(isinstance(s, EndpointStatus) for s in status_map.values())
             if result is None and answered:
                 try:
@@ -90,7 +98,7 @@ async def read_raw(
             cluster=cluster, endpoints=endpoints,
             answers=tuple(EndpointAnswer(ep, None, msg) for ep in endpoints),
             members=None, members_error=msg, kvs=None, read_error=msg, revision=None,
-            wall=start_wall, mono=start_mono)
+            wall=start_wall, mono=start_mono, alarms=None, alarms_error=msg)
     answers = tuple(
         EndpointAnswer(ep, st, "") if isinstance(st, EndpointStatus)
         else EndpointAnswer(ep, None, describe_error(st))
@@ -104,7 +112,8 @@ async def read_raw(
         revision=result.revision if result is not None else None,
         wall=start_wall, mono=start_mono,
         refused=tuple(result.refused.values()) if result is not None else (),
-        key_count=result.count if result is not None and result.more else None)
+        key_count=result.count if result is not None and result.more else None,
+        alarms=tuple(alarm_list) if alarm_list is not None else None, alarms_error=alarms_error)
 
 
 class StatusReader:

@@ -41,6 +41,12 @@ class EtcdMemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class EtcdAlarmView:
+    alarm: str                  # etcd's name: NOSPACE (writes refused), CORRUPT, ...
+    member: str                 # the member that raised it (name, else hex id)
+
+
+@dataclass(frozen=True, slots=True)
 class EtcdView:
     quorum: Literal["ok", "lost", "unknown"]
     up: int                     # members answering and seeing a raft leader
@@ -48,6 +54,8 @@ class EtcdView:
     leader: str                 # raft leader's name ("" if none seen)
     raft_term: int | None
     members: tuple[EtcdMemberView, ...]
+    alarms: tuple[EtcdAlarmView, ...] = ()      # raised alarms (etcd's alarm list)
+    alarms_error: str = ""      # the alarm list could not be read ("" when it was)
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,9 @@ def table(st: ClusterStatus) -> str:
     out.append("")
     out.append(f"ETCD  quorum {e.quorum} ({e.up}/{e.total} up)   raft leader "
                f"{e.leader or 'none'}   term {e.raft_term if e.raft_term is not None else '?'}")
+    if e.alarms:
+        out.append("  ALARMS  " + ", ".join(f"{a.alarm} (raised by {a.member})"
+                                            for a in e.alarms))
     out += columns(("MEMBER", "ENDPOINT", "ID", "LEADER", "TERM", "VERSION", "DB", "STATUS"), [
         (m.name or "?", m.endpoint, m.id, "*" if m.is_leader else "",
          m.raft_term if m.raft_term is not None else "", m.version, size(m.db_size),

@@ -22,11 +22,11 @@ from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator import records
 from awide_cluster.operator.model import (
-    CardView, ClusterStatus, EtcdMemberView, EtcdView, GatewayView, HostView, IntentView,
-    LeaderView, Problem, RegistryView,
+    CardView, ClusterStatus, EtcdAlarmView, EtcdMemberView, EtcdView, GatewayView, HostView,
+    IntentView, LeaderView, Problem, RegistryView,
 )
 from awide_cluster.operator.observe import Age, Observations
-from awide_cluster.store.types import EndpointStatus, KeyValue, Member, Refusal
+from awide_cluster.store.types import Alarm, EndpointStatus, KeyValue, Member, Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,8 @@ class RawSnapshot:
     mono: float                            # monotonic time of the read (ages)
     refused: tuple[Refusal, ...] = ()      # keys whose value was over the read's bound
     key_count: int | None = None           # more keys than the read's bound: how many in all
+    alarms: tuple[Alarm, ...] | None = ()  # etcd's alarm list; None: the read failed
+    alarms_error: str = ""
 
     @property
     def unreachable(self) -> bool:
@@ -94,6 +96,7 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
                               no_reg) if readable else no_reg
     reports, hosts = guard("hosts", lambda: _hosts(kv, raw, seen, reg, leader, policy,
                                                    problems, big), ({}, ()))
+    guard("writes", lambda: _writes_refused(etcd, hosts, policy, problems), None)
     cards = guard("cards", lambda: _cards(reg, reports, problems), ())
     gateways = guard("gateways", lambda: _gateways(kv, raw, seen, reg, reg_view, policy,
                                                    problems), ())
@@ -250,8 +253,39 @@ def _etcd(raw: RawSnapshot, problems: list[Problem]) -> EtcdView:
         problems.append(Problem("warning", "etcd_version_skew", "etcd",
                                 f"members run different etcd versions: {', '.join(sorted(versions))}"))
     rows.sort(key=lambda r: (r.name, r.endpoint))
+    alarms = _alarms(raw, by_id, quorum, problems)
     return EtcdView(quorum=quorum, up=up, total=total, leader=leader_name,
-                    raft_term=max(terms) if terms else None, members=tuple(rows))
+                    raft_term=max(terms) if terms else None, members=tuple(rows),
+                    alarms=alarms, alarms_error=raw.alarms_error if raw.alarms is None else "")
+
+
+def _alarms(raw: RawSnapshot, by_id: dict[int, Member], quorum: str,
+            problems: list[Problem]) -> tuple[EtcdAlarmView, ...]:
+    """etcd's alarm list: NOSPACE (every write refused) by name, any other alarm generically."""
+    if raw.alarms is None:
+        if quorum == "ok":
+            problems.append(Problem("warning", "etcd_alarms_unread", "etcd",
+                                    f"cannot read etcd's alarm list: {raw.alarms_error}"))
+        return ()
+    views: list[EtcdAlarmView] = []
+    for a in raw.alarms:
+        if a.alarm in ("", "NONE"):
+            continue
+        m = by_id.get(a.member_id)
+        views.append(EtcdAlarmView(a.alarm, m.name if m is not None else f"{a.member_id:x}"))
+    views.sort(key=lambda v: (v.alarm, v.member))
+    nospace = sorted({v.member for v in views if v.alarm == "NOSPACE"})
+    if nospace:
+        problems.append(Problem(
+            "error", "etcd_alarm_nospace", "etcd",
+            f"etcd's NOSPACE alarm is raised (by {', '.join(nospace)}): its backend quota is "
+            "full and it refuses every write until space is freed and the alarm disarmed "
+            "(runbook: compact, defragment each member, alarm disarm); reads still work"))
+    for kind in sorted({v.alarm for v in views if v.alarm != "NOSPACE"}):
+        who = ", ".join(sorted(v.member for v in views if v.alarm == kind))
+        problems.append(Problem("error", "etcd_alarm", kind,
+                                f"etcd alarm {kind} raised by {who} (see etcd's log)"))
+    return tuple(views)
 
 
 def _same(url: str, endpoint: str) -> bool:
@@ -375,6 +409,33 @@ def _hosts(
                                 f"daemons run different versions: {', '.join(sorted(versions))}"))
     views.sort(key=lambda v: v.host)
     return reports, tuple(views)
+
+
+def _writes_refused(etcd: EtcdView, hosts: tuple[HostView, ...], policy: StatusPolicy,
+                    problems: list[Problem]) -> None:
+    """The daemons cannot write: etcd's NOSPACE alarm refuses every write, or the reports of
+    a majority of the hosts (2 or more) stopped changing together (refused writes that etcd
+    does not raise an alarm for: permissions, a member that answers reads but cannot commit).
+    The leader counts no report that did not advance against a card meanwhile."""
+    effect = ("the leader counts them against no card, but no card goes out, comes back or "
+              "is admitted until writes work again; gateways keep their cards")
+    if any(a.alarm == "NOSPACE" for a in etcd.alarms):
+        problems.append(Problem(
+            "error", "writes_refused", "daemons",
+            "etcd refuses every write while its NOSPACE alarm is raised: the daemons cannot "
+            f"write their reports nor the leader the registry; {effect}"))
+        return
+    reporting = [h for h in hosts if not h.error]
+    stale = [h for h in reporting
+             if h.report_age is not None and h.report_age.at_least >= policy.stale_after]
+    if len(stale) >= 2 and 2 * len(stale) > len(reporting):
+        since = min(h.report_age.at_least for h in stale if h.report_age is not None)
+        problems.append(Problem(
+            "error", "writes_refused", "daemons",
+            f"the reports of {len(stale)} of {len(reporting)} hosts "
+            f"({', '.join(h.host for h in stale)}) have not changed together for {since:.1f} s "
+            "or more: their writes are refused or never committed (etcd permissions, a member "
+            f"that answers reads but cannot commit; see /readyz on each host); {effect}"))
 
 
 # ---------------------------------------------------------------------- cards

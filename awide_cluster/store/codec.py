@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from awide_cluster.store.errors import (
-    BadResponse, Denied, InvalidRequest, LeaseExpired, StoreError, Timeout, Unavailable,
+    BadResponse, Denied, InvalidRequest, LeaseExpired, NoSpace, StoreError, Timeout, Unavailable,
 )
 from awide_cluster.store.types import (
-    Compare, Delete, EndpointStatus, Get, KeyValue, Member, Put, RangeResult, TxnResult,
-    WatchEvent,
+    Alarm, Compare, Delete, EndpointStatus, Get, KeyValue, Member, Put, RangeResult,
+    TxnResult, WatchEvent,
 )
 
 # gRPC status codes used by etcd
@@ -272,6 +272,21 @@ def endpoint_status(body: Mapping[str, Any], endpoint: str) -> EndpointStatus:
     )
 
 
+def alarms(body: Mapping[str, Any]) -> tuple[Alarm, ...]:
+    """The alarm list of a ``/v3/maintenance/alarm`` GET answer (bounded: at most 64)."""
+    raw = body.get("alarms", []) or []
+    if not isinstance(raw, list):
+        raise BadResponse("alarm list: alarms is not a list")
+    out = []
+    for a in raw[:64]:
+        d = as_dict(a, "alarm")
+        kind = d.get("alarm", "NONE")
+        if not isinstance(kind, str) or len(kind) > 32:
+            raise BadResponse(f"alarm list: alarm type is not a short string: {kind!r:.60}")
+        out.append(Alarm(member_id=as_int(d, "memberID"), alarm=kind))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class WatchFrame:
     revision: int
@@ -332,6 +347,8 @@ def error_for(code: int, message: str, status: int, *, write: bool = False) -> S
         return Denied(text)
     if code == _NOT_FOUND and "lease not found" in low:
         return LeaseExpired(text)
+    if "database space exceeded" in low:
+        return NoSpace(text)
     if code in (_INVALID_ARGUMENT, _OUT_OF_RANGE, _FAILED_PRECONDITION, _NOT_FOUND):
         return InvalidRequest(text)
     if code == _DEADLINE_EXCEEDED:

@@ -6,6 +6,8 @@ Callers decide on the type, never on a message:
 - ``Conflict``: a conditional write's comparison failed (someone else wrote first, or the
   writer no longer holds what it compared against: this is how fencing shows up).
 - ``Denied``: authentication or permission refused.
+- ``NoSpace``: etcd refuses writes because its backend quota is full (the NOSPACE alarm);
+  reads and deletes still work. Never applied.
 - ``BadResponse``: a member answered something that is not a valid etcd answer, or an
   answer whose revision went backwards (refused, see ``RevisionWentBack``).
 - ``LeaseExpired``: a keepalive found the lease gone (or a put named a lease that is gone).
@@ -52,6 +54,11 @@ class Conflict(StoreError):
 
 class Denied(StoreError):
     """Authentication failed or permission denied."""
+
+
+class NoSpace(StoreError):
+    """etcd refused a write: its backend quota is full (NOSPACE alarm, "database space
+    exceeded"). Every member answers the same until an operator frees space and disarms it."""
 
 
 class BadResponse(StoreError):
@@ -131,3 +138,18 @@ class TooManyKeys(StoreError):
         self.prefix = prefix
         self.count = count
         self.limit = limit
+# the ``reason`` label of refused writes (docs/metrics.md): a small fixed set
+WRITE_REFUSAL_REASONS = ("nospace", "auth", "timeout", "unavailable", "other")
+
+
+def refusal_reason(error: BaseException) -> str:
+    """Why a write failed, as one of ``WRITE_REFUSAL_REASONS`` (decided on the type)."""
+    if isinstance(error, NoSpace):
+        return "nospace"
+    if isinstance(error, Denied):
+        return "auth"
+    if isinstance(error, Timeout):
+        return "timeout"
+    if isinstance(error, Unavailable):
+        return "unavailable"
+    return "other"

@@ -22,7 +22,8 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
-    Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, PrefixRead, RangeResult,
+    Alarm, Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, PrefixRead,
+    RangeResult,
     TxnResult,
 )
 from awide_cluster.store.watch import Watch
@@ -275,6 +276,13 @@ class EtcdStore:
         if not isinstance(raw, list):
             raise BadResponse("member list: members is not a list")
         return tuple(codec.member(m) for m in raw)
+
+    async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]:
+        """The alarms raised in the cluster (``/v3/maintenance/alarm``, action GET; hedged like
+        every read). An empty tuple: no alarm. ``NOSPACE``: etcd refuses writes."""
+        _, answer = await self.read("/v3/maintenance/alarm", {"action": "GET"}, timeout,
+                                    "alarm list")
+        return codec.alarms(answer)
 
     async def endpoint_status(self, endpoint: str, *,
                               timeout: float | None = None) -> EndpointStatus:

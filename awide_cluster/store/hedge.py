@@ -16,7 +16,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from awide_cluster.store.codec import AuthNotEnabled
 from awide_cluster.store.errors import (
-    Denied, InvalidRequest, LeaseExpired, StoreError, Timeout, TooLarge, Unavailable,
+    Denied, InvalidRequest, LeaseExpired, NoSpace, StoreError, Timeout, TooLarge, Unavailable,
 )
 from awide_cluster.store.transport import ConnectFailed, SendState
 
@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 # answers that another member would give just the same: stop at once (a member lagging
 # behind might answer a too-large range smaller, but asking it costs another bound's worth)
-FINAL = (Denied, InvalidRequest, LeaseExpired, AuthNotEnabled, TooLarge)
+FINAL = (Denied, InvalidRequest, LeaseExpired, NoSpace, AuthNotEnabled, TooLarge)
 
 
 class EndpointRing:

@@ -89,6 +89,14 @@ class EndpointStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Alarm:
+    """One raised etcd alarm: ``alarm`` is etcd's name for it (``NOSPACE``, ``CORRUPT``)."""
+
+    member_id: int
+    alarm: str
+
+
+@dataclass(frozen=True, slots=True)
 class WatchEvent:
     kind: Literal["put", "delete"]
     kv: KeyValue

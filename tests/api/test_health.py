@@ -53,3 +53,15 @@ def test_readiness_needs_etcd_and_a_current_report():
 def test_bounds_from_timing():
     h = DaemonHealth.for_timing(1.0, 0.5)
     assert h.loop_stale_after == 5.0 and h.report_stale_after == 4.0
+
+
+def test_readiness_says_when_etcd_refuses_the_report_write():
+    clock = Clock()
+    h = DaemonHealth(loop_stale_after=3.0, report_stale_after=3.0, clock=clock)
+    h.report_written()
+    h.write_refused("nospace: etcd: etcdserver: mvcc: database space exceeded (code 8)")
+    h.etcd_failed("host report: etcd: database space exceeded")
+    v = h.readiness()
+    assert not v.ok and v.reason.startswith("writes fail: host report not written (nospace")
+    h.report_written()                              # written again: ready
+    assert h.readiness().ok

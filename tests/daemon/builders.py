@@ -39,11 +39,11 @@ class Leader:
         self.cycle = 0
 
     def step(self, *reports: HostReport, bad: dict[str, str] | None = None,
-             intents=(), bad_intents=None) -> Decision:
+             intents=(), bad_intents=None, write_failure: str = "") -> Decision:
         self.cycle += 1
         snap = Snapshot(reports={r.host: r for r in reports}, bad_reports=bad or {},
                         registry=self.registry, intents=tuple(intents),
-                        bad_intents=bad_intents or {})
+                        bad_intents=bad_intents or {}, write_failure=write_failure)
         d = decide(snap, self.memory, self.policy, now=f"t{self.cycle}")
         self.memory = d.memory
         if d.write:

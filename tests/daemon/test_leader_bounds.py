@@ -83,14 +83,14 @@ async def test_a_huge_report_and_intent_are_refused_by_name_the_rest_is_read(
         reg = await registry(store)
         assert reg.card(cid_of(cards.root / "c1")).state == "drained"
         assert await store.get(big_intent) is None and await store.get(small_intent) is None
-        assert d1.leader_loop.refused_reports["h9"] >= 1
+        assert d1.leader_loop.refused_reports["h3"] >= 1 and "h9" not in d1.leader_loop.refused_reports
     finally:
         await d1.stop()
         await d2.stop()
         await store.close()
 
 
-async def test_a_registry_over_its_bound_is_refused_not_overwritten(etcd, cluster_name, cards):
+async def test_a_registry_over_its_bound_is_refused_unread_and_repaired(etcd, cluster_name, cards):
     cards.make("c0", "SN1")
     d1 = Daemon(make_config(etcd, cluster_name, "h1", [cards.spec("c0")], timing=SLOW_LEASE),
                 serve_api=False)
@@ -104,12 +104,6 @@ async def test_a_registry_over_its_bound_is_refused_not_overwritten(etcd, cluste
         good = d2.registry
         assert good is not None and len(good.cards) == 1
         rev = await store.put(keys.REGISTRY, b"{" * (bounds.REGISTRY_MAX_BYTES + 1))
-        await d1.turn()
-        assert d1.outcomes[-1] is Outcome.SKIPPED
-        assert f"value over {bounds.REGISTRY_MAX_BYTES} bytes" in d1.leader_loop.last_error
-        assert (await store.get(keys.REGISTRY)).mod_revision == rev       # not overwritten
-        text = d1.metrics.exposition().decode()
-        assert 'awide_registry_rejected_total{reason="too_large"} 1.0' in text
         # the follower keeps its last good registry and does not fetch that revision again
         await d2.turn()
         assert d2.registry == good and d2._registry_rev == rev
@@ -119,6 +113,17 @@ async def test_a_registry_over_its_bound_is_refused_not_overwritten(etcd, cluste
         assert d2.store.inner.transport.bytes_read - before < 64 * 1024
         assert 'awide_registry_rejected_total{reason="too_large"} 1.0' in \
             d2.metrics.exposition().decode()
+        # the leader refuses it unread and repairs it: same slots, a higher generation
+        await d1.turn()
+        assert d1.outcomes[-1] is Outcome.WROTE
+        fixed = await registry(store)
+        assert fixed.slots == good.slots and fixed.generation > good.generation
+        assert fixed.lineage == good.lineage
+        text = d1.metrics.exposition().decode()
+        assert 'awide_registry_rejected_total{reason="too_large"} 1.0' in text
+        assert 'awide_registry_repairs_total{found="too_large"} 1.0' in text
+        await d2.turn()
+        assert d2.registry == fixed
     finally:
         await d1.stop()
         await d2.stop()

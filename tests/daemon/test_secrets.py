@@ -58,7 +58,7 @@ def _config(etcd: EtcdCluster, pki, tmp: Path, password: str, port: int) -> dict
     pw_file = tmp / "etcd-password"
     pw_file.write_text(password + "\n")
     pw_file.chmod(0o600)
-    return {"cluster": f"sec{secrets.token_hex(3)}", "host": "h1", "role": "witness",
+    return {"cluster": f"sec{secrets.token_hex(3)}", "host": "h1", "hosts": ["h1"], "role": "witness",
             "dev_cluster": True,
             "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 3.0, "hedge_after": 0.5,
                      "tls": {"ca_file": pki.ca_file},

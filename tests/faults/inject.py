@@ -132,6 +132,20 @@ def _quorum_loss(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
         ctx.say(f"#{f.index} etcd NOT healthy again: {e}")
 
 
+def _refuse_writes(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    """etcd refuses every write (its NOSPACE alarm, as a full backend quota leaves it), reads
+    still answered; disarmed after the hold. No card fails meanwhile: none may go out."""
+    c = ctx.cluster
+    assert c.etcd is not None
+    i = f.pick % c.etcd.size
+    rec.target = f"etcd (NOSPACE raised as etcd{i})"
+    rec.t_inject = c.raise_nospace(i)
+    ctx.say(f"#{f.index} etcd NOSPACE alarm raised (as etcd{i}): every write refused")
+    _hold(f)
+    rec.t_heal = c.disarm_alarms()
+    ctx.say(f"#{f.index} etcd alarms disarmed: writes accepted again")
+
+
 # ------------------------------------------------------------------ network
 
 def _partition(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
@@ -255,4 +269,5 @@ _KINDS = {
     "device_rename": _device_rename,
     "card_flap": _card_flap,
     "read_burst": _read_burst,
+    "etcd_refuses_writes": _refuse_writes,
 }

@@ -28,6 +28,9 @@ whole record, with etcd's history replayed from revision 1.
    whose store died or whose place another card took for at least ``Bounds.detect`` is out in
    the registry within ``Bounds.detect`` and out on every gateway ``Bounds.out`` later; and
    after every fault the daemon holding the leader key is leading (it can write).
+9. ``write_outage``: while etcd refuses writes, and for ``Bounds.detect`` after it accepts
+   them again (when a late count of "report did not advance" would show), no card that was in
+   service goes out, in the registry or on any gateway: no card failed meanwhile.
 """
 
 from __future__ import annotations
@@ -44,9 +47,10 @@ from tests.faults.history import (
 )
 
 INVARIANTS = ("fencing", "agreement", "no_partial_restore", "identity", "bounded",
-              "last_known_state", "registry", "detection")
+              "last_known_state", "registry", "detection", "write_outage")
 DETECTED_KINDS = ("store_death", "card_swap")
 QUORUM_KINDS = ("etcd_quorum_loss",)
+WRITE_OUTAGE_KINDS = ("etcd_refuses_writes",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +469,42 @@ def check_detection(rec: Recorded, bounds: Bounds) -> Result:
     return res
 
 
+# ---------------------------------------------------------------- 9. write outage
+
+def check_write_outage(rec: Recorded, bounds: Bounds, end: float) -> Result:
+    res = Result()
+    revs = _good(rec.registry)
+    injected = sorted(f.t_inject for f in rec.faults if not f.skipped)
+    for f in rec.faults:
+        if f.kind not in WRITE_OUTAGE_KINDS or f.skipped or f.t_heal is None:
+            continue
+        later = [t for t in injected if t > f.t_inject]
+        until = min([f.t_heal + bounds.detect, end] + later[:1])   # not the next fault's effect
+        base = at(revs, f.t_inject)
+        had = base.usable if base is not None else frozenset()     # type: ignore[union-attr]
+        res.count("write_outage")
+        for r in revs:
+            if f.t_inject < r.t <= until and had - r.usable:
+                res.fail("write_outage", r.t,
+                         f"fault #{f.index} {f.kind}: registry generation {r.generation} took "
+                         f"{sorted(had - r.usable)} out while etcd refused writes or just "
+                         "after (no card had failed)")
+                break
+        for g in rec.gateways:
+            res.count("write_outage")
+            rows = rec.tables.get(g, ())
+            row0: GatewayTable | None = at(rows, f.t_inject)              # type: ignore[assignment]
+            using = row0.in_service if row0 is not None else frozenset()
+            for row in rows:
+                if f.t_inject < row.t <= until and using - row.in_service:
+                    res.fail("write_outage", row.t,
+                             f"fault #{f.index} {f.kind}: gateway {g} took "
+                             f"{sorted(using - row.in_service)} out of service while etcd "
+                             "refused writes or just after (no card had failed)")
+                    break
+    return res
+
+
 # ---------------------------------------------------------------- all
 
 def fault_at(rec: Recorded, t: float) -> int | None:
@@ -493,6 +533,7 @@ def check_all(rec: Recorded, bounds: Bounds, end: float | None = None) -> Result
     res.merge(check_bounded(rec, bounds))
     res.merge(check_last_known(rec, truth))
     res.merge(check_detection(rec, bounds))
+    res.merge(check_write_outage(rec, bounds, end))
     res.violations = [Violation(v.invariant, v.t, v.what, fault_at(rec, v.t))
                       for v in sorted(res.violations, key=lambda v: v.t)]
     return res

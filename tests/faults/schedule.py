@@ -32,6 +32,9 @@ KINDS: dict[str, str] = {
     "card_flap": "a card alternates failed/healthy (its directory away and back, its "
                  "controller connecting/live) faster than the sick-poll hysteresis",
     "read_burst": "a burst of concurrent registry reads from many extra gateway followers",
+    "etcd_refuses_writes": "etcd refuses every write, reads still answered (its NOSPACE "
+                           "alarm raised, as a full backend quota does), disarmed after the "
+                           "hold",
 }
 
 # relative frequency in the random part of a long schedule
@@ -39,6 +42,7 @@ WEIGHTS: dict[str, int] = {
     "daemon_kill_leader": 3, "daemon_kill": 2, "daemon_stop_leader": 3, "daemon_stop": 2,
     "etcd_stop_member": 3, "etcd_quorum_loss": 2, "partition_leader_host": 3,
     "store_death": 3, "card_swap": 2, "device_rename": 2, "card_flap": 2, "read_burst": 2,
+    "etcd_refuses_writes": 2,
 }
 
 # hold ranges in seconds (uniform), for a lease TTL of 2 s (``make_schedule(scale=)`` adapts
@@ -58,6 +62,7 @@ HOLDS: dict[str, tuple[float, float]] = {
     "device_rename": (0.0, 0.0),
     "card_flap": (0.0, 0.0),           # its length is flaps x period
     "read_burst": (0.3, 1.0),
+    "etcd_refuses_writes": (0.5, 3.5),  # longer than sick_polls polls at its longest
 }
 
 

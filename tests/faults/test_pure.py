@@ -250,6 +250,29 @@ def test_a_dead_store_is_detected_and_the_leader_can_write():
     assert [v.what.split(": ")[1].split()[1] for v in res.violations] == ["g2"]
 
 
+# ---------------------------------------------------------------- 9 write outage
+
+def test_no_card_goes_out_during_or_right_after_a_write_outage():
+    f = FaultRecord(0, "etcd_refuses_writes", "etcd", 2.0, t_inject=10.0, t_heal=12.0)
+    events = [leader_put(1, "s1", 0), registry_put(2, 1, "s1", BOTH, 0.1)]
+    tables = {g: [table(0.2, g, 1, {"a": True, "b": True})] for g in GWS}
+    res = inv.check_write_outage(record(events=events, tables=tables, faults=[f]), B, end=30.0)
+    assert res.checks["write_outage"] == 3 and not res.violations
+    # the leader's first write after the outage carries its stale counts: a card goes out
+    late = 12.0 + B.detect / 2
+    events.append(registry_put(3, 2, "s1", {"a": "out", "b": "in"}, late))
+    tables["g2"].append(table(late + 0.1, "g2", 2, {"a": False, "b": True}))
+    res = inv.check_write_outage(record(events=events, tables=tables, faults=[f]), B, end=30.0)
+    whats = [v.what for v in res.violations]
+    assert len(whats) == 2 and "generation 2 took ['a'] out" in whats[0]
+    assert "gateway g2 took ['a'] out of service" in whats[1]
+    # a card going out well after the outage is not this invariant's business
+    f2 = FaultRecord(0, "etcd_refuses_writes", "etcd", 2.0, t_inject=10.0,
+                     t_heal=late - B.detect - 0.5)
+    res = inv.check_write_outage(record(events=events, tables=tables, faults=[f2]), B, end=30.0)
+    assert not res.violations
+
+
 # ---------------------------------------------------------------- all, report
 
 def test_check_all_attributes_violations_to_faults_and_the_report_shows_them():

@@ -475,6 +475,51 @@ class CampaignCluster:
             return None
         return res.revision, {keys.tail(kv.key, keys.MEMBERS): kv.mod_revision for kv in res.kvs}
 
+    # ------------------------------------------------------------------ etcd alarms
+
+    def raise_nospace(self, member: int, bound: float = 2.0) -> float:
+        """Raise etcd's NOSPACE alarm as member ``member`` (Maintenance API, ACTIVATE): from
+        then on etcd refuses every write, as after a full backend quota. Returns the time."""
+        assert self.store is not None and self.etcd is not None
+        url = self.etcd.endpoints[member]
+
+        async def activate(s) -> None:
+            st = await s.endpoint_status(url, timeout=bound)
+            await s.write("/v3/maintenance/alarm", {"action": "ACTIVATE", "alarm": "NOSPACE",
+                                                    "memberID": str(st.member_id)},
+                          bound, "alarm activate")
+
+        self.store.call(activate, bound + 0.5)
+        return time.monotonic()
+
+    def disarm_alarms(self, bound: float = 5.0) -> float:
+        """Deactivate every raised alarm (what ``etcdctl alarm disarm`` does). Returns the time
+        once etcd lists none."""
+        assert self.store is not None
+
+        async def disarm(s) -> int:
+            raised = await s.alarms(timeout=bound)
+            for a in raised:
+                await s.write("/v3/maintenance/alarm", {"action": "DEACTIVATE",
+                                                        "alarm": a.alarm,
+                                                        "memberID": str(a.member_id)},
+                              bound, "alarm deactivate")
+            return len(await s.alarms(timeout=bound))
+
+        deadline = time.monotonic() + 4 * bound
+        why = ""
+        while True:
+            try:
+                left = self.store.call(disarm, 3 * bound)
+                if left == 0:
+                    return time.monotonic()
+                why = f"{left} alarm(s) still listed"
+            except (StoreError, TimeoutError) as e:
+                why = f"{type(e).__name__}: {e}"
+            if time.monotonic() > deadline:
+                raise TopologyError(f"etcd alarms not disarmed within {4 * bound:g} s: {why}")
+            time.sleep(0.05)
+
     def wait_leader(self, bound: float) -> str | None:
         deadline = time.monotonic() + bound
         while time.monotonic() < deadline:

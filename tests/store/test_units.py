@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 
 from awide_cluster.store import (
-    BadResponse, Denied, InvalidRequest, LeaseExpired, StoreConfig, Timeout, TlsConfig, Unavailable,
+    Alarm, BadResponse, Denied, InvalidRequest, LeaseExpired, NoSpace, StoreConfig, Timeout,
+    TlsConfig, Unavailable,
 )
-from awide_cluster.store.codec import Codec, TokenRejected, error_from_body, prefix_end, watch_frame
+from awide_cluster.store.codec import (
+    Codec, TokenRejected, alarms, error_from_body, prefix_end, watch_frame,
+)
+from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, refusal_reason
 from awide_cluster.store.hedge import EndpointRing
 
 
@@ -64,6 +68,7 @@ def test_keys_outside_the_prefix_and_junk_are_bad_responses():
     ({"error": "etcdserver: request timed out", "code": 14}, True, Unavailable, True),
     ({"error": "context deadline exceeded", "code": 4}, True, Timeout, True),
     ({"error": {"grpc_code": 14, "message": "etcdserver: leader changed"}}, True, Unavailable, True),
+    ({"error": "etcdserver: mvcc: database space exceeded", "code": 8}, True, NoSpace, False),
 ])
 def test_grpc_errors_map_to_types(body, write, kind, maybe):
     err = error_from_body(body, 500, write=write)
@@ -80,3 +85,18 @@ def test_endpoint_ring_prefers_and_rotates():
     assert ring.preferred == "b"
     ring.prefer("c")
     assert ring.order() == ["c", "a", "b"] and ring.order(after="a") == ["b", "c", "a"]
+
+
+def test_alarm_lists_and_refusal_reasons():
+    assert alarms({"header": {}}) == ()
+    assert alarms({"alarms": [{"memberID": "12", "alarm": "NOSPACE"}, {"memberID": "7"}]}) == (
+        Alarm(12, "NOSPACE"), Alarm(7, "NONE"))
+    for junk in ({"alarms": "x"}, {"alarms": [{"memberID": "x"}]},
+                 {"alarms": [{"alarm": "A" * 33}]}, {"alarms": [{"alarm": 3}]}):
+        with pytest.raises(BadResponse):
+            alarms(junk)
+    assert len(alarms({"alarms": [{"alarm": "NOSPACE"}] * 100})) == 64
+    got = [refusal_reason(e) for e in (NoSpace("x"), Denied("x"), Timeout("x"),
+                                       Unavailable("x"), InvalidRequest("x"), ValueError())]
+    assert got == ["nospace", "auth", "timeout", "unavailable", "other", "other"]
+    assert set(got) <= set(WRITE_REFUSAL_REASONS)
