@@ -159,8 +159,8 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
             assert await d.leader_loop.cycle() is Outcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
         text = d.metrics.exposition().decode()
-        assert 'awide_etcd_call_errors_total{error="Unavailable",op="range"}' in text or \
-            'awide_etcd_call_errors_total{error="Timeout",op="range"}' in text
+        assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_prefix"}' in text or \
+            'awide_etcd_call_errors_total{error="Timeout",op="read_prefix"}' in text
         d.leader_loop.store = live
         assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "in"
         await d.turn()                          # bad 2 of 2
