@@ -312,12 +312,14 @@ class Campaign:
             extra={"unexpected_exits": self.unexpected, "card_flap": flaps,
                    "continuous_check_s": round(self.check_time, 1), "history_source": source,
                    "history_match": history_match, "history_diff": history_diff,
+                   "hand_writes": len(rec.writes),
                    "work_dir": str(work)})
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=1))
+        # poison faults put hostile bytes in keys: nothing written or printed may choke on them
         (work / "events.log").write_text(
-            "\n".join(line.render(started) for line in rec.log) + "\n")
-        print(summary(report), flush=True)
+            "\n".join(line.render(started) for line in rec.log) + "\n", errors="backslashreplace")
+        print(summary(report).encode("utf-8", "backslashreplace").decode("utf-8"), flush=True)
         if self.unexpected:
             print("UNEXPECTED EXITS: " + "; ".join(self.unexpected))
         if not history_match:

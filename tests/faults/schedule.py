@@ -32,6 +32,14 @@ KINDS: dict[str, str] = {
     "card_flap": "a card alternates failed/healthy (its directory away and back, its "
                  "controller connecting/live) faster than the sick-poll hysteresis",
     "read_burst": "a burst of concurrent registry reads from many extra gateway followers",
+    "poison_key": "a hostile value written by hand at one key kind (registry, a host's report, "
+                  "the leader key, an intent, a gateway or layout record, an unknown key; or "
+                  "a 1.4 MB value); what is not the cluster's own is deleted after the hold",
+    "registry_deleted": "the registry key deleted by hand",
+    "registry_forged": "a well-formed registry written by hand: the real cards, forged cards "
+                       "(loopback targets only) and a generation far ahead",
+    "report_unknown_host": "a well-formed report under members/<a host not in the cluster> "
+                           "listing a card nobody configured, deleted after the hold",
 }
 
 # relative frequency in the random part of a long schedule
@@ -39,6 +47,7 @@ WEIGHTS: dict[str, int] = {
     "daemon_kill_leader": 3, "daemon_kill": 2, "daemon_stop_leader": 3, "daemon_stop": 2,
     "etcd_stop_member": 3, "etcd_quorum_loss": 2, "partition_leader_host": 3,
     "store_death": 3, "card_swap": 2, "device_rename": 2, "card_flap": 2, "read_burst": 2,
+    "poison_key": 3, "registry_deleted": 1, "registry_forged": 2, "report_unknown_host": 1,
 }
 
 # hold ranges in seconds (uniform), for a lease TTL of 2 s (``make_schedule(scale=)`` adapts
@@ -58,6 +67,10 @@ HOLDS: dict[str, tuple[float, float]] = {
     "device_rename": (0.0, 0.0),
     "card_flap": (0.0, 0.0),           # its length is flaps x period
     "read_burst": (0.3, 1.0),
+    "poison_key": (0.3, 2.0),           # the cluster repairs what it owns during the hold
+    "registry_deleted": (0.3, 2.0),
+    "registry_forged": (0.3, 2.0),
+    "report_unknown_host": (0.3, 3.0),
 }
 
 
