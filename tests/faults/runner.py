@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import shutil
 import sys
 import tempfile
@@ -312,7 +313,7 @@ class Campaign:
             extra={"unexpected_exits": self.unexpected, "card_flap": flaps,
                    "continuous_check_s": round(self.check_time, 1), "history_source": source,
                    "history_match": history_match, "history_diff": history_diff,
-                   "hand_writes": len(rec.writes),
+                   "hand_writes": dict(Counter(w.key.split("/")[0] for w in rec.writes)),
                    "work_dir": str(work)})
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=1))
