@@ -11,6 +11,8 @@ compare directly.
 - ``PollObs`` / ``AccessObs``: one gateway registry poll's duration; the worst accessor call
   and event-loop lag a gateway saw over its last report period;
 - ``TruthChange``: the runner changed what is physically at a card's place (a label swap);
+- ``RunnerWrite``: the runner itself wrote into etcd (a poison value, a forged registry, a
+  deleted key): not the cluster's write, so the checkers exclude exactly that revision;
 - ``FaultRecord``: one injected fault, when it was injected, healed and agreed on again;
 - ``LogLine``: a line of the campaign's event log (shown around each violation).
 
@@ -108,6 +110,21 @@ class TruthChange:
 
 
 @dataclass(frozen=True, slots=True)
+class RunnerWrite:
+    """A put or delete the runner made by hand (poison faults). ``revision`` is the etcd
+    revision of that write (from its answer, or found again in the recorded history when the
+    answer was lost); 0 when it was not applied."""
+
+    t: float                    # just before the write was sent
+    revision: int
+    key: str                    # relative to the cluster prefix
+    kind: str                   # "put" | "delete"
+    fault: int                  # the fault that made it
+    note: str = ""              # what was written, in words
+    forged_cards: tuple[str, ...] = ()   # card ids it names that are no card of the cluster
+
+
+@dataclass(frozen=True, slots=True)
 class LogLine:
     t: float
     source: str
@@ -156,6 +173,7 @@ class Recorded:
     gateways: tuple[str, ...]
     expected_in: frozenset[str]         # cards that must be in service once all is healed
     t0: float = 0.0
+    writes: tuple[RunnerWrite, ...] = ()    # the runner's own writes into etcd
 
 
 class History:
@@ -172,6 +190,7 @@ class History:
         self.faults: list[FaultRecord] = []
         self.log: list[LogLine] = []
         self.expected_in: frozenset[str] = frozenset()
+        self.writes: list[RunnerWrite] = []
 
     def add(self, item: object) -> None:
         with self._lock:
@@ -191,6 +210,8 @@ class History:
                 self.log.append(item)
             elif isinstance(item, FaultRecord):
                 self.faults.append(item)
+            elif isinstance(item, RunnerWrite):
+                self.writes.append(item)
             else:
                 raise TypeError(f"not a history record: {type(item).__name__}")
 
@@ -201,6 +222,11 @@ class History:
         with self._lock:
             rows = self.tables.get(gateway)
             return rows[-1] if rows else None
+
+    def key_events_since(self, key: str, t: float) -> list[KeyEvent]:
+        """The recorded events of ``key`` seen at or after ``t``."""
+        with self._lock:
+            return [e for e in self.key_events if e.key == key and e.t >= t]
 
     def latest_registry(self) -> RegistryRev | None:
         with self._lock:
@@ -215,7 +241,8 @@ class History:
                 polls=tuple(self.polls), access=tuple(self.access), truth=tuple(self.truth),
                 faults=tuple(replace(f) for f in self.faults),
                 log=tuple(sorted(self.log, key=lambda line: line.t)),
-                gateways=self.gateways, expected_in=self.expected_in, t0=self.t0)
+                gateways=self.gateways, expected_in=self.expected_in, t0=self.t0,
+                writes=tuple(self.writes))
 
 
 def at(rows: tuple, t: float) -> object | None:

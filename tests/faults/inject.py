@@ -4,7 +4,9 @@
 (the leader as etcd says now, or the ``pick``-th candidate of a sorted list), makes the fault,
 holds it, heals it, and records when each happened. A fault that cannot be made right now (no
 leader to target) is recorded as skipped with the reason. Ground-truth changes (a label swap)
-go to the history as ``TruthChange`` records. Everything is bounded.
+go to the history as ``TruthChange`` records, the runner's own writes into etcd (poison, a
+forged registry, a deleted key) as ``RunnerWrite`` records with their revision. Everything is
+bounded.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tests.faults.history import FaultRecord, History, TruthChange
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.store.errors import StoreError
+from tests.faults import poison as hostile
+from tests.faults.history import FaultRecord, History, RunnerWrite, TruthChange
 from tests.faults.schedule import Fault
 from tests.faults.topology import CampaignCluster
+
+WATCHED = ("registry", "leader")     # the keys the recorder follows (history.KeyEvent)
 
 
 @dataclass
@@ -256,6 +264,123 @@ def _read_burst(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     ctx.say(f"#{f.index} burst done: {rec.detail}")
 
 
+# ------------------------------------------------------------------ written by hand
+
+def _by_hand(ctx: Ctx, f: Fault, key: str, value: bytes | None, note: str,
+             forged: tuple[str, ...] = ()) -> int:
+    """Put ``value`` at ``key`` (None: delete it) by hand and record it as the runner's
+    write (``RunnerWrite``). Its revision; 0 when it was not applied (nothing to delete)."""
+    c = ctx.cluster
+    t = time.monotonic()
+    kind = "put" if value is not None else "delete"
+    try:
+        revision = c.write_by_hand(key, value)
+    except (StoreError, TimeoutError) as e:
+        revision = _found_again(ctx, key, value, t)
+        note += f" (etcd's answer was lost: {type(e).__name__}; "
+        note += f"found at revision {revision})" if revision else "not applied)"
+    shown = key.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+    if revision:
+        ctx.history.add(RunnerWrite(t, revision, key, kind, f.index, note, forged))
+        ctx.say(f"#{f.index} by hand: {kind} {shown} at revision {revision}: {note}")
+    else:
+        ctx.say(f"#{f.index} by hand: {kind} {shown} not applied: {note}")
+    return revision
+
+
+def _found_again(ctx: Ctx, key: str, value: bytes | None, t: float, bound: float = 5.0) -> int:
+    """The revision of a write whose answer was lost, if it happened: for the watched keys
+    the recorder's history has every event (waited for up to ``bound``); otherwise the key
+    is read again."""
+    deadline = time.monotonic() + bound
+    while key in WATCHED:
+        for e in ctx.history.key_events_since(key, t):
+            if (e.kind == "delete") if value is None else (e.kind == "put" and e.value == value):
+                return e.revision
+        if time.monotonic() > deadline:
+            return 0
+        time.sleep(0.05)
+    try:
+        kv = ctx.cluster.read_key(key, 2.0)
+    except (StoreError, TimeoutError):
+        return 0
+    if value is None:
+        return 0 if kv is not None else -1     # gone: a revision the checkers never look at
+    return kv.mod_revision if kv is not None and kv.value == value else 0
+
+
+def _registry_now(ctx: Ctx) -> regdoc.Registry | None:
+    try:
+        kv = ctx.cluster.read_key(keys.REGISTRY, 2.0)
+        return regdoc.decode(kv.value) if kv is not None else None
+    except (StoreError, TimeoutError, regdoc.RegistryError):
+        return None
+
+
+def _clean_up(ctx: Ctx, f: Fault, key: str, why: str) -> None:
+    """Delete a key that is not the cluster's own (the heal of a poison fault)."""
+    _by_hand(ctx, f, key, None, f"clean-up: {why}")
+
+
+def _poison_key(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    reg = _registry_now(ctx)
+    p = hostile.poison(f.pick, cluster=c.layout.cluster, hosts=c.hosts,
+                       leader=c.leader_host(1.0), generation=reg.generation if reg else 0,
+                       card_ids=tuple(card.id for card in c.cards.values()))
+    rec.target = p.note
+    rec.t_inject = time.monotonic()
+    if not _by_hand(ctx, f, p.key, p.value, p.note, p.forged_cards):
+        rec.skipped = "the poison was not written (etcd did not confirm it)"
+        return
+    _hold(f)
+    if not p.own:
+        _clean_up(ctx, f, p.key, p.note)
+    rec.t_heal = time.monotonic()
+    rec.detail = "left to the cluster to repair" if p.own else "deleted by the runner"
+    ctx.say(f"#{f.index} poison {'left to the cluster' if p.own else 'deleted'}")
+
+
+def _registry_deleted(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    rec.target = keys.REGISTRY
+    rec.t_inject = time.monotonic()
+    if not _by_hand(ctx, f, keys.REGISTRY, None, "registry deleted"):
+        rec.skipped = "no registry to delete"
+        return
+    _hold(f)
+    rec.t_heal = time.monotonic()
+
+
+def _registry_forged(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    c = ctx.cluster
+    reg = _registry_now(ctx)
+    if reg is None:
+        rec.skipped = "no registry to build a forged one on"
+        return
+    value, forged = hostile.forged_registry(reg, f.index, c.hosts, f.pick)
+    note = (f"forged registry: generation {reg.generation + hostile.AHEAD} "
+            f"(etcd's {reg.generation}), the real cards moved behind forged cards {list(forged)}")
+    rec.target = f"registry generation {reg.generation + hostile.AHEAD}"
+    rec.t_inject = time.monotonic()
+    if not _by_hand(ctx, f, keys.REGISTRY, value, note, forged):
+        rec.skipped = "the forged registry was not written (etcd did not confirm it)"
+        return
+    _hold(f)
+    rec.t_heal = time.monotonic()
+
+
+def _report_unknown_host(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
+    p = hostile.stranger_report(f.pick, f.index, _registry_now(ctx))
+    rec.target = p.key
+    rec.t_inject = time.monotonic()
+    if not _by_hand(ctx, f, p.key, p.value, p.note, p.forged_cards):
+        rec.skipped = "the report was not written (etcd did not confirm it)"
+        return
+    _hold(f)
+    _clean_up(ctx, f, p.key, p.note)
+    rec.t_heal = time.monotonic()
+
+
 _KINDS = {
     "daemon_kill_leader": lambda ctx, f, r: _daemon_kill(ctx, f, r, leader=True),
     "daemon_kill": lambda ctx, f, r: _daemon_kill(ctx, f, r, leader=False),
@@ -270,4 +395,8 @@ _KINDS = {
     "card_flap": _card_flap,
     "read_burst": _read_burst,
     "etcd_refuses_writes": _refuse_writes,
+    "poison_key": _poison_key,
+    "registry_deleted": _registry_deleted,
+    "registry_forged": _registry_forged,
+    "report_unknown_host": _report_unknown_host,
 }

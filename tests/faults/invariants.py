@@ -7,7 +7,9 @@ whole record, with etcd's history replayed from revision 1.
 
 1. ``fencing``: every registry revision was written while its writer held ``leader``: the
    leader key, replayed from etcd's history up to that revision, exists and names the host the
-   registry document names as its ``leader``.
+   registry document names as its ``leader``. The runner's own writes (``RunnerWrite``: poison,
+   a forged registry or leader record, a deleted key) are not the cluster's: exactly their
+   revisions are left out, of the leader key's replay as of the registry's.
 2. ``agreement``: after each fault heals, within ``Bounds.agree``: the registry has exactly
    the expected cards in service and every gateway has applied that generation, with the same
    slot table and the same cards in service (and a renamed device found under a new name) —
@@ -22,8 +24,13 @@ whole record, with etcd's history replayed from revision 1.
    (``snapshot()``, placement) took longer than ``Bounds.accessor``.
 6. ``last_known_state``: while etcd has no quorum, no gateway takes a card out of service
    (unless the card itself left its place).
-7. ``registry``: every registry revision decodes, its generation never goes backwards, the
-   key is never deleted; no gateway's applied generation goes backwards.
+7. ``registry``: every registry revision the cluster wrote decodes, its generation never goes
+   backwards, the key is never deleted by the cluster; no gateway's applied generation goes
+   backwards. After the runner wrote the registry by hand (poison, forged, deleted), the next
+   revision the cluster writes is the repair: the same slot table as the last good revision
+   the cluster wrote, and a generation above every revision seen ("repaired, no slot moved").
+   A card only the runner's writes name (forged) never appears in a revision the cluster
+   wrote, and no gateway has one in service ``Bounds.forged`` after the forged write.
 8. ``detection`` (liveness, so that a frozen registry cannot pass for a healthy one): a card
    whose store died or whose place another card took for at least ``Bounds.detect`` is out in
    the registry within ``Bounds.detect`` and out on every gateway ``Bounds.out`` later; and
@@ -43,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
 from tests.faults.history import (
-    GatewayTable, KeyEvent, Recorded, RegistryRev, Truth, at,
+    GatewayTable, KeyEvent, Recorded, RegistryRev, RunnerWrite, Truth, at,
 )
 
 INVARIANTS = ("fencing", "agreement", "no_partial_restore", "identity", "bounded",
@@ -62,6 +69,7 @@ class Bounds:
     verify: float        # a card put in service was itself at its place this recently
     agree: float         # a fault healed -> registry healed and every gateway agrees
     detect: float        # a card's store dead -> out in the registry
+    forged: float = 0.0  # a forged registry written by hand -> no gateway uses its cards
 
     def as_dict(self) -> dict[str, float]:
         return {k: round(getattr(self, k), 3) for k in self.__slots__}
@@ -87,6 +95,9 @@ def bounds_for(*, gateway_poll: float, gateway_call: float, daemon_poll: float,
         # sick_polls bad reports, one stale report of jitter, the leader's cycle phase, the
         # probe, the write
         detect=(sick_polls + 2) * daemon_poll + daemon_poll + 2 * gateway_call + slack,
+        # the leader's cycle phase, its reads, the repair's read of the gateway records and
+        # the write; then every gateway applies the repaired registry within ``out``
+        forged=daemon_poll + 3 * gateway_call + (gateway_poll + poll + slack),
     )
 
 
@@ -132,8 +143,9 @@ def _decoded(value: bytes) -> RegistryRev:
     """Decoding is the costly part of re-checking after every fault: once per document."""
     try:
         reg = regdoc.decode(value)
-    except regdoc.RegistryError as e:
-        return RegistryRev(t=0.0, revision=0, generation=None, error=str(e)[:300])
+    except regdoc.RegistryError as e:     # the decoder's only error (a BadValue), whatever value
+        return RegistryRev(t=0.0, revision=0, generation=None,
+                           error=str(e)[:300].encode("utf-8", "backslashreplace").decode())
     return RegistryRev(
         t=0.0, revision=0, generation=reg.generation, leader=reg.leader,
         usable=frozenset(c.id for c in reg.cards if c.usable),
@@ -154,10 +166,18 @@ def _leader_host(value: bytes) -> str | None:
     return rec.host if rec else None
 
 
-def check_fencing(events: tuple[KeyEvent, ...]) -> Result:
+def runner_revisions(writes: tuple[RunnerWrite, ...]) -> frozenset[int]:
+    """The revisions the runner wrote itself (0: a write that was not applied)."""
+    return frozenset(w.revision for w in writes if w.revision)
+
+
+def check_fencing(events: tuple[KeyEvent, ...], writes: tuple[RunnerWrite, ...] = ()) -> Result:
     res = Result()
     holder: KeyEvent | None = None
+    mine = runner_revisions(writes)
     for e in _ordered(events):
+        if e.revision in mine:
+            continue            # not the cluster's: a forged leader record is nobody's holding
         if e.key == "leader":
             holder = e if e.kind == "put" else None
             continue
@@ -183,11 +203,29 @@ def check_fencing(events: tuple[KeyEvent, ...]) -> Result:
 # ---------------------------------------------------------------- 7. registry
 
 def check_registry(events: tuple[KeyEvent, ...],
-                   tables: dict[str, tuple[GatewayTable, ...]]) -> Result:
+                   tables: dict[str, tuple[GatewayTable, ...]],
+                   writes: tuple[RunnerWrite, ...] = ()) -> Result:
     res = Result()
-    last_gen: int | None = None
+    last_gen: int | None = None                 # the cluster's own writes
+    top = 0                                     # every revision that decoded, whoever wrote it
+    last_good: RegistryRev | None = None        # the cluster's last good revision
+    by_rev = {w.revision: w for w in writes if w.revision}
+    pending: RunnerWrite | None = None          # a hand-made registry write not yet repaired
+    forged: dict[str, RunnerWrite] = {}         # card id -> the runner's write that named it
+    naming = sorted((w for w in writes if w.revision and w.forged_cards),
+                    key=lambda w: w.revision)
     for e in _ordered(events):
+        while naming and naming[0].revision <= e.revision:
+            w = naming.pop(0)
+            forged.update({c: w for c in w.forged_cards if c not in forged})
         if e.key != "registry":
+            continue
+        hand = by_rev.get(e.revision)
+        if hand is not None:
+            if e.kind == "put":
+                rev = registry_rev(e.value, e.revision, e.t)
+                top = max(top, rev.generation or 0)
+            pending = pending or hand
             continue
         res.count("registry")
         if e.kind == "delete":
@@ -201,7 +239,30 @@ def check_registry(events: tuple[KeyEvent, ...],
         if last_gen is not None and rev.generation < last_gen:
             res.fail("registry", e.t, f"registry generation went back from {last_gen} to "
                      f"{rev.generation} at revision {e.revision}")
+        if pending is not None:
+            res.count("registry")
+            what = (f"registry revision {e.revision} (generation {rev.generation}), the first "
+                    f"the cluster wrote after the runner's {pending.kind} at revision "
+                    f"{pending.revision} ({pending.note})")
+            if last_good is not None and rev.slots != last_good.slots:
+                res.fail("registry", e.t, f"{what}: repaired, but slots moved from "
+                         f"{list(last_good.slots)} (generation {last_good.generation}) to "
+                         f"{list(rev.slots)}")
+            if rev.generation <= top:
+                res.fail("registry", e.t, f"{what}: generation not above {top}, the highest "
+                         "seen (gateways would refuse it or keep the hand-made one)")
+            pending = None
+        if forged:
+            res.count("registry")
+            named = sorted(c for c, _ in rev.states if c in forged)
+            if named:
+                res.fail("registry", e.t, f"registry revision {e.revision} (generation "
+                         f"{rev.generation}) written by the cluster has forged card(s) "
+                         f"{named} (from the runner's write at revision "
+                         f"{forged[named[0]].revision}: {forged[named[0]].note})")
         last_gen = rev.generation if last_gen is None else max(last_gen, rev.generation)
+        top = max(top, rev.generation)
+        last_good = rev
     for gw, rows in tables.items():
         prev = 0
         for row in rows:
@@ -210,6 +271,35 @@ def check_registry(events: tuple[KeyEvent, ...],
                 res.fail("registry", row.t, f"gateway {gw} went back from generation {prev} "
                          f"to {row.generation}")
             prev = max(prev, row.generation)
+    return res
+
+
+def check_forged_unused(rec: Recorded, bounds: Bounds) -> Result:
+    """No gateway has a card that only a hand-written registry named in service ``forged``
+    seconds after that write (a gateway may apply the forged registry until the leader's
+    repair reaches it). The write's time is when the runner's watch saw it (else when it
+    was sent)."""
+    res = Result()
+    seen = {e.revision: e.t for e in rec.key_events}
+    for w in rec.writes:
+        if not (w.forged_cards and w.revision and w.key == "registry"):
+            continue
+        deadline = seen.get(w.revision, w.t) + bounds.forged
+        fakes = frozenset(w.forged_cards)
+        for g in rec.gateways:
+            res.count("registry")
+            rows: tuple[GatewayTable, ...] = rec.tables.get(g, ())
+            state = at(rows, deadline)
+            candidates = ([state] if state is not None else []) + [
+                r for r in rows if r.t > deadline]
+            late = [r for r in candidates if r.in_service & fakes]    # type: ignore[union-attr]
+            if late:
+                row: GatewayTable = late[0]                             # type: ignore[assignment]
+                res.fail("registry", max(row.t, deadline),
+                         f"gateway {g} had forged card(s) {sorted(row.in_service & fakes)} in "
+                         f"service {max(row.t, deadline) - deadline + bounds.forged:.2f} s "
+                         f"after the forged registry (revision {w.revision}) was written "
+                         f"(bound {bounds.forged:.2f} s)")
     return res
 
 
@@ -524,8 +614,9 @@ def check_all(rec: Recorded, bounds: Bounds, end: float | None = None) -> Result
     res = Result()
     for inv in INVARIANTS:
         res.checks[inv] += 0
-    res.merge(check_fencing(rec.key_events))
-    res.merge(check_registry(rec.key_events, rec.tables))
+    res.merge(check_fencing(rec.key_events, rec.writes))
+    res.merge(check_registry(rec.key_events, rec.tables, rec.writes))
+    res.merge(check_forged_unused(rec, bounds))
     res.merge(check_agreement(rec, bounds, end))
     res.merge(check_out_bound(rec, bounds))
     res.merge(check_restore_identity(rec, truth, bounds))

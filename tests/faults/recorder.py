@@ -8,6 +8,11 @@ as a decoded ``RegistryRev`` and a line of the event log.
 
 ``replay(config, until, bound)`` reads the same history again, independently, from revision 1
 up to the given revision of each key: what the final checks use.
+
+Poison faults write hostile values at these keys (up to about 1.4 MB, not UTF-8, not JSON):
+both read with an answer bound above etcd's request limit times the events of one watch
+message (``RECORDER_ANSWER_BYTES``), decode with the contract's typed errors only, and never
+put a raw value into a log line.
 """
 
 from __future__ import annotations
@@ -15,15 +20,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 from typing import Callable
 
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, WatchMessageTooLarge
 from tests.faults.history import KeyEvent, LogLine
 from tests.faults.invariants import registry_rev
 
 KEYS = ("registry", "leader")
+# one watch message may carry many events of the replay (etcd batches up to 1000 revisions),
+# several of them near etcd's 1.5 MiB request limit: the recorder must see them all
+RECORDER_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+def recorder_config(config: StoreConfig) -> StoreConfig:
+    return replace(config, max_answer_bytes=max(config.max_answer_bytes, RECORDER_ANSWER_BYTES))
 
 
 def _event(ev: object, t: float) -> KeyEvent:
@@ -33,9 +46,12 @@ def _event(ev: object, t: float) -> KeyEvent:
 
 
 async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
-                  take: Callable[[KeyEvent], None], until: int | None = None) -> int:
+                  take: Callable[[KeyEvent], None], until: int | None = None,
+                  lost: Callable[[str], None] | None = None) -> int:
     """Deliver every event of ``key`` from ``start``; returns the next revision to read.
-    Stops when ``stop`` is set or an event at revision >= ``until`` was delivered."""
+    Stops when ``stop`` is set or an event at revision >= ``until`` was delivered. A watch
+    message over the bound (it should not happen: ``RECORDER_ANSWER_BYTES``) skips its
+    events: said to ``lost``, and the history no longer matches its replay (reported)."""
     nxt = start
     while not stop.is_set():
         try:
@@ -52,6 +68,10 @@ async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
                         return nxt
         except asyncio.CancelledError:
             raise
+        except WatchMessageTooLarge as e:
+            if lost is not None:
+                lost(f"watch of {key}: events up to revision {e.skipped_to} skipped: {e}")
+            nxt = max(nxt, e.skipped_to + 1)
         except StoreError:
             await asyncio.sleep(0.2)             # every member refused: etcd is down, retry
     return nxt
@@ -60,7 +80,7 @@ async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
 class Recorder:
     def __init__(self, config: StoreConfig, sink: Callable[[object], None],
                  names: Callable[[], dict[str, str]]) -> None:
-        self.config = config
+        self.config = recorder_config(config)
         self.sink = sink
         self.names = names
         self.last: dict[str, int] = {k: 0 for k in KEYS}
@@ -96,6 +116,9 @@ class Recorder:
             text = f"{e.key} {e.kind} rev {e.revision}"
         self.sink(LogLine(e.t, "etcd", text))
 
+    def _lost(self, text: str) -> None:
+        self.sink(LogLine(time.monotonic(), "etcd", "RECORDER LOST EVENTS: " + text))
+
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
@@ -106,8 +129,8 @@ class Recorder:
 
     async def _main(self) -> None:
         async with EtcdStore(self.config) as store:
-            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self._take))
-                     for k in KEYS]
+            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self._take,
+                                                 lost=self._lost)) for k in KEYS]
             await self._stop.wait()
             for t in tasks:
                 t.cancel()
@@ -127,7 +150,7 @@ def replay(config: StoreConfig, until: dict[str, int], bound: float) -> tuple[Ke
 
     async def main() -> None:
         stop = asyncio.Event()
-        async with EtcdStore(config) as store:
+        async with EtcdStore(recorder_config(config)) as store:
             async with asyncio.timeout(bound):
                 await asyncio.gather(*(
                     _follow(store, k, 1, stop, out.append, until=until[k])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import shutil
 import sys
 import tempfile
@@ -312,12 +313,14 @@ class Campaign:
             extra={"unexpected_exits": self.unexpected, "card_flap": flaps,
                    "continuous_check_s": round(self.check_time, 1), "history_source": source,
                    "history_match": history_match, "history_diff": history_diff,
+                   "hand_writes": dict(Counter(w.key.split("/")[0] for w in rec.writes)),
                    "work_dir": str(work)})
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=1))
+        # poison faults put hostile bytes in keys: nothing written or printed may choke on them
         (work / "events.log").write_text(
-            "\n".join(line.render(started) for line in rec.log) + "\n")
-        print(summary(report), flush=True)
+            "\n".join(line.render(started) for line in rec.log) + "\n", errors="backslashreplace")
+        print(summary(report).encode("utf-8", "backslashreplace").decode("utf-8"), flush=True)
         if self.unexpected:
             print("UNEXPECTED EXITS: " + "; ".join(self.unexpected))
         if not history_match:

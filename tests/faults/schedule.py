@@ -35,6 +35,14 @@ KINDS: dict[str, str] = {
     "etcd_refuses_writes": "etcd refuses every write, reads still answered (its NOSPACE "
                            "alarm raised, as a full backend quota does), disarmed after the "
                            "hold",
+    "poison_key": "a hostile value written by hand at one key kind (registry, a host's report, "
+                  "the leader key, an intent, a gateway or layout record, an unknown key; or "
+                  "a 1.4 MB value); what is not the cluster's own is deleted after the hold",
+    "registry_deleted": "the registry key deleted by hand",
+    "registry_forged": "a well-formed registry written by hand: the real cards, forged cards "
+                       "(loopback targets only) and a generation far ahead",
+    "report_unknown_host": "a well-formed report under members/<a host not in the cluster> "
+                           "listing a card nobody configured, deleted after the hold",
 }
 
 # relative frequency in the random part of a long schedule
@@ -43,6 +51,7 @@ WEIGHTS: dict[str, int] = {
     "etcd_stop_member": 3, "etcd_quorum_loss": 2, "partition_leader_host": 3,
     "store_death": 3, "card_swap": 2, "device_rename": 2, "card_flap": 2, "read_burst": 2,
     "etcd_refuses_writes": 2,
+    "poison_key": 3, "registry_deleted": 1, "registry_forged": 2, "report_unknown_host": 1,
 }
 
 # hold ranges in seconds (uniform), for a lease TTL of 2 s (``make_schedule(scale=)`` adapts
@@ -63,6 +72,10 @@ HOLDS: dict[str, tuple[float, float]] = {
     "card_flap": (0.0, 0.0),           # its length is flaps x period
     "read_burst": (0.3, 1.0),
     "etcd_refuses_writes": (0.5, 3.5),  # longer than sick_polls polls at its longest
+    "poison_key": (0.3, 2.0),           # the cluster repairs what it owns during the hold
+    "registry_deleted": (0.3, 2.0),
+    "registry_forged": (0.3, 2.0),
+    "report_unknown_host": (0.3, 3.0),
 }
 
 

@@ -4,6 +4,7 @@ gateway line parsing. No processes, no etcd."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,10 +12,11 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from tests.faults import invariants as inv
+from tests.faults import poison as hostile
 from tests.faults.gateway_probe import parse_line
 from tests.faults.history import (
-    AccessObs, FaultRecord, GatewayTable, History, KeyEvent, LogLine, PollObs, SlotObs,
-    TruthChange, Truth, log_around,
+    AccessObs, FaultRecord, GatewayTable, History, KeyEvent, LogLine, PollObs, RunnerWrite,
+    SlotObs, TruthChange, Truth, log_around,
 )
 from tests.faults.report import build, markdown, summary
 from tests.faults.schedule import KINDS, ScheduleError, kinds_missing, make_schedule
@@ -331,3 +333,139 @@ def test_a_gateway_ahead_of_the_runners_watch_is_compared_with_that_revision():
     tabs["g2"] = table(1.6, "g2", 4, {"a": True, "b": True})
     assert "generation 4, registry 5" in inv.agreed(old, tabs, GWS, expected,
                                                      ahead={4: old, 5: new})
+
+
+# ---------------------------------------------------------------- written by hand (poison)
+
+def hand(rev: int, key: str, kind: str = "put", forged: tuple[str, ...] = (),
+         t: float = 0.0) -> RunnerWrite:
+    return RunnerWrite(t, rev, key, kind, 0, f"test {kind}", forged)
+
+
+def moved_value(gen: int, leader: str) -> bytes:
+    """``BOTH`` with its two cards in each other's slots."""
+    reg = regdoc.decode(reg_value(gen, leader, BOTH))
+    slots = list(reg.slots.slots)
+    slots[0], slots[1] = slots[1], slots[0]
+    return regdoc.encode(replace(reg, slots=replace(reg.slots, slots=tuple(slots))))
+
+
+def test_every_poison_value_is_refused_by_the_checkers_decoders_with_their_typed_error():
+    reg = regdoc.decode(reg_value(5, "s1", BOTH))
+    values = [hostile.poison(p, cluster="c", hosts=("s1", "s2", "w1"), leader="s1",
+                             card_ids=("a", "b"), generation=5) for p in range(8 * 12)]
+    assert {v.key.split("/")[0] for v in values} >= {"registry", "members", "leader", "intents",
+                                                      "gateways", "layouts", "zzz"}
+    assert max(len(v.value) for v in values) >= hostile.BIG
+    for p in values:
+        assert "\n" not in p.note and "POISON" not in p.note
+        rev = inv.registry_rev(p.value, 3, 1.0)         # never raises, whatever the value
+        assert rev.generation is None and rev.error
+        rev.error.encode("utf-8")                        # printable in any log or report
+        held = LeaderRecord.decode(p.value)             # never raises either
+        if p.key == "leader":
+            assert held is None or held.host != "s1"    # forged: not the holder
+    value, forged = hostile.forged_registry(reg, 3, ("s1", "s2", "w1"), pick=1)
+    fake = regdoc.decode(value)
+    assert fake.generation == 5 + hostile.AHEAD and set(forged) <= set(fake.by_id)
+    assert {c.host for c in fake.cards if c.id in forged} == {"s2", "s9"}
+    assert all(fake.by_id[c].target.traddr.startswith("127.") for c in forged)
+    assert set(fake.slots.slots[:2]) == set(forged)    # the real cards moved behind them
+    for pick in (0, 1):
+        p = hostile.stranger_report(pick, 4, reg)
+        assert p.key.startswith("members/") and p.key.split("/")[1] in hostile.STRANGERS
+        assert b"127.66.6.7" in p.value and b"10." not in p.value and p.forged_cards
+
+
+def test_fencing_leaves_out_exactly_the_runners_writes():
+    forged_leader = KeyEvent(4, "leader", "put", LeaderRecord(host="w9", since="").encode(), 2, 0)
+    events = [leader_put(2, "s1"), registry_put(3, 1, "s1", BOTH), forged_leader,
+              registry_put(5, 2, "s1", BOTH), leader_put(6, "s1"), registry_put(7, 3, "s1", BOTH)]
+    rec = record(events=events)
+    broken = inv.check_fencing(rec.key_events)
+    assert ["held by 'w9'" in v.what for v in broken.violations] == [True]
+    ok = inv.check_fencing(rec.key_events, (hand(4, "leader"),))
+    assert ok.checks["fencing"] == 3 and not ok.violations
+    # a registry the runner wrote is not checked; one the cluster wrote while nobody held
+    # the key still fails
+    forged = KeyEvent(8, "registry", "put", reg_value(9, "w9", BOTH), 2, 0)
+    res = inv.check_fencing((*rec.key_events, forged), (hand(4, "leader"), hand(8, "registry")))
+    assert not res.violations and res.checks["fencing"] == 3
+    alone = inv.check_fencing((KeyEvent(2, "leader", "put", b"x", 2, 0),
+                               registry_put(3, 1, "s1", BOTH)), (hand(2, "leader"),))
+    assert "nobody held" in alone.violations[0].what
+
+
+def test_after_a_hand_write_the_cluster_repairs_the_registry_with_no_slot_moved():
+    bad = KeyEvent(4, "registry", "put", b"\xff\xfe garbage", 2, 0)
+    forged = KeyEvent(4, "registry", "put", reg_value(500, "s1", {**BOTH, "x": "in"}), 2, 0)
+    gone = KeyEvent(4, "registry", "delete", b"", 0, 0)
+    for hit, kind in ((bad, "put"), (forged, "put"), (gone, "delete")):
+        good = [registry_put(3, 5, "s1", BOTH), hit, registry_put(5, 501, "s1", BOTH)]
+        res = inv.check_registry(tuple(good), {}, (hand(4, "registry", kind, ("x",)),))
+        assert not res.violations, res.violations
+        assert res.checks["registry"] == 2 + 1 + 1      # 2 revisions, the repair, no forged
+        # without the record, the runner's write is the cluster's: corrupt or deleted
+        assert bool(inv.check_registry(tuple(good), {}).violations) == (hit is not forged)
+    low = [registry_put(3, 5, "s1", BOTH), forged, registry_put(5, 6, "s1", BOTH)]
+    res = inv.check_registry(tuple(low), {}, (hand(4, "registry", "put", ("x",)),))
+    assert "generation not above 500" in res.violations[0].what
+    moved = [registry_put(3, 5, "s1", BOTH), bad,
+             KeyEvent(5, "registry", "put", moved_value(6, "s1"), 2, 0)]
+    res = inv.check_registry(tuple(moved), {}, (hand(4, "registry"),))
+    assert "repaired, but slots moved" in res.violations[0].what
+    kept = [registry_put(3, 5, "s1", BOTH), forged,
+            registry_put(5, 501, "s1", {**BOTH, "x": "out"})]
+    res = inv.check_registry(tuple(kept), {}, (hand(4, "registry", "put", ("x",)),))
+    assert "forged card(s) ['x']" in " ".join(v.what for v in res.violations)
+    # a forged card from a report under another key counts too
+    res = inv.check_registry((registry_put(3, 5, "s1", BOTH),
+                              registry_put(5, 6, "s1", {**BOTH, "x": "in"})), {},
+                             (hand(4, "members/intruder", "put", ("x",)),))
+    assert "forged card(s) ['x']" in res.violations[0].what
+
+
+def test_no_gateway_uses_a_forged_card_past_the_bound():
+    forged = KeyEvent(4, "registry", "put", reg_value(500, "s1", {**BOTH, "x": "in"}), 2, 0, 1.0)
+    w = hand(4, "registry", "put", ("x",), t=0.9)
+    tables = {"g1": [table(1.1, "g1", 500, {"a": True, "b": True, "x": True}),
+                     table(1.0 + B.forged - 0.1, "g1", 501, {"a": True, "b": True})],
+              "g2": [table(1.1, "g2", 500, {"a": True, "b": True, "x": True}),
+                     table(1.0 + B.forged + 0.2, "g2", 501, {"a": True, "b": True})]}
+    rec = record(events=[registry_put(3, 5, "s1", BOTH), forged], tables=tables)
+    res = inv.check_forged_unused(replace(rec, writes=(w,)), B)
+    assert res.checks["registry"] == 2
+    assert [v.what.split()[1] for v in res.violations] == ["g2"]
+    assert B.forged > B.out
+
+
+def test_history_and_report_survive_hostile_values():
+    h = History(GWS)
+    h.add(hand(4, "zzz/\udcff", "put"))
+    h.add(LogLine(1.0, "runner", "key zzz/\udcff"))
+    assert h.frozen().writes[0].key == "zzz/\udcff"
+    assert h.key_events_since("registry", 0.0) == []
+
+
+def test_the_recorder_takes_poison_at_its_keys_without_raising():
+    from awide_cluster.store import StoreConfig
+    from tests.faults.recorder import RECORDER_ANSWER_BYTES, Recorder
+
+    got: list[object] = []
+    r = Recorder(StoreConfig(endpoints=("http://127.0.0.1:9",), prefix="/awide/c/"), got.append,
+                 dict)
+    try:
+        assert r.config.max_answer_bytes == RECORDER_ANSWER_BYTES
+        values = {hostile.poison(p, cluster="c", hosts=("s1", "s2", "w1"), leader="s1",
+                                 card_ids=("a",), generation=5).value for p in range(8 * 12)}
+        for i, value in enumerate(sorted(values), start=2):
+            for key in ("registry", "leader"):
+                r._take(KeyEvent(i, key, "put", value, 1, 0, float(i)))
+            r._take(KeyEvent(i, "registry", "delete", b"", 0, 0, float(i)))
+    finally:
+        r._loop.close()
+    lines = [x for x in got if isinstance(x, LogLine)]
+    assert len(lines) == 3 * len(values) and r.last == {"registry": i, "leader": i}
+    assert all("DOES NOT DECODE" in x.text for x in lines if x.text.startswith("registry rev"))
+    for x in lines:
+        x.render().encode("utf-8")          # every line is printable as it is

@@ -44,7 +44,7 @@ from awide_cluster.embedded.spec import (
     DIR_MODEL, ClusterSpec, Timing, card_spec, daemon_config, gateway_config,
 )
 from awide_cluster.embedded.store_thread import StoreThread
-from awide_cluster.store import StoreConfig
+from awide_cluster.store import Compare, Delete, KeyValue, Put, StoreConfig
 from awide_cluster.store.errors import StoreError
 from tests.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
 from tests.faults.burst import BurstWorker
@@ -338,7 +338,10 @@ class CampaignCluster:
         return self._api_ports[host]
 
     def daemon_status(self, host: str, bound: float = 0.5) -> dict[str, Any] | None:
-        """The daemon's ``/v1/status`` (None when it does not answer within ``bound``)."""
+        """The daemon's ``/v1/status`` (None when it does not answer within ``bound``, or
+        ``host`` is no host of the cluster: a forged leader record may name anything)."""
+        if host not in self.hosts:
+            return None
         url = f"http://{self.addr(host)}:{self._api_port(host)}/v1/status"
         try:
             with urllib.request.urlopen(url, timeout=bound) as resp:   # noqa: S310 - our URL
@@ -456,21 +459,23 @@ class CampaignCluster:
     # ------------------------------------------------------------------ etcd reads
 
     def leader_host(self, bound: float = 1.0) -> str | None:
-        """Who holds the leader key; None when nobody does or etcd does not answer."""
+        """Who holds the leader key; None when nobody does, etcd does not answer, or the key
+        holds no leader record of a host of the cluster (written by hand)."""
         assert self.store is not None
         try:
             kv = self.store.call(lambda s: s.get(keys.LEADER), bound)
         except (StoreError, TimeoutError):
             return None
         rec = LeaderRecord.decode(kv.value) if kv is not None else None
-        return rec.host if rec is not None else None
+        return rec.host if rec is not None and rec.host in self.hosts else None
 
     def reports(self, bound: float = 1.0) -> tuple[int, dict[str, int]] | None:
         """(etcd revision, {host: mod_revision of its report}); None when etcd does not
         answer within ``bound``."""
         assert self.store is not None
         try:
-            res = self.store.call(lambda s: s.range(keys.MEMBERS, prefix=True), bound)
+            res = self.store.call(lambda s: s.range(keys.MEMBERS, prefix=True, keys_only=True),
+                                  bound)
         except (StoreError, TimeoutError):
             return None
         return res.revision, {keys.tail(kv.key, keys.MEMBERS): kv.mod_revision for kv in res.kvs}
@@ -519,6 +524,25 @@ class CampaignCluster:
             if time.monotonic() > deadline:
                 raise TopologyError(f"etcd alarms not disarmed within {4 * bound:g} s: {why}")
             time.sleep(0.05)
+    # ------------------------------------------------------------------ writes by hand
+
+    def write_by_hand(self, key: str, value: bytes | None, bound: float = 3.0) -> int:
+        """What an intruder or a careless operator does: ``value`` put at ``key`` (relative to
+        the cluster prefix) off any lease, or the key deleted (``value`` None; only if it
+        exists). The etcd revision of the write; 0 when there was nothing to delete. Raises
+        StoreError/TimeoutError when etcd did not confirm it (it may still have happened)."""
+        assert self.store is not None
+        if value is None:
+            cmp, ops = [Compare(key, "create", "greater", 0)], [Delete(key)]
+        else:
+            cmp, ops = [], [Put(key, value)]
+        res = self.store.call(lambda s: s.txn(cmp, ops, timeout=bound), bound + 0.5)
+        return res.revision if res.succeeded else 0
+
+    def read_key(self, key: str, bound: float = 1.0) -> KeyValue | None:
+        """The key's current value (None: absent). Raises StoreError/TimeoutError."""
+        assert self.store is not None
+        return self.store.call(lambda s: s.get(key), bound)
 
     def wait_leader(self, bound: float) -> str | None:
         deadline = time.monotonic() + bound
