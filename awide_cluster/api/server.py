@@ -19,7 +19,6 @@ connection's start) is closed; a request body is never read (and capped at 1 KiB
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from aiohttp import web
 
 from awide_cluster.api.health import DaemonHealth
 from awide_cluster.api.metrics import CONTENT_TYPE, DaemonMetrics
+from awide_cluster.config.common import is_loopback_host
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +64,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not host:
         raise ApiError(f"listen address {listen!r}: host missing (use 0.0.0.0 to mean all)")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -157,7 +148,7 @@ class DaemonApi:
         """Bind and serve; ApiError naming the address if it cannot."""
         if self._runner is not None:
             return
-        if not is_loopback(self._host):
+        if not is_loopback_host(self._host):
             log.warning("daemon API listens on %s, not on loopback: it has no authentication",
                         self._host)
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
