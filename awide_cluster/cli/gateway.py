@@ -36,7 +36,7 @@ def _load(path: str):  # type: ignore[no-untyped-def]
     try:
         return load_config(path)
     except ConfigError as e:
-        click.echo(f"{e.file}: {e.field}: {e.reason}", err=True)
+        click.echo(str(e), err=True)         # FILE: field: reason (or: not a gateway config)
         sys.exit(2)
 
 
