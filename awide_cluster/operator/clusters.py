@@ -66,6 +66,8 @@ async def cluster_names(config: StoreConfig, *, timeout: float) -> ClusterNames:
                 rel = result.kvs[0].key
                 segment, slash, _ = rel.partition("/")
                 try:
+                    if not slash:
+                        raise keys.BadName("a key, not a folder")
                     names.append(keys.check_name("cluster", segment))
                 except keys.BadName:
                     odd += 1
