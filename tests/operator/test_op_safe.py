@@ -1,0 +1,243 @@
+"""Safe operator commands against real daemons on a real etcd: ``forget`` says what will
+happen, asks on a terminal (a real pty), needs ``--yes`` elsewhere, refuses a card its host
+still reports unless ``--force``; every intent carries who/when/why and the leader logs it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pty
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from awide_cluster.cards.directory import write_label
+from awide_cluster.config import daemon as daemon_config
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract.registry import CardEntry, Registry, with_slots
+from awide_cluster.daemon.intents import plan
+from awide_cluster.daemon.service import Daemon
+from tests.operator import op_state as state
+from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
+
+CLI = str(Path(sys.executable).with_name("awide-cluster"))
+FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
+HOSTS = ("h1", "h2")
+
+
+def _config_dict(etcd, cluster: str, host: str, cards: list[dict]) -> dict:
+    return {"cluster": cluster, "host": host, "hosts": list(HOSTS), "role": "storage",
+            "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
+            "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}
+
+
+def _dir_card(root: Path, host: str, name: str, serial: str) -> dict:
+    path = root / host / name
+    path.mkdir(parents=True)
+    write_label(path, serial, "dir-card")
+    flag = root / host / f"{name}.ok"
+    flag.write_text("ok")
+    return {"name": name, "kind": "dir", "path": str(path), "probe_timeout": 0.25,
+            "store": {"command": [sys.executable, "-S", "-c",
+                                  "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) "
+                                  "else 1)", str(flag)]}}
+
+
+class Lab:
+    """Two storage hosts with two directory cards each, their daemons in this process, and
+    the daemon config of h1 in a file (what the operator commands find through
+    $AWIDE_CONFIG)."""
+
+    def __init__(self, etcd, cluster: str, root: Path) -> None:
+        self.etcd, self.cluster = etcd, cluster
+        self.configs = {h: _config_dict(etcd, cluster, h, [
+            _dir_card(root, h, "card0", f"SN-{h}-0"), _dir_card(root, h, "card1", f"SN-{h}-1")])
+            for h in HOSTS}
+        self.file = root / "cluster.yaml"
+        self.file.write_text(yaml.safe_dump(self.configs["h1"]))
+        self.daemons = {h: Daemon(daemon_config.parse(c, f"<{h}>"))
+                        for h, c in self.configs.items()}
+        self.store = state.store_for(etcd.endpoints, cluster)
+
+    async def registry(self) -> Registry | None:
+        kv = await self.store.get(keys.REGISTRY, timeout=2.0)
+        return regdoc.decode(kv.value) if kv else None
+
+    async def until(self, pred, what: str, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            reg = await self.registry()
+            if reg is not None and pred(reg):
+                return reg
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+
+    def card(self, reg: Registry, host: str, name: str) -> CardEntry | None:
+        return next((c for c in reg.cards if c.host == host and c.name == name), None)
+
+    async def intent(self, card_id: str):
+        return await self.store.get(keys.intent(card_id), timeout=2.0)
+
+    async def cli(self, *args: str, tty_answers: list[tuple[str, str]] | None = None
+                  ) -> tuple[int, str, str]:
+        """Run the real command; with ``tty_answers`` its stdin is a terminal (a pty) and each
+        answer is typed once its prompt appeared on stderr."""
+        env = {**os.environ, "AWIDE_CONFIG": str(self.file)}
+        env.pop("AWIDE_ETCD_ENDPOINTS", None)
+        if tty_answers is None:
+            p = await asyncio.create_subprocess_exec(
+                CLI, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(p.communicate(), 60)
+            return p.returncode, out.decode(), err.decode()
+        master, slave = pty.openpty()
+        try:
+            p = await asyncio.create_subprocess_exec(
+                CLI, *args, env=env, stdin=slave, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            os.close(slave)
+            slave = -1
+            err = b""
+            for prompt, answer in tty_answers:
+                while prompt.encode() not in err:
+                    chunk = await asyncio.wait_for(p.stderr.read(4096), 60)
+                    assert chunk, f"ended before asking {prompt!r}: {err.decode()}"
+                    err += chunk
+                os.write(master, answer.encode() + b"\n")
+            out, rest = await asyncio.wait_for(p.communicate(), 60)
+            return p.returncode, out.decode(), (err + rest).decode()
+        finally:
+            if slave >= 0:
+                os.close(slave)
+            os.close(master)
+
+    async def __aenter__(self) -> "Lab":
+        for d in self.daemons.values():
+            await d.start()
+        await self.until(lambda r: len(r.cards) == 4 and all(c.state == "in" for c in r.cards),
+                         "four cards in")
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for d in self.daemons.values():
+            await d.stop()
+        await self.store.close()
+
+
+@pytest.fixture
+def leader_log(caplog):
+    caplog.set_level(logging.INFO, logger="awide_cluster.leader")
+    return caplog
+
+
+async def test_forget_refuses_a_card_its_host_still_reports(shared_etcd, cluster_name,
+                                                            tmp_path, leader_log):
+    async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
+        reg = await lab.registry()
+        card = lab.card(reg, "h1", "card0")
+        # no --reason where no terminal can ask: exit 2 before etcd is even read
+        code, out, err = await lab.cli("forget", "h1/card0", "--yes")
+        assert code == 2 and "forget needs --reason" in err, (out, err)
+        # a host still reports it: refused, nothing written
+        code, out, err = await lab.cli("forget", "h1/card0", "--yes", "--reason", "test")
+        assert code == 1, (out, err)
+        assert "will be forgotten" in out and "h1/card0" in out
+        assert "refused: host h1 still reports it" in err and "--force" in err
+        assert await lab.intent(card.id) is None
+        assert lab.card(await lab.registry(), "h1", "card0").admitted == card.admitted
+        # --force: it is forgotten, and the leader admits it again at once (as it said)
+        code, out, err = await lab.cli("forget", "h1/card0", "--yes", "--force",
+                                       "--reason", "try the force")
+        assert code == 0, (out, err)
+        assert "--force: host h1 still reports it" in out and "forgotten" in out
+        back = await lab.until(lambda r: (c := lab.card(r, "h1", "card0")) is not None
+                               and c.admitted > card.admitted, "the card admitted again")
+        assert lab.card(back, "h1", "card0").id == card.id
+        assert any("forgotten by intent from" in r.getMessage()
+                   and "(reason: try the force)" in r.getMessage()
+                   and "its host still reports it" in r.getMessage()
+                   for r in leader_log.records), [r.getMessage() for r in leader_log.records]
+
+
+async def test_forget_a_dead_card_asks_and_records_why(shared_etcd, cluster_name, tmp_path,
+                                                        leader_log):
+    async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
+        await lab.daemons["h2"].stop()         # h2 is gone: its cards go out, unreported
+        reg = await lab.until(lambda r: all(c.state == "out" for c in r.cards
+                                            if c.host == "h2"), "h2's cards out")
+        gone0, gone1 = lab.card(reg, "h2", "card0"), lab.card(reg, "h2", "card1")
+        slot = reg.slots.slot_of(gone0.id)
+        # a script without --yes: it says what would happen, then exit 2, nothing written
+        code, out, err = await lab.cli("forget", "h2/card0", "--reason", "RMA 4411")
+        assert code == 2, (out, err)
+        assert f"will be forgotten: it leaves the registry and slot {slot} is freed" in out
+        assert "needs --yes" in err and "nothing was written" in err
+        assert await lab.intent(gone0.id) is None
+        # on a terminal: asked for the reason, then to confirm; "n" writes nothing
+        code, out, err = await lab.cli("forget", "h2/card0", tty_answers=[
+            ("reason", "RMA 4411"), ("[y/N]", "n")])
+        assert code == 1 and "not confirmed" in err, (out, err)
+        assert await lab.intent(gone0.id) is None
+        assert lab.card(await lab.registry(), "h2", "card0") is not None
+        # "y": forgotten, and the leader logs who and why
+        code, out, err = await lab.cli("forget", gone0.serial, tty_answers=[
+            ("reason", "RMA 4411"), ("[y/N]", "y")])
+        assert code == 0, (out, err)
+        assert f"card {gone0.id}" in out and "forgotten" in out
+        reg = await lab.registry()
+        assert lab.card(reg, "h2", "card0") is None and reg.slots.slot_of(gone0.id) is None
+        # a script with --yes
+        code, out, err = await lab.cli("forget", "h2/card1", "--yes", "--reason", "RMA 4412")
+        assert code == 0, (out, err)
+        assert lab.card(await lab.registry(), "h2", "card1") is None
+        logged = [r.getMessage() for r in leader_log.records]
+        for cid, why in ((gone0.id, "RMA 4411"), (gone1.id, "RMA 4412")):
+            assert any(f"card {cid}" in m and "forgotten by intent from" in m
+                       and f"(reason: {why})" in m for m in logged), logged
+
+
+async def test_drain_is_a_warning_until_undrain(shared_etcd, cluster_name, tmp_path,
+                                                leader_log):
+    async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
+        code, out, err = await lab.cli("status", "--sample", "0.3")
+        assert code == 0 and f"cluster {cluster_name}: HEALTHY" in out, (out, err)
+        code, out, err = await lab.cli("drain", "h1/card1", "--reason", "replace the fan")
+        assert code == 0, (out, err)
+        assert "will be drained" in out and "in -> drained" in out
+        code, out, err = await lab.cli("status", "--sample", "0.3")
+        assert code == 1, (out, err)
+        assert f"cluster {cluster_name}: WARN (1 set by an operator: card_drained)" in out
+        code, out, err = await lab.cli("cards", "--sample", "0")
+        assert code == 1 and "DRAINED" in out, (out, err)
+        code, out, err = await lab.cli("undrain", "h1/card1", "--reason", "fan replaced")
+        assert code == 0 and "drained -> in" in out, (out, err)
+        code, out, err = await lab.cli("status", "--sample", "0.3")
+        assert code == 0 and f"cluster {cluster_name}: HEALTHY" in out, (out, err)
+        logged = [r.getMessage() for r in leader_log.records]
+        assert any("drained by intent from" in m and "(reason: replace the fan)" in m
+                   for m in logged), logged
+        assert any("undrained by intent from" in m and "(reason: fan replaced)" in m
+                   for m in logged), logged
+
+
+def _entry(serial: str, admitted: int) -> CardEntry:
+    return state.card("h1", f"card{serial[-1]}", serial, admitted=admitted)
+
+
+def test_plan_names_the_cards_a_forget_moves():
+    """Forgetting a placed card frees its slot; a card waiting without one takes it: the
+    plan says so before anything is written."""
+    cards = [_entry(f"SN-{i}", admitted=i + 1) for i in range(9)]       # a 9th card waits
+    reg = with_slots(Registry(cluster="c1", generation=9, leader="h1", cards=tuple(cards)))
+    waiting = next(c for c in cards if reg.slots.slot_of(c.id) is None)
+    first = next(c for c in cards if reg.slots.slot_of(c.id) == 3)
+    lines = plan("forget", first, reg)
+    assert lines[0].endswith("will be forgotten: it leaves the registry and slot 3 is freed")
+    assert lines[1:] == [f"  then card {waiting.id} ({waiting.serial} on h1): no slot -> slot 3"]
+    assert "keeps slot 3" in plan("drain", first, reg)[0]
+    assert plan("undrain", first, reg)[0].endswith("not drained, nothing changes")
