@@ -4,130 +4,15 @@ still reports unless ``--force``; every intent carries who/when/why and the lead
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import pty
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from awide_cluster.cards.directory import write_label
-from awide_cluster.config import daemon as daemon_config
-from awide_cluster.contract import keys
-from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, with_slots
 from awide_cluster.daemon.intents import plan
-from awide_cluster.daemon.service import Daemon
 from tests.operator import op_state as state
+from tests.operator.op_lab import Lab
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
-
-CLI = str(Path(sys.executable).with_name("awide-cluster"))
-FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
-HOSTS = ("h1", "h2")
-
-
-def _config_dict(etcd, cluster: str, host: str, cards: list[dict]) -> dict:
-    return {"cluster": cluster, "host": host, "hosts": list(HOSTS), "role": "storage",
-            "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
-            "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}
-
-
-def _dir_card(root: Path, host: str, name: str, serial: str) -> dict:
-    path = root / host / name
-    path.mkdir(parents=True)
-    write_label(path, serial, "dir-card")
-    flag = root / host / f"{name}.ok"
-    flag.write_text("ok")
-    return {"name": name, "kind": "dir", "path": str(path), "probe_timeout": 0.25,
-            "store": {"command": [sys.executable, "-S", "-c",
-                                  "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) "
-                                  "else 1)", str(flag)]}}
-
-
-class Lab:
-    """Two storage hosts with two directory cards each, their daemons in this process, and
-    the daemon config of h1 in a file (what the operator commands find through
-    $AWIDE_CONFIG)."""
-
-    def __init__(self, etcd, cluster: str, root: Path) -> None:
-        self.etcd, self.cluster = etcd, cluster
-        self.configs = {h: _config_dict(etcd, cluster, h, [
-            _dir_card(root, h, "card0", f"SN-{h}-0"), _dir_card(root, h, "card1", f"SN-{h}-1")])
-            for h in HOSTS}
-        self.file = root / "cluster.yaml"
-        self.file.write_text(yaml.safe_dump(self.configs["h1"]))
-        self.daemons = {h: Daemon(daemon_config.parse(c, f"<{h}>"))
-                        for h, c in self.configs.items()}
-        self.store = state.store_for(etcd.endpoints, cluster)
-
-    async def registry(self) -> Registry | None:
-        kv = await self.store.get(keys.REGISTRY, timeout=2.0)
-        return regdoc.decode(kv.value) if kv else None
-
-    async def until(self, pred, what: str, timeout: float = 20.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            reg = await self.registry()
-            if reg is not None and pred(reg):
-                return reg
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.05)
-
-    def card(self, reg: Registry, host: str, name: str) -> CardEntry | None:
-        return next((c for c in reg.cards if c.host == host and c.name == name), None)
-
-    async def intent(self, card_id: str):
-        return await self.store.get(keys.intent(card_id), timeout=2.0)
-
-    async def cli(self, *args: str, tty_answers: list[tuple[str, str]] | None = None
-                  ) -> tuple[int, str, str]:
-        """Run the real command; with ``tty_answers`` its stdin is a terminal (a pty) and each
-        answer is typed once its prompt appeared on stderr."""
-        env = {**os.environ, "AWIDE_CONFIG": str(self.file)}
-        env.pop("AWIDE_ETCD_ENDPOINTS", None)
-        if tty_answers is None:
-            p = await asyncio.create_subprocess_exec(
-                CLI, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            out, err = await asyncio.wait_for(p.communicate(), 60)
-            return p.returncode, out.decode(), err.decode()
-        master, slave = pty.openpty()
-        try:
-            p = await asyncio.create_subprocess_exec(
-                CLI, *args, env=env, stdin=slave, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
-            os.close(slave)
-            slave = -1
-            err = b""
-            for prompt, answer in tty_answers:
-                while prompt.encode() not in err:
-                    chunk = await asyncio.wait_for(p.stderr.read(4096), 60)
-                    assert chunk, f"ended before asking {prompt!r}: {err.decode()}"
-                    err += chunk
-                os.write(master, answer.encode() + b"\n")
-            out, rest = await asyncio.wait_for(p.communicate(), 60)
-            return p.returncode, out.decode(), (err + rest).decode()
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
-
-    async def __aenter__(self) -> "Lab":
-        for d in self.daemons.values():
-            await d.start()
-        await self.until(lambda r: len(r.cards) == 4 and all(c.state == "in" for c in r.cards),
-                         "four cards in")
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        for d in self.daemons.values():
-            await d.stop()
-        await self.store.close()
-
 
 @pytest.fixture
 def leader_log(caplog):
