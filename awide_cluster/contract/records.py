@@ -290,7 +290,10 @@ class IntentRecord:
         d = {"action": self.action, "by": self.by, "at": self.at}
         if self.reason:
             d["reason"] = self.reason
-        return _encode(d)
+        # UTF-8, not \u escapes: 128 + 256 characters of any text fit the record bound
+        # (4 bytes a character at most, against 12 for an escaped astral one)
+        return json.dumps(d, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()
 
 
 def decode_intent(raw: bytes | str, card_id: str = "", *, key: str | None = None) -> IntentRecord:
