@@ -19,7 +19,7 @@ import sys
 import click
 
 from awide_cluster.cli.lookup import (
-    EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE, cluster_list, fail,
+    EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE, cluster_list, config_file, fail,
     no_such_cluster, resolve, target_options,
 )
 from awide_cluster.cli.main import cli
@@ -44,9 +44,11 @@ def _logging(level: str) -> None:
 
 
 @cli.command("check-config")
-@click.argument("file", type=click.Path(dir_okay=False))
-def check_config(file: str) -> None:
-    """Check a daemon config file; exit 2 with FILE: field: reason if it is bad."""
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+def check_config(file: str | None) -> None:
+    """Check a daemon config file; exit 2 with FILE: field: reason if it is bad (FILE:
+    default $AWIDE_CONFIG, else /etc/awide-cluster/cluster.yaml)."""
+    file = config_file(file, kind="daemon")
     cfg = _load(file)
     click.echo(f"{file}: ok (cluster {cfg.cluster}, host {cfg.host}, {cfg.role}, "
                f"{len(cfg.cards)} card(s){', DEVELOPMENT cluster' if cfg.dev_cluster else ''})")
@@ -56,13 +58,15 @@ def check_config(file: str) -> None:
 
 
 @cli.command("run")
-@click.option("--config", "config", required=True, type=click.Path(dir_okay=False),
-              help="the daemon config file (YAML)")
+@click.option("--config", "config", default=None, type=click.Path(dir_okay=False),
+              help="the daemon config file (YAML) [default: $AWIDE_CONFIG, else "
+                   "/etc/awide-cluster/cluster.yaml]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def run(config: str, log_level: str) -> None:
+def run(config: str | None, log_level: str) -> None:
     """Run the daemon: report this host's cards, take part in leader election, and as leader
     keep the card registry. SIGTERM stops cleanly (lease revoked), SIGHUP reloads."""
+    config = config_file(config, kind="daemon")
     cfg = _load(config)                   # a bad file stops here, before etcd is touched
     _logging(log_level)
     warning = cfg.etcd.plaintext_warning()

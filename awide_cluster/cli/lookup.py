@@ -21,7 +21,9 @@ from typing import NoReturn
 import click
 
 from awide_cluster.config.common import ConfigError
-from awide_cluster.operator.target import ClusterTarget, NoTarget, lookup
+from awide_cluster.operator.target import (
+    CONFIG_ENV, ClusterTarget, NoTarget, default_config, lookup,
+)
 from awide_cluster.store.config import StoreConfig
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -87,3 +89,23 @@ async def cluster_list(store_config: StoreConfig) -> str:
     except (StoreError, TimeoutError) as e:
         return f"? (cannot list them: {type(e).__name__}: {e})"
     return names.describe()
+
+
+def config_file(given: str | None, *, kind: str) -> str:
+    """The config file of ``check-config``/``run`` (``kind`` "daemon": FILE or --config, then
+    $AWIDE_CONFIG, then /etc/awide-cluster/cluster.yaml) or of the gateway commands
+    (``kind`` "gateway": FILE or --config, then $AWIDE_CONFIG; no default path: a gateway's
+    file lives with its engine). Exit 2 when none is given or found."""
+    import os
+    from pathlib import Path
+    if given:
+        return given
+    if os.environ.get(CONFIG_ENV):
+        return os.environ[CONFIG_ENV]
+    if kind == "daemon":
+        path = default_config()
+        if Path(path).exists():
+            return path
+        fail(f"say which config file: FILE, or ${CONFIG_ENV}; the default {path} does not "
+             "exist on this host", EXIT_USAGE)
+    fail(f"say which gateway config file: FILE (--config FILE), or ${CONFIG_ENV}", EXIT_USAGE)

@@ -150,9 +150,19 @@ def test_wrong_kind_of_file_is_named_in_one_line(shared_etcd, tmp_path):
     stray = daemon_file(tmp_path / "stray.yaml", shared_etcd, "c1", model={"name": "x"})
     r = run("check-config", str(stray))
     assert r.exit_code == 2 and "model: Extra inputs are not permitted" in r.output
-    # the operator commands take either kind
     assert run("check-config", str(dm)).exit_code == 0
     assert run("gateway", "check-config", str(gw)).exit_code == 0
+    # the same lookup for their file: $AWIDE_CONFIG, then (a daemon's) the default path
+    r = run("check-config", env={"AWIDE_DEFAULT_CONFIG": str(dm)})
+    assert r.exit_code == 0 and r.output.startswith(f"{dm}: ok"), r.output
+    r = run("check-config", env={"AWIDE_CONFIG": str(gw), "AWIDE_DEFAULT_CONFIG": str(dm)})
+    assert r.exit_code == 2 and "this is a gateway config" in r.output
+    r = run("check-config", env={"AWIDE_DEFAULT_CONFIG": str(tmp_path / "absent.yaml")})
+    assert r.exit_code == 2 and "absent.yaml does not exist" in r.output
+    r = run("gateway", "check-config", env={"AWIDE_CONFIG": str(gw)})
+    assert r.exit_code == 0 and r.output.startswith(f"{gw}: ok"), r.output
+    r = run("gateway", "watch", env={"AWIDE_DEFAULT_CONFIG": str(dm)})
+    assert r.exit_code == 2 and "say which gateway config file" in r.output
 
 
 def test_no_such_cluster_names_the_ones_found(shared_etcd, cluster_name, tmp_path):
