@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from awide_cluster.config.common import (
-    ConfigError, EtcdSection, Section, load, parse, plaintext_problems,
+    ConfigError, EtcdSection, Section, expect_kind, parse, plaintext_problems, read_yaml,
 )
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.nvme.target import InvalidTarget, validate_nqn
@@ -191,9 +191,11 @@ def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
 
 
 def parse_config(data: object, file: str = "<config>") -> GatewayConfig:
+    expect_kind(data, "gateway", file)          # a daemon's file: said in one line
     return _refuse_plaintext(parse(data, GatewayConfig, file), file)
 
 
 def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a gateway config file; ConfigError(file, field, reason) if bad."""
-    return _refuse_plaintext(load(path, GatewayConfig), str(path))
+    """Read and validate a gateway config file; ConfigError(file, field, reason) if bad
+    (``WrongKind`` when it is a daemon's)."""
+    return parse_config(read_yaml(path), str(path))

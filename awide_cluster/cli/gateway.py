@@ -36,15 +36,18 @@ def _load(path: str):  # type: ignore[no-untyped-def]
     try:
         return load_config(path)
     except ConfigError as e:
-        click.echo(f"{e.file}: {e.field}: {e.reason}", err=True)
+        click.echo(str(e), err=True)         # FILE: field: reason (or: not a gateway config)
         sys.exit(2)
 
 
 @gateway.command("check-config")
-@click.argument("file", type=click.Path(dir_okay=False))
-def check_config(file: str) -> None:
-    """Validate a gateway config FILE (exit 2 and the field at fault if it is bad)."""
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+def check_config(file: str | None) -> None:
+    """Validate a gateway config FILE (default $AWIDE_CONFIG; exit 2 and the field at fault
+    if it is bad, or one line if it is a daemon's)."""
     from awide_gateway_cluster.layout import namespace
+    from awide_cluster.cli.lookup import config_file
+    file = config_file(file, kind="gateway")
     cfg = _load(file)
     click.echo(f"{file}: ok: gateway {cfg.id} of cluster {cfg.cluster}, namespace "
                f"{namespace(cfg.model)}, placement {cfg.key_placement}, "
@@ -150,16 +153,18 @@ async def _watch(cfg, duration: float | None, as_json: bool = False) -> int:  # 
 
 
 @gateway.command("watch")
-@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False),
-              help="the gateway config file (mode: cluster)")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="the gateway config file (mode: cluster) [default: $AWIDE_CONFIG]")
 @click.option("--duration", type=float, default=None,
               help="stop after this many seconds (default: until SIGTERM/SIGINT)")
 @click.option("-v", "--verbose", is_flag=True, help="log the library's INFO lines to stderr")
 @click.option("--json", "as_json", is_flag=True,
               help="one JSON object per line (events and slot tables, with time.monotonic())")
-def watch(config_file: str, duration: float | None, verbose: bool, as_json: bool) -> None:
+def watch(config_file: str | None, duration: float | None, verbose: bool,
+          as_json: bool) -> None:
     """Run the gateway library standalone: print the slot table and every change."""
-    cfg = _load(config_file)
+    from awide_cluster.cli.lookup import config_file as lookup_config
+    cfg = _load(lookup_config(config_file, kind="gateway"))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(asyncio.run(_watch(cfg, duration, as_json)))

@@ -1,7 +1,9 @@
 """``awide-cluster status`` and ``awide-cluster cards``: the cluster at one look.
 
-Exit codes (for scripts): 0 healthy, 1 unhealthy (or etcd unreachable), 2 usage or config
-error. Shell completion comes from click::
+Exit codes (for scripts, see cli/lookup.py and docs/operations.md): 0 healthy; 1 unhealthy,
+or a state an operator set (a drained card, a pending intent, a dev cluster), or with
+``--strict`` any warning; 2 usage or config error (no such cluster included); 3 etcd
+unreachable. Shell completion comes from click::
 
     eval "$(_AWIDE_CLUSTER_COMPLETE=bash_source awide-cluster)"     # bash
     eval "$(_AWIDE_CLUSTER_COMPLETE=zsh_source awide-cluster)"      # zsh
@@ -10,43 +12,24 @@ error. Shell completion comes from click::
 from __future__ import annotations
 
 import asyncio
-import ssl
 import sys
 from collections.abc import Callable
 
 import click
 
+from awide_cluster.cli.lookup import (
+    EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE, cluster_list, no_such_cluster,
+    resolve, target_options,
+)
 from awide_cluster.cli.main import cli
-from awide_cluster.config.common import ConfigError
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.render import FORMATS, render, render_cards
 from awide_cluster.operator.status import RawSnapshot, StatusPolicy
-from awide_cluster.operator.target import ClusterTarget, from_config_file, from_options
 from awide_cluster.store.etcd import EtcdStore
 
-EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 CARD_CODES = {"card_out", "card_conflict", "card_unplaced", "registry_corrupt",
-              "registry_missing", "keys_unreadable", "slot_table_mismatch"}
-
-
-def _target(config: str | None, endpoints: str | None, cluster: str | None,
-            call_timeout: float | None) -> ClusterTarget:
-    if config and (endpoints or cluster):
-        raise click.UsageError("give --config, or --endpoints with --cluster, not both")
-    if config:
-        target = from_config_file(config)
-        if call_timeout is not None:
-            target = ClusterTarget(target.cluster, target.etcd.model_copy(
-                update={"call_timeout": call_timeout,
-                        "hedge_after": min(target.etcd.hedge_after, call_timeout / 2)}))
-        return target
-    if not endpoints or not cluster:
-        raise click.UsageError(
-            "say which cluster: --config FILE (a daemon or gateway config), or --endpoints "
-            "URL[,URL...] with --cluster NAME")
-    return from_options(cluster, [e.strip() for e in endpoints.split(",") if e.strip()],
-                        call_timeout)
+              "registry_missing", "keys_unreadable", "slot_table_mismatch", "card_drained"}
 
 
 def _unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
@@ -56,15 +39,13 @@ def _unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
             f"first error: {first})")
 
 
+def _empty(raw: RawSnapshot) -> bool:
+    """The key read worked and found nothing at all under the cluster's prefix."""
+    return raw.kvs is not None and not raw.kvs and not raw.refused and raw.key_count is None
+
+
 def _options(f: Callable) -> Callable:
     opts = [
-        click.option("--config", "-c", type=click.Path(dir_okay=False), envvar="AWIDE_CONFIG",
-                     help="daemon or gateway config file naming the cluster and its etcd"),
-        click.option("--endpoints", envvar="AWIDE_ETCD_ENDPOINTS",
-                     help="etcd client URLs, comma-separated (with --cluster)"),
-        click.option("--cluster", envvar="AWIDE_CLUSTER", help="cluster name (with --endpoints)"),
-        click.option("--call-timeout", type=click.FloatRange(0.02, 10.0), default=None,
-                     help="bound of each etcd call, seconds (default: the config's, 0.5)"),
         click.option("--format", "-o", "fmt", type=click.Choice(FORMATS), default="table",
                      show_default=True),
         click.option("--watch", "-w", type=click.FloatRange(0.2, 3600), is_flag=False,
@@ -75,9 +56,10 @@ def _options(f: Callable) -> Callable:
                           "(0: one read, ages unknown)"),
         click.option("--stale-after", type=click.FloatRange(0.1, 3600), default=3.0,
                      show_default=True,
-                     help="a host report unchanged this long is stale; gateways may lag a "
-                          "registry generation this young"),
+                     help="a host report unchanged this long is stale; a gateway seen behind "
+                          "the registry this long is behind"),
     ]
+    f = target_options(f)
     for opt in reversed(opts):
         f = opt(f)
     return f
@@ -86,20 +68,7 @@ def _options(f: Callable) -> Callable:
 def _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after,
          strict: bool, what: Callable[[ClusterStatus, str], str],
          healthy: Callable[[ClusterStatus], bool]) -> None:
-    try:
-        target = _target(config, endpoints, cluster, call_timeout)
-        store_config = target.store_config()
-        if store_config.tls is not None:
-            store_config.tls.ssl_context()          # unreadable certificate: exit 2 now
-    except ConfigError as e:
-        click.echo(f"awide-cluster: config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-    except (ssl.SSLError, OSError, ValueError) as e:
-        click.echo(f"awide-cluster: etcd settings: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-    warning = target.etcd.plaintext_warning()
-    if warning:
-        click.echo(f"awide-cluster: {warning}", err=True)
+    target, store_config = resolve(config, endpoints, cluster, call_timeout)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,
@@ -117,14 +86,18 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
 
     def verdict(st: ClusterStatus) -> int:
         ok = healthy(st) and not (strict and st.problems)
-        return EXIT_HEALTHY if ok else EXIT_UNHEALTHY
+        return EXIT_OK if ok else EXIT_UNHEALTHY
 
     try:
         if watch is None:
             raw, st = await reader.sample(sample)
             if raw.unreachable:
                 click.echo(f"awide-cluster: {_unreachable_line(raw, store_config.call_timeout)}", err=True)
-                return EXIT_UNHEALTHY
+                return EXIT_UNREACHABLE
+            if _empty(raw):
+                found = await cluster_list(store_config)
+                click.echo(f"awide-cluster: {no_such_cluster(target, found)}", err=True)
+                return EXIT_USAGE
             click.echo(what(st, fmt))
             return verdict(st)
         tty = sys.stdout.isatty()
@@ -134,7 +107,11 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
                 raw, st = await reader.snapshot()
                 if raw.unreachable:
                     text = f"{_unreachable_line(raw, store_config.call_timeout)}   (retrying every {watch:g} s)"
-                    code = EXIT_UNHEALTHY
+                    code = EXIT_UNREACHABLE
+                elif _empty(raw):
+                    found = await cluster_list(store_config)
+                    text = f"{no_such_cluster(target, found)}   (retrying every {watch:g} s)"
+                    code = EXIT_USAGE
                 else:
                     text = what(st, fmt)
                     code = verdict(st)
@@ -151,16 +128,23 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
 
 @cli.command()
 @_options
-@click.option("--strict", is_flag=True, help="warnings count as unhealthy too")
+@click.option("--strict", is_flag=True,
+              help="every warning counts (exit 1), also the passing ones (a gateway catching "
+                   "up, a version skew during an upgrade)")
 def status(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after,
            strict) -> None:
     """The whole cluster at one look: etcd, leader, hosts, cards, gateways, problems.
 
-    Exit code 0 when healthy, 1 when any problem of severity error is found (or etcd cannot
-    be reached), 2 on a usage or config error.
+    Which cluster: --config FILE, --endpoints with --cluster, $AWIDE_CONFIG,
+    $AWIDE_ETCD_ENDPOINTS, else /etc/awide-cluster/cluster.yaml.
+
+    Exit code 0 when healthy; 1 when a problem of severity error is found or a state an
+    operator set (a drained card, a pending intent, a dev cluster) is in force (with
+    --strict: any warning); 2 on a usage or config error (no such cluster included); 3 when
+    no etcd member answers.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, strict,
-         render, lambda st: st.healthy)
+         render, lambda st: st.verdict == "healthy")
 
 
 @cli.command()
@@ -168,9 +152,9 @@ def status(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_a
 def cards(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after) -> None:
     """The card table only: slot, id, serial, host, target, state, health, since, reason.
 
-    Exit code 1 when a card is out, in conflict or without a slot, or the registry cannot be
-    read.
+    Exit code 1 when a card is out, drained, in conflict or without a slot, or the registry
+    cannot be read; 2 and 3 as for status.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, False,
          render_cards,
-         lambda st: not any(p.code in CARD_CODES for p in st.errors))
+         lambda st: not any(p.code in CARD_CODES for p in st.problems))

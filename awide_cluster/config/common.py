@@ -32,6 +32,49 @@ class ConfigError(Exception):
         self.file, self.field, self.reason = file, field, reason
 
 
+class WrongKind(ConfigError):
+    """A config file of the other kind: a gateway's where a daemon's is expected, or the
+    reverse. One line: ``FILE: this is a gateway config, not a daemon config: ...``."""
+
+    def __init__(self, file: str, found: str, wanted: str, hint: str) -> None:
+        ConfigError.__init__(self, file, "-", f"this is a {found} config, not a {wanted} "
+                                              f"config: {hint}")
+        Exception.__init__(self, f"{file}: {self.reason}")
+        self.found, self.wanted = found, wanted
+
+
+# Fields only one kind of file has (docs/config.md): a gateway config says ``mode: cluster``
+# and names its pod and model; a daemon config lists the cluster's hosts.
+_GATEWAY_ONLY = ("mode", "pod", "model", "key_placement", "gateway_id", "nvme")
+_DAEMON_ONLY = ("hosts", "role", "dev_cluster", "cards", "api", "sysfs_root", "nvme_program")
+
+
+def config_kind(data: Any) -> str | None:
+    """``"gateway"``, ``"daemon"``, or None when the data is neither clearly (then the
+    validation names the field at fault)."""
+    if not isinstance(data, dict):
+        return None
+    gateway = sum(1 for k in _GATEWAY_ONLY if k in data)
+    daemon = sum(1 for k in _DAEMON_ONLY if k in data)
+    if (data.get("mode") == "cluster" or gateway >= 2) and daemon == 0:
+        return "gateway"
+    if ("hosts" in data or daemon >= 2) and gateway == 0:
+        return "daemon"
+    return None
+
+
+def expect_kind(data: Any, wanted: str, file: str) -> None:
+    """Raise ``WrongKind`` when ``data`` is clearly a config of the other kind."""
+    found = config_kind(data)
+    if found is None or found == wanted:
+        return
+    hint = {"gateway": f"check it with `awide-cluster gateway check-config {file}`; the "
+                       "daemon's is /etc/awide-cluster/cluster.yaml on a storage or witness host",
+            "daemon": f"check it with `awide-cluster check-config {file}`; a gateway's has "
+                      "mode: cluster, pod and model (docs/config.md)"}[found]
+    raise WrongKind(file, found, wanted, hint)
+
+
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors (typos must not pass)."""
 

@@ -159,6 +159,7 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
 
 
 def parse(data: Any, file: str = "<config>") -> DaemonConfig:
+    common.expect_kind(data, "daemon", file)        # a gateway's file: said in one line
     cfg = common.parse(data, DaemonConfig, file)
     problems = combination_problems(cfg)
     if problems:
@@ -168,13 +169,9 @@ def parse(data: Any, file: str = "<config>") -> DaemonConfig:
 
 
 def load(path: str | Path) -> DaemonConfig:
-    """Read and check a daemon config file; ConfigError(file, field, reason) when it is bad."""
-    cfg = common.load(path, DaemonConfig)
-    problems = combination_problems(cfg)
-    if problems:
-        field, reason = problems[0]
-        raise ConfigError(str(path), field, reason)
-    return cfg
+    """Read and check a daemon config file; ConfigError(file, field, reason) when it is bad
+    (``WrongKind`` when it is a gateway's)."""
+    return parse(common.read_yaml(path), str(path))
 
 
 RESTART_FIELDS = ("cluster", "host", "role", "dev_cluster", "etcd", "api")

@@ -270,18 +270,30 @@ def decode_layout(raw: bytes | str, namespace: str | None = None, *,
 
 @dataclass(frozen=True, slots=True)
 class IntentRecord:
+    """Who (``by``, user@host), when (``at``, the writer's clock, informational) and why
+    (``reason``, the operator's ``--reason``) an intent was given."""
+
     action: str
     by: str = ""
     at: str = ""
+    reason: str = ""
 
     def __post_init__(self) -> None:
-        # ``by`` is given on the command line or is user@host: written as readers accept it
+        # ``by`` and ``reason`` come from the command line or user@host: written as readers
+        # accept them
         object.__setattr__(self, "by", u.clean_text(self.by, u.BY_MAX))
+        object.__setattr__(self, "reason", u.clean_text(self.reason, u.INTENT_REASON_MAX))
 
     def encode(self) -> bytes:
         if self.action not in INTENT_ACTIONS:
             raise IntentRecordError(f"unknown intent {self.action!r}")
-        return _encode({"action": self.action, "by": self.by, "at": self.at})
+        d = {"action": self.action, "by": self.by, "at": self.at}
+        if self.reason:
+            d["reason"] = self.reason
+        # UTF-8, not \u escapes: 128 + 256 characters of any text fit the record bound
+        # (4 bytes a character at most, against 12 for an escaped astral one)
+        return json.dumps(d, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()
 
 
 def decode_intent(raw: bytes | str, card_id: str = "", *, key: str | None = None) -> IntentRecord:
@@ -292,4 +304,5 @@ def decode_intent(raw: bytes | str, card_id: str = "", *, key: str | None = None
     if not isinstance(action, str) or action not in INTENT_ACTIONS:
         raise f.refuse("action", f"must be one of {', '.join(INTENT_ACTIONS)}")
     return IntentRecord(action=action, by=f.text("by", required=False, limit=u.BY_MAX),
-                        at=f.text("at", required=False, limit=u.TIME_TEXT_MAX))
+                        at=f.text("at", required=False, limit=u.TIME_TEXT_MAX),
+                        reason=f.text("reason", required=False, limit=u.INTENT_REASON_MAX))

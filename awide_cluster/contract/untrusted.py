@@ -92,6 +92,7 @@ PATH_MAX = 4096                 # a directory card's path, a device
 CONTROLLER_STATE_MAX = 32
 PROBE_NAME_MAX = 32
 BY_MAX = 128                    # who wrote an intent
+INTENT_REASON_MAX = 256         # why (``--reason``)
 ENGINE_MAX = 128
 FINGERPRINT_MAX = 64
 PLACEMENT_MAX = 32

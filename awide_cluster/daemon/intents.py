@@ -1,9 +1,11 @@
 """Operator intents: ``awide-cluster drain|undrain|forget CARD``.
 
-The CLI names a card (its id, its serial, or ``host/name``), writes ``intents/<card id>`` and
-waits, bounded, until the leader applied it (the registry reflects it and the intent key is
-gone), then says what changed. The leader applies and deletes the intent in the same fenced
-transaction that writes the registry (see ``leader.py``).
+The CLI names a card (its id, its serial, or ``host/name``), says what will happen
+(``plan``), for ``forget`` checks that no host still reports the card (``reporting``) and
+asks, then writes ``intents/<card id>`` with who, when and why, and waits, bounded, until the
+leader applied it (the registry reflects it and the intent key is gone), then says what
+changed. The leader applies and deletes the intent in the same fenced transaction that writes
+the registry (see ``leader.py``), and logs it with who and why.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import getpass
 import socket
 from dataclasses import dataclass
 
-from awide_cluster.contract import keys, registry as regdoc, slots as slotfn
+from awide_cluster.contract import bounds, keys, registry as regdoc, report as repdoc
+from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.contract.records import IntentRecord
-from awide_cluster.daemon.reconcile import describe
+from awide_cluster.daemon.reconcile import describe, reported_id
 
 
 class IntentError(Exception):
@@ -81,6 +84,72 @@ def _place(s: int | None) -> str:
     return "no slot" if s is None else f"slot {s}"
 
 
+def plan(action: str, card: CardEntry, reg: Registry) -> list[str]:
+    """What the intent will do, said before it is written (pure)."""
+    slot = reg.slots.slot_of(card.id)
+    head = (f"card {card.id} ({card.host}/{card.name}, serial {card.serial}), state "
+            f"{card.state}, {_place(slot)}")
+    if action == "drain":
+        if card.state == "drained":
+            return [f"{head}: already drained, nothing changes"]
+        return [f"{head}: will be drained: it leaves service (every gateway stops using it; "
+                f"its conversations are computed again), keeps {_place(slot)}, and stays "
+                f"out until `awide-cluster undrain {card.id}`"]
+    if action == "undrain":
+        if card.state != "drained":
+            return [f"{head}: not drained, nothing changes"]
+        return [f"{head}: will be undrained: in if its host reports it healthy, else out"]
+    after = regdoc.slot_table(tuple(c for c in reg.cards if c.id != card.id), reg.slots)
+    lines = [f"{head}: will be forgotten: it leaves the registry"
+             + (f" and {_place(slot)} is freed" if slot is not None else "")]
+    for m in slotfn.moves(reg.slots, after):
+        if m.card_id == card.id:
+            continue
+        other = reg.card(m.card_id)
+        name = describe(other) if other else f"card {m.card_id}"
+        lines.append(f"  then {name}: {_place(m.old)} -> {_place(m.new)}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """Which hosts report a card now (``hosts``), and the reports that could not be read
+    (``unreadable``: host -> why), so that "nobody reports it" is never a guess."""
+
+    hosts: tuple[str, ...]
+    unreadable: tuple[tuple[str, str], ...]
+
+    @property
+    def live(self) -> bool:
+        return bool(self.hosts)
+
+    @property
+    def certain(self) -> bool:
+        return self.live or not self.unreadable
+
+
+async def reporting(store, card_id: str, timeout: float) -> Reporting:
+    """Every host report, read bounded (``members/``, each value at most its bound): the
+    hosts whose report holds the card as found. Raises StoreError when etcd does not answer."""
+    read = await store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
+                                   max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=timeout)
+    hosts: list[str] = []
+    unreadable: list[tuple[str, str]] = [(keys.tail(k, keys.MEMBERS), r.why)
+                                         for k, r in read.refused.items()]
+    if read.more:
+        unreadable.append(("...", f"{read.count} reports, over the bound of {read.max_keys}"))
+    for kv in read.kvs:
+        host = keys.tail(kv.key, keys.MEMBERS)
+        try:
+            r = repdoc.decode(kv.value)
+        except repdoc.ReportError as e:
+            unreadable.append((host, str(e)))
+            continue
+        if any(reported_id(c) == card_id for c in r.cards):
+            hosts.append(host)
+    return Reporting(tuple(sorted(hosts)), tuple(sorted(unreadable)))
+
+
 @dataclass(frozen=True)
 class Result:
     card: CardEntry
@@ -89,15 +158,20 @@ class Result:
     lines: tuple[str, ...]
 
 
+class NoRegistry(IntentError):
+    """No registry in etcd yet."""
+
+
 async def read_registry(store, timeout: float) -> Registry:
     kv = await store.get(keys.REGISTRY, timeout=timeout)
     if kv is None:
-        raise IntentError("no registry in etcd yet: is a daemon running for this cluster?")
+        raise NoRegistry("no registry in etcd yet: is a daemon running for this cluster?")
     return regdoc.decode(kv.value)
 
 
 async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
-                 poll: float, call_timeout: float, by: str | None = None) -> Result:
+                 poll: float, call_timeout: float, by: str | None = None,
+                 reason: str = "") -> Result:
     """Write the intent and wait (at most ``wait`` s) until the leader consumed it (the
     intent key is deleted in the transaction that writes the registry).
     Raises IntentError (NotApplied after the bound), StoreError, RegistryError."""
@@ -105,8 +179,8 @@ async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
     card = resolve(before, text)
     if by is None:
         by = f"{getpass.getuser()}@{socket.gethostname()}"
-    await store.put(keys.intent(card.id), IntentRecord(action, by=by, at=clock.wall()).encode(),
-                    timeout=call_timeout)
+    record = IntentRecord(action, by=by, at=clock.wall(), reason=reason)
+    await store.put(keys.intent(card.id), record.encode(), timeout=call_timeout)
     deadline = clock.monotonic() + wait
     while True:
         try:

@@ -63,7 +63,8 @@ def decode_intent(kv: KeyValue) -> Intent:
     cid = keys.tail(kv.key, keys.INTENTS)
     keys.check_name("card id", cid)
     rec = records.decode_intent(kv.value, cid)
-    return Intent(card_id=cid, action=rec.action, mod_revision=kv.mod_revision, by=rec.by)
+    return Intent(card_id=cid, action=rec.action, mod_revision=kv.mod_revision, by=rec.by,
+                  reason=rec.reason)
 
 
 class LeaderLoop:

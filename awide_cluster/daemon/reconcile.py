@@ -61,6 +61,7 @@ class Intent:
     action: Action
     mod_revision: int
     by: str = ""
+    reason: str = ""        # the operator's --reason (bounded, no control character)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +388,8 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
 
 
 def _by(it: Intent) -> str:
-    return f" from {it.by}" if it.by else ""
+    why = f" (reason: {it.reason})" if it.reason else ""
+    return (f" from {it.by}" if it.by else "") + why
 
 
 def _place(s: int | None) -> str:

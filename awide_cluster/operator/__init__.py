@@ -4,7 +4,9 @@
 - ``gather``: ``StatusReader(store, cluster=..., endpoints=...)`` with ``snapshot()`` (keeps
   report ages across reads: ``--watch``, the demo) and ``sample(interval)`` (one-shot);
 - ``render``: ``render(status, "table"|"json"|"yaml")``, ``render_cards``;
-- ``target``: which cluster and etcd, from a daemon/gateway config or the command line.
+- ``target``: which cluster and etcd: one lookup for every command (``--config``,
+  ``--endpoints``, ``$AWIDE_CONFIG``, ``$AWIDE_ETCD_ENDPOINTS``, ``DEFAULT_CONFIG``);
+- ``clusters``: the cluster names an etcd holds (bounded), for "no such cluster".
 
 Live rendering (e.g. the demo)::
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from awide_cluster.contract import bounds
 from awide_cluster.operator.model import ClusterStatus
-from awide_cluster.operator.observe import Observations, observe
+from awide_cluster.operator.observe import Observations, observe, saw_generation
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
@@ -146,12 +146,19 @@ class StatusReader:
 
     async def snapshot(self) -> tuple[RawSnapshot, ClusterStatus]:
         raw = await self.read()
-        return raw, build_status(raw, self.seen, self.policy)
+        st = build_status(raw, self.seen, self.policy)
+        # when this reader first saw each registry generation (gateway_behind is judged by it)
+        self.seen = saw_generation(self.seen, st.registry.generation, raw.mono)
+        return raw, st
 
     async def sample(self, interval: float) -> tuple[RawSnapshot, ClusterStatus]:
-        """Two reads ``interval`` apart (one when 0, or when the first found nothing)."""
-        raw = await self.read()
+        """Two reads ``interval`` apart (one when 0, or when the first found nothing). When the
+        first read finds a gateway behind the registry, the second comes ``behind_grace``
+        after it at the earliest, so one-shot status judges the lag with its own clock."""
+        raw, st = await self.snapshot()
         if interval > 0 and not raw.unreachable:
+            if any(p.code == "gateway_catching_up" for p in st.problems):
+                interval = max(interval, self.policy.behind_grace)
             await asyncio.sleep(interval)
-            raw = await self.read()
-        return raw, build_status(raw, self.seen, self.policy)
+            raw, st = await self.snapshot()
+        return raw, st

@@ -12,6 +12,13 @@ from typing import Any, Literal
 from awide_cluster.operator.observe import Age
 
 Severity = Literal["error", "warning"]
+Verdict = Literal["healthy", "warn", "unhealthy"]
+
+# Warnings about a state an operator set: it stays until an operator clears it, so it holds
+# status's exit code at 1 (a forgotten drain is never invisible; Ceph's ``noout`` is
+# HEALTH_WARN for the same reason). Other warnings pass by themselves and count only with
+# ``--strict``.
+OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +28,14 @@ class Problem:
     subject: str                # what it is about: a card id, host, gateway id, namespace, ...
     message: str
 
+    @property
+    def operator_set(self) -> bool:
+        """A state an operator set (a drain, an intent, a dev cluster): exit 1 until cleared."""
+        return self.code in OPERATOR_SET
+
     def to_dict(self) -> dict[str, Any]:
         return {"severity": self.severity, "code": self.code, "subject": self.subject,
-                "message": self.message}
+                "message": self.message, "operator_set": self.operator_set}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +147,8 @@ class IntentView:
     by: str
     age: Age | None
     error: str = ""
+    reason: str = ""            # the operator's --reason
+    at: str = ""                # when it was written (the writer's clock, informational)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +175,23 @@ class ClusterStatus:
     def errors(self) -> tuple[Problem, ...]:
         return tuple(p for p in self.problems if p.severity == "error")
 
+    @property
+    def operator_set(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.operator_set)
+
+    @property
+    def verdict(self) -> Verdict:
+        """``unhealthy``: an error; ``warn``: no error but a state an operator set (a drained
+        card, a pending intent, a dev cluster); ``healthy`` otherwise (passing warnings, such
+        as a gateway catching up, may be listed)."""
+        if self.errors:
+            return "unhealthy"
+        return "warn" if self.operator_set else "healthy"
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "cluster": self.cluster, "healthy": self.healthy, "taken_at": self.taken_at,
+            "cluster": self.cluster, "healthy": self.healthy, "verdict": self.verdict,
+            "taken_at": self.taken_at,
             "revision": self.revision, "read_error": self.read_error,
             "dev_cluster": self.dev_cluster,
             "etcd": _plain(self.etcd), "leader": _plain(self.leader),

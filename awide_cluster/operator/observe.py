@@ -14,6 +14,12 @@ One-shot ``awide-cluster status`` makes two reads ``--sample`` seconds apart (de
 poll), so a healthy report shows "<=1.0s"; ``--watch`` keeps the observations between
 refreshes, so a report that stopped changing shows a growing ">=Ns". All of it is pure: the
 caller passes the monotonic time of each read.
+
+The same holds for the registry's generations: ``published`` keeps when this reader first saw
+each generation, so a gateway that applies generation ``a`` while the registry is at ``g`` has
+been behind for at least ``now - first seen(the oldest generation above a)`` by the reader's
+own clock (``behind_for``). The leader's ``written_at`` is never compared with this machine's
+clock: with the leader's clock an hour off, a gateway one second behind is one second behind.
 """
 
 from __future__ import annotations
@@ -55,6 +61,13 @@ class Observations:
     reads: int = 0
     last_read: float | None = None
     keys: Mapping[str, Seen] = field(default_factory=dict)
+    published: Mapping[int, float] = field(default_factory=dict)   # generation -> first seen
+
+    def behind_for(self, applied: int, current: int, now: float) -> float:
+        """How long, at least, a reader has seen a gateway at ``applied`` behind ``current``:
+        since it first saw a generation above ``applied`` (0 when it never saw one before)."""
+        firsts = [t for g, t in self.published.items() if applied < g <= current]
+        return max(0.0, now - min(firsts)) if firsts else 0.0
 
     def age(self, key: str, now: float) -> Age | None:
         s = self.keys.get(key)
@@ -75,4 +88,22 @@ def observe(prev: Observations, kvs: Iterable[KeyValue] | None, now: float) -> O
             keys[kv.key] = old
         else:
             keys[kv.key] = Seen(kv.mod_revision, now, prev.last_read)
-    return Observations(reads=prev.reads + 1, last_read=now, keys=keys)
+    return Observations(reads=prev.reads + 1, last_read=now, keys=keys,
+                        published=prev.published)
+
+
+PUBLISHED_KEPT = 64         # generations remembered (the newest)
+
+
+def saw_generation(prev: Observations, generation: int | None, now: float) -> Observations:
+    """The observations once a read at ``now`` found the registry at ``generation`` (None: no
+    registry could be read, nothing changes). A registry that went back (a restored etcd)
+    forgets the generations above it."""
+    if generation is None:
+        return prev
+    kept = {g: t for g, t in prev.published.items() if g <= generation}
+    kept.setdefault(generation, now)
+    if len(kept) > PUBLISHED_KEPT:
+        kept = dict(sorted(kept.items())[-PUBLISHED_KEPT:])
+    return Observations(reads=prev.reads, last_read=prev.last_read, keys=prev.keys,
+                        published=kept)

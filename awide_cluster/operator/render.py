@@ -72,10 +72,25 @@ def card_lines(cards: Sequence[CardView]) -> list[str]:
                     "SINCE", "REASON"), rows)
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def headline(st: ClusterStatus) -> str:
+    """``HEALTHY``, ``HEALTHY (2 warnings)``, ``WARN (1 set by an operator: card_drained)`` or
+    ``UNHEALTHY (3 problems)``: what the exit code says, in words."""
+    warnings = len(st.problems) - len(st.errors)
+    if st.verdict == "unhealthy":
+        return f"UNHEALTHY ({_count(len(st.errors), 'problem')})"
+    if st.verdict == "warn":
+        codes = ", ".join(sorted({p.code for p in st.operator_set}))
+        return f"WARN ({len(st.operator_set)} set by an operator: {codes})"
+    return f"HEALTHY ({_count(warnings, 'warning')})" if warnings else "HEALTHY"
+
+
 def table(st: ClusterStatus) -> str:
     out: list[str] = []
-    verdict = "HEALTHY" if st.healthy else f"UNHEALTHY ({len(st.errors)} problem" + (
-        "s)" if len(st.errors) != 1 else ")")
+    verdict = headline(st)
     out.append(f"cluster {st.cluster}: {verdict}   etcd revision {st.revision or '?'}   "
                f"at {st.taken_at}")
     if st.dev_cluster:
@@ -142,8 +157,9 @@ def table(st: ClusterStatus) -> str:
     if st.intents:
         out.append("")
         out.append("INTENTS (pending)")
-        out += columns(("CARD", "ACTION", "BY", "AGE"), [
-            (i.card_id, i.action, i.by, i.age.describe() if i.age else "-") for i in st.intents])
+        out += columns(("CARD", "ACTION", "BY", "AGE", "REASON"), [
+            (i.card_id, i.action, i.by, i.age.describe() if i.age else "-",
+             i.reason or i.error) for i in st.intents])
 
     out.append("")
     if st.problems:

@@ -339,10 +339,8 @@ def _registry(
             f"{e} (readers keep their last good registry; the leader rewrites it at its next "
             "change)"))
         return None, RegistryView(None, "", "", age, 0, 0, str(e))
-    written = records.parse_time(reg.written_at)
-    if written is not None and raw.wall - written > 0:          # the leader's clock: a hint
-        wall_age = raw.wall - written
-        age = Age(max(wall_age, age.at_least if age else 0.0), age.at_most if age else None)
+    # the age is this reader's own measure (observe.py); written_at is the leader's clock,
+    # shown, never compared with this machine's
     mismatch = regdoc.check_slots(reg)
     if mismatch:
         problems.append(Problem("error", "slot_table_mismatch", "registry", mismatch))
@@ -480,6 +478,8 @@ def _cards(
         if why_unplaced:
             problems.append(Problem("error", "card_unplaced", c.id,
                                     f"{label} has no slot: {why_unplaced}"))
+        if c.state == "drained":
+            problems.append(_drained(c, label))
     registered = set(reg.by_id) if reg is not None else set()
     for cid, (host, rc) in sorted(reported.items()):
         if cid in registered:
@@ -513,7 +513,6 @@ def _gateways(
             except records.RecordError as e:
                 problems.append(Problem("error", "layout_corrupt", ns, str(e)))
     generation = reg.generation if reg is not None else None
-    reg_age = reg_view.age.at_least if reg_view.age is not None else 0.0
     for key, item in kv.items():
         if not key.startswith(keys.GATEWAYS):
             continue
@@ -530,16 +529,7 @@ def _gateways(
         views.append(GatewayView(gid, g.host, g.pod, g.namespace, g.placement, g.fingerprint,
                                  g.generation, lag, g.engine or "", g.version, g.stale, age))
         if lag is not None and lag > 0:
-            if reg_age >= policy.behind_grace:
-                problems.append(Problem(
-                    "error", "gateway_behind", gid,
-                    f"gateway {gid} ({g.host}/{g.pod}) applies registry generation "
-                    f"{g.generation}, {lag} behind {generation} (published {reg_age:.0f} s ago)"))
-            else:
-                problems.append(Problem(
-                    "warning", "gateway_catching_up", gid,
-                    f"gateway {gid} applies generation {g.generation}, the registry is at "
-                    f"{generation} since {reg_age:.1f} s (within {policy.behind_grace:g} s)"))
+            problems.append(_behind(g, generation, seen, raw, policy))
         elif lag is not None and lag < 0:
             problems.append(Problem(
                 "error", "gateway_ahead", gid,
@@ -597,9 +587,49 @@ def _intents(
             views.append(IntentView(cid, "?", "", age, str(e)))
             problems.append(Problem("warning", "intent_corrupt", cid, str(e)))
             continue
-        views.append(IntentView(cid, rec.action, rec.by, age))
-        if age is not None and age.at_least >= policy.stale_after:
-            problems.append(Problem("warning", "intent_pending", cid,
-                                    f"{rec.action} of card {cid} pending for {age.at_least:.0f}"
-                                    " s: is there a leader?"))
+        views.append(IntentView(cid, rec.action, rec.by, age, reason=rec.reason, at=rec.at))
+        problems.append(_pending(cid, rec, age, policy))
     return tuple(views)
+
+
+# ---------------------------------------------------------------- judged without two clocks
+
+def _drained(c, label: str) -> Problem:  # noqa: ANN001 - a registry CardEntry
+    """A drained card: an operator's state, a warning until ``undrain``."""
+    since = f"since generation {c.changed_generation}" + (
+        f", {c.changed_at} by the leader's clock" if c.changed_at else "")
+    return Problem("warning", "card_drained", c.id,
+                   f"{label} is drained ({since}): it serves nothing until "
+                   f"`awide-cluster undrain {c.id}`")
+
+
+def _pending(cid: str, rec: records.IntentRecord, age: Age | None,
+             policy: StatusPolicy) -> Problem:
+    """An intent not applied yet: an operator's action in flight, a warning until applied."""
+    who = f" by {rec.by}" if rec.by else ""
+    why = f" (reason: {rec.reason})" if rec.reason else ""
+    if age is not None and age.at_least >= policy.stale_after:
+        state = f"pending for {age.at_least:.0f} s by this reader's clock: is there a leader?"
+    else:
+        state = "not applied yet (the leader applies it at its next cycle)"
+    return Problem("warning", "intent_pending", cid,
+                   f"{rec.action} of card {cid}{who}{why}: {state}")
+
+
+def _behind(g: records.GatewayRecord, generation: int, seen: Observations, raw: RawSnapshot,
+            policy: StatusPolicy) -> Problem:
+    """A gateway behind the registry, judged by how long this reader has seen it behind (its
+    own monotonic clock, across its reads), never by the leader's ``written_at``."""
+    lag = generation - g.generation
+    head = (f"gateway {g.id} ({g.host}/{g.pod}) applies registry generation {g.generation}, "
+            f"{lag} behind {generation}")
+    behind = seen.behind_for(g.generation, generation, raw.mono)
+    if behind >= policy.behind_grace:
+        return Problem("error", "gateway_behind", g.id,
+                       f"{head}: seen behind for {behind:.1f} s by this reader (over "
+                       f"{policy.behind_grace:g} s)")
+    if seen.reads <= 1:
+        how = "one read only: how long it lags is not measured (--sample 0)"
+    else:
+        how = f"seen behind for {behind:.1f} s so far (within {policy.behind_grace:g} s)"
+    return Problem("warning", "gateway_catching_up", g.id, f"{head}: {how}")

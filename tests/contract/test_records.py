@@ -69,3 +69,21 @@ def test_intent_actions_are_checked_both_ways():
         r.decode_intent(b'{"action": "wipe"}', "c1")
     with pytest.raises(r.RecordError):
         r.IntentRecord("wipe").encode()
+
+
+def test_intent_reason_is_bounded_clean_and_optional():
+    rec = r.IntentRecord("forget", by="alice@ops1", at="2026-11-30T14:01:00+00:00",
+                         reason="card replaced (RMA 4411)")
+    assert r.decode_intent(rec.encode(), "c1") == rec
+    # older writers have no reason: read as ""
+    old = r.decode_intent(b'{"action": "drain", "by": "ops", "at": ""}', "c1")
+    assert old.reason == "" and b"reason" not in r.IntentRecord("drain").encode()
+    # the writer cleans what the reader would refuse, and bounds it
+    dirty = r.IntentRecord("drain", reason="a\nb\x1b[2J" + "x" * 400)
+    assert "\n" not in dirty.reason and "\x1b" not in dirty.reason and len(dirty.reason) == 256
+    assert r.decode_intent(dirty.encode(), "c1") == dirty
+    # the reader refuses a reason with a control character or over its bound, naming it
+    with pytest.raises(r.IntentRecordError, match="field reason"):
+        r.decode_intent(b'{"action": "drain", "reason": "a\\u001b[2Jb"}', "c1")
+    with pytest.raises(r.IntentRecordError, match="field reason"):
+        r.decode_intent(('{"action": "drain", "reason": "%s"}' % ("x" * 257)).encode(), "c1")

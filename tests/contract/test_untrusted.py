@@ -146,7 +146,8 @@ def layout_records() -> st.SearchStrategy[records.LayoutRecord]:
 def intent_records() -> st.SearchStrategy[records.IntentRecord]:
     return st.builds(records.IntentRecord, action=st.sampled_from(records.INTENT_ACTIONS),
                      by=st.text(printable, max_size=30),
-                     at=st.just("2026-11-30T14:01:00+00:00"))
+                     at=st.just("2026-11-30T14:01:00+00:00"),
+                     reason=st.text(printable, max_size=30))
 
 
 VALID: dict[str, st.SearchStrategy[bytes]] = {
@@ -513,7 +514,8 @@ def test_card_spec_refuses_paths_readers_would_refuse() -> None:
 @given(by=hostile_text, engine=hostile_text)
 @settings(deadline=None, max_examples=60)
 def test_records_written_with_any_text_decode(by, engine) -> None:
-    intent = records.IntentRecord("drain", by=by, at="2026-11-30T14:01:00+00:00")
+    intent = records.IntentRecord("drain", by=by, at="2026-11-30T14:01:00+00:00",
+                                  reason=engine)
     assert records.decode_intent(intent.encode(), "c0123456789a") == intent
     gw = records.GatewayRecord("gw-1", "h", "p", "ns-1", "dialog", "Labc", 3, engine, "0.1")
     assert records.decode_gateway(gw.encode(), "gw-1") == gw

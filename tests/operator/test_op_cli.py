@@ -101,7 +101,9 @@ def test_config_errors_exit_2(tmp_path):
     nameless.write_text("etcd: {endpoints: ['http://127.0.0.1:2379']}\n")
     r = CliRunner().invoke(cli, ["status", "--config", str(nameless)])
     assert r.exit_code == 2 and "cluster: missing" in r.output
-    assert CliRunner().invoke(cli, ["status"]).exit_code == 2
+    nowhere = {"AWIDE_CONFIG": None, "AWIDE_ETCD_ENDPOINTS": None,
+               "AWIDE_DEFAULT_CONFIG": str(tmp_path / "absent.yaml")}
+    assert CliRunner().invoke(cli, ["status"], env=nowhere).exit_code == 2
     assert CliRunner().invoke(cli, ["status", "--endpoints", "http://127.0.0.1:1"]).exit_code == 2
     assert CliRunner().invoke(cli, ["status", "-o", "xml"]).exit_code == 2
     r = CliRunner().invoke(cli, ["status", "--endpoints", "http://127.0.0.1:1",

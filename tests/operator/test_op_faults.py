@@ -85,7 +85,7 @@ def _run_cli(args: list[str], timeout: float = 15.0) -> tuple[subprocess.Complet
 def test_dead_etcd_is_one_clear_line_within_the_bound():
     eps = ",".join(f"http://127.0.0.1:{p}" for p in _free_ports(3))
     r, took = _run_cli(["status", "--endpoints", eps, "--cluster", "c1"])
-    assert r.returncode == 1
+    assert r.returncode == 3                       # unreachable, not unhealthy
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("awide-cluster: etcd unreachable: no member")
@@ -104,7 +104,7 @@ def test_frozen_etcd_does_not_hang_status(etcd3):
     finally:
         for i in range(3):
             etcd3.thaw(i)
-    assert r.returncode == 1 and rc.returncode == 1
+    assert r.returncode == 3 and rc.returncode == 3
     assert "etcd unreachable" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert took < 5.0 and out < 5.0

@@ -1,10 +1,19 @@
-"""The pure parts of status: age observation and etcd quorum judgement, no etcd needed."""
+"""The pure parts of status: age observation, gateway lag by the reader's clock, the
+verdict, etcd quorum judgement and the kind of a config file; no etcd needed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hypothesis import given, settings, strategies as st
+
+from awide_cluster.config.common import config_kind
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.operator.observe import Age, Observations, observe
+from awide_cluster.operator.model import OPERATOR_SET, Problem
+from awide_cluster.operator.observe import (
+    PUBLISHED_KEPT, Age, Observations, observe, saw_generation,
+)
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.types import EndpointStatus, KeyValue, Member
 from tests.operator import op_state as state
@@ -90,3 +99,72 @@ def test_gateway_ahead_of_the_registry():
     members = tuple(_member(i) for i in (1, 2, 3))
     st = _status([_answer(i, 1) for i in (1, 2, 3)], members, kvs)
     assert "gateway_ahead" in codes(st) and not st.healthy
+
+
+# ---------------------------------------------------------------- judged without two clocks
+
+# reads: (seconds since the previous read, registry generation seen or None)
+reads = st.lists(st.tuples(st.floats(0.0, 100.0), st.one_of(st.none(), st.integers(1, 200))),
+                 min_size=1, max_size=80)
+
+
+def _seen(history):
+    obs, now, first = Observations(), 0.0, {}
+    for dt, gen in history:
+        now += dt
+        obs = saw_generation(observe(obs, [], now), gen, now)
+        if gen is not None:
+            first = {g: t for g, t in first.items() if g <= gen}
+            first.setdefault(gen, now)
+    return obs, now, first
+
+
+@given(history=reads, applied=st.integers(0, 200), later=st.floats(0.0, 100.0))
+@settings(max_examples=300)
+def test_behind_for_is_the_readers_own_measure(history, applied, later):
+    obs, now, first = _seen(history)
+    current = max(obs.published) if obs.published else applied + 1
+    got = obs.behind_for(applied, current, now + later)
+    kept = dict(sorted(first.items())[-PUBLISHED_KEPT:])
+    above = [t for g, t in kept.items() if applied < g <= current]
+    assert got == (now + later - min(above) if above else 0.0)
+    assert 0.0 <= got <= now + later                 # never more than the reader has watched
+    assert obs.behind_for(applied, current, now + later + 1.0) >= got   # grows with its clock
+    assert len(obs.published) <= PUBLISHED_KEPT
+
+
+def test_a_registry_that_went_back_forgets_the_generations_above():
+    obs = saw_generation(saw_generation(Observations(), 7, 1.0), 9, 2.0)
+    obs = saw_generation(obs, 8, 3.0)                # restored etcd: 9 is no more
+    assert obs.published == {7: 1.0, 8: 3.0}
+    assert obs.behind_for(7, 8, 4.0) == 1.0
+
+
+problems = st.lists(st.builds(
+    Problem, severity=st.sampled_from(["error", "warning"]),
+    code=st.sampled_from(sorted(OPERATOR_SET) + ["card_out", "gateway_catching_up",
+                                                 "version_skew"]),
+    subject=st.just("x"), message=st.just("m")), max_size=6)
+
+
+@given(ps=problems)
+def test_verdict_holds_on_states_an_operator_set(ps):
+    s = replace(_status([EndpointAnswer("http://127.0.0.1:1", None, "down")], None),
+                problems=tuple(ps))
+    errors = any(p.severity == "error" for p in ps)
+    operator = any(p.code in OPERATOR_SET for p in ps)
+    assert s.verdict == ("unhealthy" if errors else "warn" if operator else "healthy")
+    assert s.healthy == (not errors)
+    assert all(d["operator_set"] == (d["code"] in OPERATOR_SET)
+               for d in s.to_dict()["problems"])
+
+
+def test_config_kind():
+    daemon = {"cluster": "c1", "host": "h1", "hosts": ["h1"], "etcd": {}}
+    gateway = {"mode": "cluster", "cluster": "c1", "host": "g", "pod": "p", "etcd": {},
+               "model": {"name": "m"}}
+    assert config_kind(daemon) == "daemon" and config_kind(gateway) == "gateway"
+    assert config_kind({**daemon, "model": {}}) is None          # a stray field: validation
+    assert config_kind({**gateway, "hosts": ["h1"]}) is None     # names it
+    assert config_kind({"cluster": "c1", "etcd": {}}) is None
+    assert config_kind(["not", "a", "mapping"]) is None

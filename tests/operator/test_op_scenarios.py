@@ -108,22 +108,86 @@ async def test_ninth_card(shared_etcd, cluster_name):
     assert yaml.safe_load(render(st, "yaml"))["cards"][-1]["unplaced"].startswith("no free slot")
 
 
+class Mono:
+    """The reader's monotonic clock, moved by the test (the reader's own clock, nothing else)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 async def test_gateway_behind_and_catching_up(shared_etcd, cluster_name):
+    """Judged by how long this reader saw the gateway behind (its monotonic clock), never by
+    the leader's written_at: a registry written "an hour ago" by the leader's clock and a
+    gateway that applies it within a second is no problem."""
     kvs = state.healthy_state(cluster_name)
     cards = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2"),
              state.card("h2", "card0", "SN-B1", ip="10.0.0.2")]
-    kvs[keys.REGISTRY] = regdoc.encode(state.registry(cards, 7, written_ago=60,
+    kvs[keys.REGISTRY] = regdoc.encode(state.registry(cards, 7, written_ago=3600,
                                                       cluster=cluster_name))
     kvs[keys.gateway("g1")] = state.gateway("g1", generation=7)
     kvs[keys.gateway("g2")] = state.gateway("g2", generation=5)
-    st = await status_of(shared_etcd, cluster_name, kvs)
-    assert codes(st) == ["gateway_behind"]
-    assert [(g.id, g.lag) for g in st.gateways] == [("g1", 0), ("g2", 2)]
-    # a generation published a moment ago: the gateway is catching up, not behind
-    kvs[keys.REGISTRY] = regdoc.encode(state.registry(cards, 8, written_ago=0.0,
-                                                      cluster=cluster_name))
-    st = await status_of(shared_etcd, cluster_name, kvs)
-    assert st.healthy and codes(st) == ["gateway_catching_up"]
+    await state.awrite(shared_etcd.endpoints, cluster_name, kvs)
+    mono = Mono()
+    store = state.store_for(shared_etcd.endpoints, cluster_name)
+    try:
+        # reports are not rewritten here: only the gateway's lag is judged
+        reader = StatusReader(store, cluster=cluster_name, endpoints=shared_etcd.endpoints,
+                              mono=mono, policy=StatusPolicy(stale_after=60, behind_grace=3.0))
+        _, st = await reader.snapshot()            # first read: lag seen, not measured yet
+        assert codes(st) == ["gateway_catching_up"] and st.verdict == "healthy"
+        assert "one read only" in st.problems[0].message
+        assert [(g.id, g.lag) for g in st.gateways] == [("g1", 0), ("g2", 2)]
+        mono.t += 1.0
+        _, st = await reader.snapshot()            # 1 s by the reader's clock: catching up
+        assert codes(st) == ["gateway_catching_up"] and "1.0 s so far" in st.problems[0].message
+        mono.t += 2.5
+        _, st = await reader.snapshot()            # 3.5 s: behind, an error
+        assert codes(st) == ["gateway_behind"] and not st.healthy
+        assert "seen behind for 3.5 s by this reader" in st.problems[0].message
+        # it applies generation 7: fine at once, whatever the leader's clock said
+        await state.awrite(shared_etcd.endpoints, cluster_name,
+                           {keys.gateway("g2"): state.gateway("g2", generation=7)})
+        mono.t += 0.5
+        _, st = await reader.snapshot()
+        assert st.problems == ()
+        # a new generation, written "an hour ago" by a leader whose clock is late: the lag
+        # counts from when this reader first saw generation 8
+        await state.awrite(shared_etcd.endpoints, cluster_name, {
+            keys.REGISTRY: regdoc.encode(state.registry(cards, 8, written_ago=3600,
+                                                        cluster=cluster_name))})
+        mono.t += 0.5
+        _, st = await reader.snapshot()
+        assert codes(st) == ["gateway_catching_up"]
+        assert "seen behind for 0.0 s so far" in st.problems[0].message
+        await state.awrite(shared_etcd.endpoints, cluster_name, {
+            keys.gateway("g1"): state.gateway("g1", generation=8),
+            keys.gateway("g2"): state.gateway("g2", generation=8)})
+        mono.t += 0.5
+        _, st = await reader.snapshot()
+        assert st.problems == ()
+        assert st.registry.age is not None and st.registry.age.at_least < 1.0
+    finally:
+        await store.close()
+
+
+async def test_one_shot_sample_waits_out_the_grace_when_a_gateway_lags(shared_etcd,
+                                                                      cluster_name):
+    """One-shot status reads again ``behind_grace`` after its first read when that read
+    found a gateway behind, so the verdict rests on the reader's own clock."""
+    kvs = state.healthy_state(cluster_name)
+    kvs[keys.gateway("g2")] = state.gateway("g2", generation=4)
+    await state.awrite(shared_etcd.endpoints, cluster_name, kvs)
+    store = state.store_for(shared_etcd.endpoints, cluster_name)
+    try:
+        reader = StatusReader(store, cluster=cluster_name, endpoints=shared_etcd.endpoints,
+                              policy=StatusPolicy(stale_after=5.0, behind_grace=0.3))
+        _, st = await reader.sample(0.05)
+        assert codes(st) == ["gateway_behind"], st.problems
+    finally:
+        await store.close()
 
 
 async def test_fingerprints_differ(shared_etcd, cluster_name):
@@ -182,6 +246,10 @@ async def test_dev_cluster_is_loud_but_not_unhealthy(shared_etcd, cluster_name):
     kvs[keys.member("h1")] = repdoc.encode(state.report("h1", cards, dev=True))
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert st.healthy and st.dev_cluster and codes(st) == ["dev_cluster"]
+    # an operator's setting: a warning that holds the verdict (exit 1) until cleared
+    assert st.verdict == "warn" and st.problems[0].operator_set
+    assert render(st, "table").splitlines()[0].split(": ", 1)[1].startswith(
+        "WARN (1 set by an operator: dev_cluster)")
     assert "!!! DEV CLUSTER: h1" in render(st, "table").splitlines()[2]
 
 

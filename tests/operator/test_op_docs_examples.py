@@ -1,0 +1,103 @@
+"""Every command example of docs/operations.md runs as written, with its documented exit code.
+
+The examples are the lines of the fenced ``sh`` blocks that start with ``awide-cluster``
+(a line ending in ``\\`` continues on the next). They run in document order, as the real
+command, against a real etcd and real daemons of the cluster the examples name (``prod1``,
+hosts ``store-a`` and ``store-b``, cards ``SN-A1``, ``SN-A2``, ``SN-B1``). What a real host
+has and a test cannot, the test puts in place: the two config files (a daemon's at
+``/etc/awide-cluster/cluster.yaml``, through ``$AWIDE_DEFAULT_CONFIG``; a gateway's), and the
+etcd endpoints. The expected exit code is the one the example's comment gives (``exit N``),
+else 0. An example piped into ``jq`` must print JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+import signal
+from pathlib import Path
+
+import yaml
+
+from tests.operator.op_fixtures import shared_etcd  # noqa: F401
+from tests.operator.op_lab import CLI, Lab
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+DAEMON_FILE = "/etc/awide-cluster/cluster.yaml"
+GATEWAY_FILE = "/etc/vllm/awide-gateway.yaml"
+DOC_ENDPOINTS = "https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379"
+LAYOUT = {"store-a": [("card0", "SN-A1"), ("card1", "SN-A2")], "store-b": [("card0", "SN-B1")]}
+
+
+def examples(text: str) -> list[tuple[str, int, str]]:
+    """(command line, expected exit code, what it is piped into) of every example."""
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            if not line.startswith("awide-cluster"):
+                continue
+            command, _, comment = line.partition(" #")
+            m = re.search(r"\bexit (\d)\b", comment)
+            command, _, pipe = command.partition(" | ")
+            out.append((command.strip(), int(m.group(1)) if m else 0, pipe.strip()))
+    return out
+
+
+def test_the_examples_are_found():
+    found = examples(DOC.read_text())
+    verbs = {shlex.split(c)[1] for c, _, _ in found}
+    assert {"status", "cards", "drain", "undrain", "forget"} <= verbs, found
+    assert any(pipe.startswith("jq") for _, _, pipe in found)
+    assert any(code == 1 for _, code, _ in found)
+
+
+async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
+    """A ``--watch`` example: until its first refresh is printed, then Ctrl-C (SIGINT)."""
+    p = await asyncio.create_subprocess_exec(
+        CLI, *args, env=lab.environment(), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        first = await asyncio.wait_for(p.stdout.readline(), 60)
+        p.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(p.communicate(), 60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    return p.returncode, (first + out + err).decode()
+
+
+async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
+    lab = Lab(shared_etcd, "prod1", tmp_path, layout=LAYOUT)
+    gateway = tmp_path / "awide-gateway.yaml"
+    gateway.write_text(yaml.safe_dump({
+        "mode": "cluster", "cluster": "prod1", "host": "gpu1", "pod": "vllm-0",
+        "etcd": {"endpoints": list(shared_etcd.endpoints)},
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}}))
+    lab.env = {"AWIDE_DEFAULT_CONFIG": str(lab.file)}
+    here = {DAEMON_FILE: str(lab.file), GATEWAY_FILE: str(gateway),
+            DOC_ENDPOINTS: ",".join(shared_etcd.endpoints)}
+    ran = []
+    async with lab:
+        for command, expected, pipe in examples(DOC.read_text()):
+            args = [here.get(a, a) for a in shlex.split(command)[1:]]
+            if args[:2] == ["forget", "SN-B1"]:
+                # the card was replaced: its host store-b is gone and it is out
+                await lab.daemons["store-b"].stop()
+                await lab.until(lambda r: lab.card(r, "store-b", "card0").state == "out",
+                                "SN-B1 out")
+            if "--watch" in args or "-w" in args:
+                code, out = await _watch(lab, args)
+                err = ""
+            else:
+                code, out, err = await lab.cli(*args)
+            assert code == expected, (command, code, out, err)
+            if pipe.startswith("jq"):
+                json.loads(out)
+            ran.append(command)
+        reg = await lab.registry()
+        assert lab.card(reg, "store-b", "card0") is None          # the forget example
+        assert lab.card(reg, "store-a", "card0").state == "in"    # drained, then undrained
+    assert len(ran) >= 10
