@@ -212,3 +212,48 @@ async def test_a_leader_key_on_no_lease_is_cleared_after_a_ttl(etcd, cluster_nam
     finally:
         await d.stop()
         await store.close()
+
+
+class _Exploding:
+    """A real store whose reads of the leader key raise a non-store error while ``armed`` (a
+    decoder's bug, content nothing foresaw)."""
+
+    def __init__(self, store) -> None:
+        self.store, self.armed, self.raised = store, False, 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    async def get(self, key, **kw):
+        if self.armed and key == keys.LEADER:
+            self.raised += 1
+            raise OverflowError("timestamp out of range for platform time_t")
+        return await self.store.get(key, **kw)
+
+
+async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name, cards):
+    from .conftest import wait_for
+    cards.make("c0", "SN0")
+    real = store_of(etcd, cluster_name)
+    store = _Exploding(real)
+    d = Daemon(make_config(etcd, cluster_name, "h1", [cards.spec("c0")]), store=store,
+               serve_api=False)
+    await d.start()
+    try:
+        await wait_for(lambda: d.is_leader, what="leading")
+        store.armed = True
+        await wait_for(lambda: d.turn_errors >= 3, what="turns that raised")
+        assert d.exit_code is None and not d._task.done()
+        store.armed = False
+        turns = d.turns
+        cards.set_healthy("c0", False)           # and it still takes a card out
+        await wait_for(lambda: d.turns > turns + 4, what="turns after the errors")
+        reg = await registry(real)
+        await wait_for(lambda: d.registry is not None and d.registry.cards[0].state == "out",
+                       what="card out after the errors")
+        assert reg is not None
+        text = d.metrics.exposition().decode()
+        assert 'awide_loop_errors_total{error="OverflowError"}' in text
+    finally:
+        await d.stop()
+        await real.close()
