@@ -127,7 +127,12 @@ def test_the_password_is_in_no_log_answer_or_error(secured, tmp_path) -> None:
         for argv in (["check-config", str(config)], ["status", "--config", str(config)],
                      ["status", "--config", str(config), "--format", "json"]):
             r = _cli(*argv)
-            assert r.returncode == 0, (argv, r.stdout, r.stderr)
+            # a one-member dev cluster: status warns (exit 1, set by an operator), never fails
+            # to read it (2: usage, 3: unreachable)
+            ok = (0,) if argv[0] == "check-config" else (0, 1)
+            assert r.returncode in ok and "Traceback" not in r.stderr, (argv, r.stdout, r.stderr)
+            if argv[0] == "status":
+                assert "dev_cluster" in r.stdout and "etcd_unreachable" not in r.stdout
             seen += [r.stdout, r.stderr]
 
         # a reload with the password inline and in an endpoint URL: refused, named, redacted
