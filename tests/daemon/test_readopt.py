@@ -1,4 +1,4 @@
-"""Regression (found by the fault campaign, issue 6): a leader that stepped down because its
+"""Regression (found by the fault campaign): a leader that stepped down because its
 lease went unconfirmed (etcd without quorum for longer than TTL - margin) while etcd kept the
 lease and the leader key, must lead again once it renews the lease. Before the fix it kept the
 key alive with its keepalives but never campaigned (the key was "held"), so the cluster had no

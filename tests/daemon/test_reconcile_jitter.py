@@ -1,4 +1,4 @@
-"""Regression (found by the fault campaign, issue 6): polling jitter (a host report that did
+"""Regression (found by the fault campaign): polling jitter (a host report that did
 not advance between two leader cycles) must not rewrite the registry for a card that is
 already sick. A card that stayed out (e.g. the card that was swapped out of a directory)
 alternated between its reason and "report did not advance" at every jitter: the registry was

@@ -1,4 +1,4 @@
-"""The fault campaign (issue 6): real faults into a real cluster, invariants checked.
+"""The fault campaign: real faults into a real cluster, invariants checked.
 
 ``python -m tests.faults.runner --seed N --faults K --report FILE [--quick]``; see
 docs/reliability.md. Modules: ``schedule`` (faults from a seed), ``topology`` (the cluster),

@@ -1,4 +1,4 @@
-"""The quick fault campaign inside the test suite (issue 6): a real cluster, every fault kind
+"""The quick fault campaign inside the test suite: a real cluster, every fault kind
 once with its full effect, every invariant checked; any violation fails the test.
 
 Runs ``python -m tests.faults.runner --quick`` as a child process (its own process group of
