@@ -37,9 +37,6 @@ from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 log = logging.getLogger("awide_cluster.leader")
 
-GATEWAYS_READ_LIMIT = 10_000     # gateway records read for the generation floor of a repair
-
-
 class Outcome(enum.Enum):
     WROTE = "wrote"             # transaction committed (registry and/or intents)
     UNCHANGED = "unchanged"     # nothing to write
@@ -331,9 +328,11 @@ class LeaderLoop:
                        lineage=uuid.uuid4().hex[:12])
 
     async def _gateway_generations(self) -> int:
-        """The highest registry generation any gateway says it applied (0: none readable)."""
-        res = await self.store.range(keys.GATEWAYS, prefix=True, limit=GATEWAYS_READ_LIMIT,
-                                     timeout=self.call_timeout)
+        """The highest registry generation any gateway says it applied (0: none readable), over
+        the first ``CLUSTER_MAX_KEYS`` gateway records, each within the records' bound."""
+        res = await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
+                                           max_value_bytes=bounds.RECORD_MAX_BYTES,
+                                           timeout=self.call_timeout)
         top = 0
         for kv in res.kvs:
             try:
@@ -342,6 +341,7 @@ class LeaderLoop:
             except ValueError:
                 continue                    # a refused record says nothing
         return min(top, regdoc.MAX_GENERATION - 1)
+
     def _outage_changed(self, was: str, now: str) -> None:
         if self.metrics is not None:
             self.metrics.write_outage(bool(now))

@@ -166,7 +166,7 @@ class Leadership:
         elif kv.lease != self.lease.id or self.holder != self.record:
             # still our key (the fencing token is unchanged) but someone overwrote it: a value
             # that is not our record, or a key taken off our lease (it would never expire)
-            self.tampered = (f"value is not this leader's record" if self.holder != self.record
+            self.tampered = ("value is not this leader's record" if self.holder != self.record
                              else f"bound to lease {kv.lease:x}, not ours")
         else:
             self.tampered = ""
