@@ -16,7 +16,11 @@ configuration or signal handlers are touched.
 
 from awide_gateway_cluster.config import ConfigError, GatewayConfig, load_config, parse_config
 from awide_gateway_cluster.errors import (
-    EngineRefused, GatewayError, LayoutMismatch, NotStarted, WipeRefused,
+    EngineRefused,
+    GatewayError,
+    LayoutMismatch,
+    NotStarted,
+    WipeRefused,
 )
 from awide_gateway_cluster.events import ChangeEvent
 from awide_gateway_cluster.gateway import ClusterGateway, GatewayStats

@@ -30,7 +30,13 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from awide_cluster.config.common import (
-    ConfigError, EtcdSection, Section, expect_kind, parse, plaintext_problems, read_yaml,
+    ConfigError,
+    EtcdSection,
+    Section,
+    expect_kind,
+    parse,
+    plaintext_problems,
+    read_yaml,
 )
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.nvme.target import InvalidTarget, validate_nqn
@@ -171,7 +177,7 @@ class GatewayConfig(Section):
         return t
 
     @model_validator(mode="after")
-    def _id_fits(self) -> "GatewayConfig":
+    def _id_fits(self) -> GatewayConfig:
         if self.gateway_id is None and len(f"{self.host}-{self.pod}") > 63:
             raise ValueError("host-pod is longer than 63 characters: give gateway_id")
         return self

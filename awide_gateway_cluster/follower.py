@@ -22,10 +22,13 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys
+from awide_cluster.contract import bounds, keys
 from awide_cluster.contract.registry import (
-    Registry, RegistryError, UnknownSchema, check_slots, went_back,
+    Registry,
+    RegistryError,
+    UnknownSchema,
+    check_slots,
+    went_back,
 )
 from awide_cluster.contract.registry import decode as decode_registry
 from awide_cluster.store.errors import StoreError, ValueTooLarge

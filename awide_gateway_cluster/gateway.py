@@ -252,7 +252,7 @@ class ClusterGateway:
                 await self._store.close()
             self._store = None
 
-    async def __aenter__(self) -> "ClusterGateway":
+    async def __aenter__(self) -> ClusterGateway:
         await self.start()
         return self
 

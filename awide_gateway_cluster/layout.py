@@ -21,7 +21,11 @@ from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import (  # noqa: F401 (re-exported)
-    PLACEMENT_ALGORITHM, LayoutRecord, decode_layout,
+    PLACEMENT_ALGORITHM,
+    LayoutRecord,
+    decode_layout,
+)
+from awide_cluster.contract.records import (
     LayoutRecordError as LayoutError,
 )
 
@@ -34,7 +38,7 @@ _SLUG_BAD = re.compile(r"[^a-z0-9]+")
 class LayoutMismatch(Exception):
     """This gateway's layout differs from the one recorded for its namespace."""
 
-    def __init__(self, namespace: str, recorded: "LayoutRecord", mine: "LayoutRecord") -> None:
+    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord) -> None:
         self.namespace, self.recorded, self.mine = namespace, recorded, mine
         super().__init__(
             f"key layout of namespace {namespace} is {recorded.describe()} (recorded by gateway "

@@ -13,7 +13,12 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import GatewayRecord, decode_gateway  # noqa: F401
 from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
 from awide_gateway_cluster.layout import (
-    LayoutError, LayoutMismatch, LayoutRecord, compare, decode_record, encode_record,
+    LayoutError,
+    LayoutMismatch,
+    LayoutRecord,
+    compare,
+    decode_record,
+    encode_record,
 )
 
 log = logging.getLogger("awide_gateway_cluster.registration")

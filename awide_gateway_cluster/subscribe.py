@@ -25,7 +25,7 @@ class _Sink(Protocol):
 
 
 class Subscription:
-    def __init__(self, hub: "Hub", maxsize: int = 1000) -> None:
+    def __init__(self, hub: Hub, maxsize: int = 1000) -> None:
         self._hub = hub
         self._items: collections.deque[ChangeEvent] = collections.deque()
         self._maxsize = maxsize
@@ -56,7 +56,7 @@ class Subscription:
         self._hub.remove(self)
         self._ready.set()
 
-    def __aiter__(self) -> "Subscription":
+    def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> ChangeEvent:
@@ -66,7 +66,7 @@ class Subscription:
 class ThreadSubscription:
     _CLOSED = object()
 
-    def __init__(self, hub: "Hub", maxsize: int = 1000) -> None:
+    def __init__(self, hub: Hub, maxsize: int = 1000) -> None:
         self._hub = hub
         self._q: queue.Queue[object] = queue.Queue(maxsize)
         self._lock = threading.Lock()
@@ -100,7 +100,7 @@ class ThreadSubscription:
         self._hub.remove(self)
         self.push(self._CLOSED)
 
-    def __iter__(self) -> "ThreadSubscription":
+    def __iter__(self) -> ThreadSubscription:
         return self
 
     def __next__(self) -> ChangeEvent:

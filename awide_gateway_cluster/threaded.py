@@ -78,7 +78,7 @@ class ThreadedClusterGateway:
             self._thread.join(5.0)
         self._thread = self._loop = None
 
-    def __enter__(self) -> "ThreadedClusterGateway":
+    def __enter__(self) -> ThreadedClusterGateway:
         self.start()
         return self
 

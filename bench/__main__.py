@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     started = time.monotonic()
-    when = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    when = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     work = Path(tempfile.mkdtemp(prefix="awide-bench-"))
     ctx = Context(quick=args.quick, work=work, etcd_binary=find_bench_etcd(),
                   log=lambda s: print(s, file=sys.stderr, flush=True))

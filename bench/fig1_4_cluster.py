@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.registry import decode
 from awide_cluster.contract.records import IntentRecord
+from awide_cluster.contract.registry import decode
 from awide_cluster.embedded.cluster import EmbeddedCluster
 from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds
 from awide_cluster.embedded.store_thread import StoreThread

@@ -21,8 +21,16 @@ import uuid
 from typing import Any
 
 from bench.common import (
-    Context, RegistryWriter, Row, cpu_seconds, latency_row, make_dir_cards, ms, start_etcd,
-    store_for, summary,
+    Context,
+    RegistryWriter,
+    Row,
+    cpu_seconds,
+    latency_row,
+    make_dir_cards,
+    ms,
+    start_etcd,
+    store_for,
+    summary,
 )
 from bench.proc import Worker, WorkerError, close_all
 

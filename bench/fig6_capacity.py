@@ -21,8 +21,16 @@ import uuid
 from typing import Any
 
 from bench.common import (
-    Context, RegistryWriter, Row, etcd_cpu, etcd_settings, make_dir_cards, ms, pct,
-    start_etcd, store_for,
+    Context,
+    RegistryWriter,
+    Row,
+    etcd_cpu,
+    etcd_settings,
+    make_dir_cards,
+    ms,
+    pct,
+    start_etcd,
+    store_for,
 )
 from bench.loadset import LoadSet, Window, sleep_until
 

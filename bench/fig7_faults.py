@@ -20,8 +20,17 @@ from typing import Any
 
 from awide_gateway_cluster import ThreadedClusterGateway
 from bench.common import (
-    Context, RegistryWriter, Row, etcd_cpu, etcd_settings, latency_row, make_dir_cards, ms, pct,
-    start_etcd, store_for,
+    Context,
+    RegistryWriter,
+    Row,
+    etcd_cpu,
+    etcd_settings,
+    latency_row,
+    make_dir_cards,
+    ms,
+    pct,
+    start_etcd,
+    store_for,
 )
 from bench.fleet import gateway_config
 from bench.loadset import LoadSet, sleep_until

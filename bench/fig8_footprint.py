@@ -24,11 +24,18 @@ from typing import Any
 import yaml
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.registry import decode
 from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.contract.registry import decode
 from bench.common import (
-    Context, Row, bench_python_env, cpu_seconds, etcd_settings, make_dir_cards, rss_bytes,
-    start_etcd, store_for,
+    Context,
+    Row,
+    bench_python_env,
+    cpu_seconds,
+    etcd_settings,
+    make_dir_cards,
+    rss_bytes,
+    start_etcd,
+    store_for,
 )
 from bench.proc import Worker
 

@@ -32,7 +32,7 @@ def emit(kind: str, **fields: Any) -> None:
 
 async def main(spec: dict[str, Any]) -> None:
     emit("base", rss=rss())
-    from awide_gateway_cluster import ClusterGateway   # noqa: PLC0415 - measured on purpose
+    from awide_gateway_cluster import ClusterGateway  # noqa: PLC0415 - measured on purpose
     from bench.fleet import gateway_config
     from bench.proc import stdin_lines
     emit("imported", rss=rss())

@@ -27,7 +27,7 @@ class WorkerError(RuntimeError):
 
 class Worker:
     def __init__(self, module: str, spec: dict[str, Any], *, log_dir: Path, name: str,
-                 sink: "queue.Queue[dict[str, Any] | None] | None" = None) -> None:
+                 sink: queue.Queue[dict[str, Any] | None] | None = None) -> None:
         self.name = name
         args = [sys.executable, "-m", module, json.dumps(spec)]
         setpriv = shutil.which("setpriv")

@@ -94,7 +94,7 @@ class DaemonHealth:
     def for_timing(
         cls, poll_interval: float, call_timeout: float,
         clock: Callable[[], float] = time.monotonic,
-    ) -> "DaemonHealth":
+    ) -> DaemonHealth:
         """Bounds from the daemon's timing: a turn is one poll plus a few bounded etcd calls.
 
         loop stale after 3 polls + 4 call bounds; report stale after 3 polls + 2 call bounds.

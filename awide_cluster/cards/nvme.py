@@ -7,8 +7,8 @@ sysfs has none of them, ``nvme id-ns`` is asked (bounded, through the runner).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from awide_cluster.cards.model import LocalCard
 from awide_cluster.nvme.cli import NvmeCli

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from awide_cluster.cards.directory import LabelError, discover_dir
-from awide_cluster.cards.model import DISCOVERY, CardObservation, LocalCard, ProbeResult, \
-    summarize
+from awide_cluster.cards.model import DISCOVERY, CardObservation, LocalCard, ProbeResult, summarize
 from awide_cluster.cards.nvme import discover_nvme
-from awide_cluster.cards.probes import check_device, check_identity, probe_listener, \
-    probe_store, probe_writable
+from awide_cluster.cards.probes import (
+    check_device,
+    check_identity,
+    probe_listener,
+    probe_store,
+    probe_writable,
+)
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import CommandRunner

@@ -12,13 +12,20 @@ import logging
 import os
 import threading
 import uuid as uuidlib
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Awaitable, Callable, Sequence
 
 import aiohttp
 
-from awide_cluster.cards.model import DEVICE, IDENTITY, LISTENER, STORE, WRITABLE, LocalCard, \
-    ProbeResult
+from awide_cluster.cards.model import (
+    DEVICE,
+    IDENTITY,
+    LISTENER,
+    STORE,
+    WRITABLE,
+    LocalCard,
+    ProbeResult,
+)
 from awide_cluster.cards.spec import StoreProbeSpec, parse_host_port
 from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, ProgramNotFound, RunnerError
 from awide_cluster.nvme.target import NvmeTarget

@@ -24,8 +24,14 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema,
-    field_validator, model_validator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
 )
 
 from awide_cluster.contract.untrusted import FORBIDDEN
@@ -132,7 +138,7 @@ class StoreProbeSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "StoreProbeSpec":
+    def _exactly_one(self) -> StoreProbeSpec:
         given = [k for k in ("systemd_unit", "http", "tcp", "command")
                  if getattr(self, k) is not None]
         if len(given) != 1:
@@ -191,7 +197,7 @@ class CardSpec(BaseModel):
             raise ValueError(exc.reason) from None
 
     @model_validator(mode="after")
-    def _by_kind(self) -> "CardSpec":
+    def _by_kind(self) -> CardSpec:
         if self.kind == "dir":
             if self.path is None:
                 raise ValueError("a dir card needs path")

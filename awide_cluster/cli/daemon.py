@@ -19,13 +19,21 @@ import sys
 import click
 
 from awide_cluster.cli.lookup import (
-    EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE, cluster_list, config_file, fail,
-    no_such_cluster, resolve, target_options,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    cluster_list,
+    config_file,
+    fail,
+    no_such_cluster,
+    resolve,
+    target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.contract.untrusted import INTENT_REASON_MAX
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
+from awide_cluster.contract.untrusted import INTENT_REASON_MAX
 
 EXIT_CONFIG = 2
 
@@ -160,7 +168,14 @@ async def _prepare(target, store_config, action: str, card: str, force: bool):  
     host still reports it. (exit code, the card entry)."""
     from awide_cluster.contract.registry import RegistryError
     from awide_cluster.daemon.intents import (
-        IntentError, NoRegistry, plan, read_registry, reporting, resolve as resolve_card,
+        IntentError,
+        NoRegistry,
+        plan,
+        read_registry,
+        reporting,
+    )
+    from awide_cluster.daemon.intents import (
+        resolve as resolve_card,
     )
     from awide_cluster.store.errors import StoreError
     from awide_cluster.store.etcd import EtcdStore

@@ -45,8 +45,8 @@ def _load(path: str):  # type: ignore[no-untyped-def]
 def check_config(file: str | None) -> None:
     """Validate a gateway config FILE (default $AWIDE_CONFIG; exit 2 and the field at fault
     if it is bad, or one line if it is a daemon's)."""
-    from awide_gateway_cluster.layout import namespace
     from awide_cluster.cli.lookup import config_file
+    from awide_gateway_cluster.layout import namespace
     file = config_file(file, kind="gateway")
     cfg = _load(file)
     click.echo(f"{file}: ok: gateway {cfg.id} of cluster {cfg.cluster}, namespace "

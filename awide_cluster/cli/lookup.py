@@ -22,7 +22,11 @@ import click
 
 from awide_cluster.config.common import ConfigError
 from awide_cluster.operator.target import (
-    CONFIG_ENV, ClusterTarget, NoTarget, default_config, lookup,
+    CONFIG_ENV,
+    ClusterTarget,
+    NoTarget,
+    default_config,
+    lookup,
 )
 from awide_cluster.store.config import StoreConfig
 

@@ -18,8 +18,14 @@ from collections.abc import Callable
 import click
 
 from awide_cluster.cli.lookup import (
-    EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE, cluster_list, no_such_cluster,
-    resolve, target_options,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    cluster_list,
+    no_such_cluster,
+    resolve,
+    target_options,
 )
 from awide_cluster.cli.main import cli
 from awide_cluster.operator.gather import StatusReader

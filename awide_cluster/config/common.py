@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -87,7 +93,7 @@ class TlsSection(Section):
     key_file: Path | None = None
 
     @model_validator(mode="after")
-    def _pair(self) -> "TlsSection":
+    def _pair(self) -> TlsSection:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together")
         for p in (self.ca_file, self.cert_file, self.key_file):
@@ -161,7 +167,7 @@ class EtcdSection(Section):
 
     @field_validator("tls")
     @classmethod
-    def _tls_needs_https(cls, v: "TlsSection | None", info: ValidationInfo) -> "TlsSection | None":
+    def _tls_needs_https(cls, v: TlsSection | None, info: ValidationInfo) -> TlsSection | None:
         plain = _plain_endpoints(info) if v is not None else []
         if plain:
             i, url = plain[0]
@@ -183,7 +189,7 @@ class EtcdSection(Section):
         return v
 
     @model_validator(mode="after")
-    def _auth(self) -> "EtcdSection":
+    def _auth(self) -> EtcdSection:
         if self.password is not None and self.password_file is not None:
             raise ValueError("give password or password_file, not both")
         if (self.password is not None or self.password_file is not None) and not self.username:
@@ -215,7 +221,7 @@ class EtcdSection(Section):
             return self.password_file.read_text().strip()
         return self.password.get_secret_value() if self.password is not None else None
 
-    def store_config(self, cluster: str) -> "StoreConfig":
+    def store_config(self, cluster: str) -> StoreConfig:
         """The store config of this section for ``cluster`` (keys under its prefix)."""
         from awide_cluster.contract.keys import prefix
         from awide_cluster.store.config import StoreConfig, TlsConfig
@@ -230,7 +236,7 @@ class EtcdSection(Section):
             call_timeout=self.call_timeout, hedge_after=self.hedge_after, tls=tls,
             username=self.username if password is not None else None, password=password)
 
-    def store(self, cluster: str) -> "EtcdStore":
+    def store(self, cluster: str) -> EtcdStore:
         from awide_cluster.store.etcd import EtcdStore
         return EtcdStore(self.store_config(cluster))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from awide_cluster.contract import keys
@@ -113,7 +113,7 @@ def parse_time(value: Any) -> float | None:
         try:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
             if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=timezone.utc)
+                dt = dt.replace(tzinfo=UTC)
             return u.time_value(dt.timestamp())
         except (ValueError, OverflowError, OSError):
             return None
@@ -127,7 +127,7 @@ def iso(ts: float | None) -> str:
     if not u.TIME_MIN <= ts <= u.TIME_MAX:
         return ""
     try:
-        return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+        return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
     except (ValueError, OverflowError, OSError):
         return ""
 
@@ -150,7 +150,7 @@ class LeaderRecord:
                         "run": self.run})
 
     @classmethod
-    def decode(cls, raw: bytes | str, *, key: str = keys.LEADER) -> "LeaderRecord | None":
+    def decode(cls, raw: bytes | str, *, key: str = keys.LEADER) -> LeaderRecord | None:
         """The record, or None when the value is not one (shown as an unknown holder)."""
         try:
             return decode_leader(raw, key=key)
@@ -236,7 +236,7 @@ class LayoutRecord:
         return (f"placement={self.placement} placement-algorithm={self.algorithm} "
                 f"slot-algorithm={self.slot_algorithm}")
 
-    def same_layout(self, other: "LayoutRecord") -> bool:
+    def same_layout(self, other: LayoutRecord) -> bool:
         return (self.namespace, self.placement, self.algorithm, self.slot_algorithm) == (
             other.namespace, other.placement, other.algorithm, other.slot_algorithm)
 

@@ -15,11 +15,13 @@ import getpass
 import socket
 from dataclasses import dataclass
 
-from awide_cluster.contract import bounds, keys, registry as regdoc, report as repdoc
+from awide_cluster.contract import bounds, keys
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import report as repdoc
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.contract.records import IntentRecord
 from awide_cluster.daemon.reconcile import describe, reported_id
 
 

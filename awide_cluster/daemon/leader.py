@@ -23,14 +23,19 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys, records, registry as regdoc, report as reportdoc
+from awide_cluster.contract import bounds, keys, records
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, _first
 from awide_cluster.daemon.reconcile import (
-    Intent, LeaderMemory, Policy, Snapshot, decide,
+    Intent,
+    LeaderMemory,
+    Policy,
+    Snapshot,
+    decide,
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put

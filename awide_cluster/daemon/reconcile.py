@@ -45,7 +45,11 @@ from typing import Literal
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.health import Hysteresis, observe
 from awide_cluster.contract.registry import (
-    MAX_GENERATION, CardEntry, Registry, card_id, slot_table,
+    MAX_GENERATION,
+    CardEntry,
+    Registry,
+    card_id,
+    slot_table,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
 

@@ -75,14 +75,32 @@ from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.embedded.etcd_cluster import EtcdCluster
-from awide_cluster.embedded.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap, \
-    wait_listening
+from awide_cluster.embedded.procs import (
+    CLI,
+    STORE_SERVICE,
+    Launcher,
+    Proc,
+    free_port,
+    reap,
+    wait_listening,
+)
 from awide_cluster.embedded.spec import (
-    DIR_MODEL, ClusterSpec, card_key, card_serial, card_spec, daemon_config, gateway_config,
+    DIR_MODEL,
+    ClusterSpec,
+    card_key,
+    card_serial,
+    card_spec,
+    daemon_config,
+    gateway_config,
 )
 from awide_cluster.embedded.store_thread import StoreThread
 from awide_cluster.embedded.views import (
-    GatewayFeed, GatewayView, Predicate, cards_in, disagreement, first_time,
+    GatewayFeed,
+    GatewayView,
+    Predicate,
+    cards_in,
+    disagreement,
+    first_time,
 )
 from awide_cluster.store import StoreConfig
 from awide_cluster.store.errors import StoreError
@@ -136,7 +154,7 @@ class _Gateway:
     proc: Proc | None = None
 
 
-_LIVE: "weakref.WeakSet[EmbeddedCluster]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[EmbeddedCluster] = weakref.WeakSet()
 
 
 @atexit.register
@@ -173,7 +191,7 @@ class EmbeddedCluster:
 
     # ================================================================= lifecycle
 
-    def start(self) -> "EmbeddedCluster":
+    def start(self) -> EmbeddedCluster:
         _LIVE.add(self)
         try:
             self._start()
@@ -253,7 +271,7 @@ class EmbeddedCluster:
             self.etcd.stop()
             _LIVE.discard(self)
 
-    def __enter__(self) -> "EmbeddedCluster":
+    def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -28,9 +28,10 @@ import time
 import urllib.request
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, Sequence
+from typing import IO, Literal
 
 _VERSION_RE = re.compile(rb"etcd Version:\s*([0-9]+\.[0-9]+\.[0-9]+)")
 
@@ -178,7 +179,7 @@ class EtcdCluster:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> "EtcdCluster":
+    def start(self) -> EtcdCluster:
         """Start every member and wait until all are healthy (bounded by ready_timeout)."""
         attempts = 1 if self._fixed_ports else 3
         last: EtcdClusterError | None = None
@@ -206,7 +207,7 @@ class EtcdCluster:
                 m.log.close()
                 m.log = None
 
-    def __enter__(self) -> "EtcdCluster":
+    def __enter__(self) -> EtcdCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

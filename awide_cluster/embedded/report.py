@@ -8,8 +8,9 @@ change within the bound and every check held; the tour converged when every even
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from awide_cluster.embedded.spec import Bounds, Timing
 

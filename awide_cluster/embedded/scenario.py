@@ -31,9 +31,16 @@ from typing import Any
 
 from awide_cluster.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
 from awide_cluster.embedded.report import EventOutcome, report_doc
-from awide_cluster.embedded.spec import Bounds, ClusterSpec, Timing, bounds as derive_bounds
-from awide_cluster.embedded.views import GatewayView, Predicate, card_in, card_out, cards_in, \
-    cards_out
+from awide_cluster.embedded.spec import Bounds, ClusterSpec, Timing
+from awide_cluster.embedded.spec import bounds as derive_bounds
+from awide_cluster.embedded.views import (
+    GatewayView,
+    Predicate,
+    card_in,
+    card_out,
+    cards_in,
+    cards_out,
+)
 
 Say = Callable[[str], None]
 

@@ -9,8 +9,9 @@ Names: storage hosts ``s1..sN``, witness hosts ``w1..wM``, cards ``<host>/c<i>``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 DIR_MODEL = "awide-dir-card"
 
@@ -26,7 +27,7 @@ class Timing:
     call_timeout: float = 0.5
 
     @classmethod
-    def quick(cls) -> "Timing":
+    def quick(cls) -> Timing:
         """Short timings for tests and ``--quick``: every event still happens, just sooner."""
         return cls(poll_interval=0.25, lease_ttl=2, sick_polls=3, healthy_polls=1,
                    call_timeout=0.2)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 Predicate = Callable[["GatewayView"], bool]
 
@@ -40,7 +40,7 @@ class GatewayView:
         except ValueError:
             return None
 
-    def same_as(self, other: "GatewayView") -> bool:
+    def same_as(self, other: GatewayView) -> bool:
         """Same slot table and same in-service states (generation and reasons may differ)."""
         return self.slots == other.slots and dict(self.in_service) == dict(other.in_service)
 

@@ -8,13 +8,16 @@ no value can ever be read as an option. Nothing here builds a shell string.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from awide_cluster.nvme import parse
 from awide_cluster.nvme.errors import (
-    AlreadyConnected, ConnectFailed, DisconnectFailed, NvmeCommandFailed,
+    AlreadyConnected,
+    ConnectFailed,
+    DisconnectFailed,
+    NvmeCommandFailed,
 )
-from awide_cluster.nvme.runner import Completed, CommandRunner
+from awide_cluster.nvme.runner import CommandRunner, Completed
 from awide_cluster.nvme.target import NvmeTarget, validate_device_name, validate_nqn
 
 log = logging.getLogger(__name__)

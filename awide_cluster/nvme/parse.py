@@ -24,7 +24,11 @@ from typing import Any
 
 from awide_cluster.nvme.errors import NvmeParseError
 from awide_cluster.nvme.target import (
-    InvalidTarget, clean_firmware, clean_model, clean_serial, validate_device_name,
+    InvalidTarget,
+    clean_firmware,
+    clean_model,
+    clean_serial,
+    validate_device_name,
 )
 
 _ADDRESS_KEYS = ("traddr", "trsvcid", "src_addr", "host_traddr", "host_iface")

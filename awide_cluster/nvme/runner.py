@@ -16,8 +16,9 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 

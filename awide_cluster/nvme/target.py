@@ -21,8 +21,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import uuid as uuidlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 TRANSPORTS = ("tcp", "rdma")
 NQN_MAX_BYTES = 223
@@ -207,7 +208,7 @@ class NvmeTarget:
         object.__setattr__(self, "subnqn", validate_nqn(self.subnqn))
 
     @classmethod
-    def parse(cls, mapping: Mapping[str, Any]) -> "NvmeTarget":
+    def parse(cls, mapping: Mapping[str, Any]) -> NvmeTarget:
         """Build from a mapping with exactly the keys transport, traddr, trsvcid, subnqn."""
         if not isinstance(mapping, Mapping):
             raise InvalidTarget("target", mapping, "must be a mapping")

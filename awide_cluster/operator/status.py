@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys
+from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
 from awide_cluster.contract.registry import Registry
@@ -22,8 +21,17 @@ from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator import records
 from awide_cluster.operator.model import (
-    CardView, ClusterStatus, EtcdAlarmView, EtcdMemberView, EtcdView, GatewayView, HostView,
-    IntentView, LeaderView, Problem, RegistryView,
+    CardView,
+    ClusterStatus,
+    EtcdAlarmView,
+    EtcdMemberView,
+    EtcdView,
+    GatewayView,
+    HostView,
+    IntentView,
+    LeaderView,
+    Problem,
+    RegistryView,
 )
 from awide_cluster.operator.observe import Age, Observations
 from awide_cluster.store.types import Alarm, EndpointStatus, KeyValue, Member, Refusal

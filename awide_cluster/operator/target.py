@@ -54,7 +54,7 @@ class ClusterTarget:
     def store_config(self) -> StoreConfig:
         return self.etcd.store_config(self.cluster)
 
-    def with_call_timeout(self, call_timeout: float | None) -> "ClusterTarget":
+    def with_call_timeout(self, call_timeout: float | None) -> ClusterTarget:
         if call_timeout is None:
             return self
         etcd = self.etcd.model_copy(update={

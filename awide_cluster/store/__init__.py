@@ -8,13 +8,39 @@ See docs/store.md. Public names::
 
 from awide_cluster.store.config import StoreConfig, TlsConfig  # noqa: F401
 from awide_cluster.store.errors import (  # noqa: F401
-    BadResponse, Conflict, Denied, InvalidRequest, LeaseExpired, NoSpace, RevisionWentBack,
-    StoreError, Timeout, TooLarge, TooManyKeys, Unavailable, ValueTooLarge, WatchCanceled,
-    WatchCompacted, WatchMessageTooLarge,
+    BadResponse,
+    Conflict,
+    Denied,
+    InvalidRequest,
+    LeaseExpired,
+    NoSpace,
+    RevisionWentBack,
+    StoreError,
+    Timeout,
+    TooLarge,
+    TooManyKeys,
+    Unavailable,
+    ValueTooLarge,
+    WatchCanceled,
+    WatchCompacted,
+    WatchMessageTooLarge,
 )
 from awide_cluster.store.etcd import EtcdStore  # noqa: F401
 from awide_cluster.store.types import (  # noqa: F401
-    Alarm, Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, PrefixRead, Put,
-    RangeResult, Refusal, TxnResult, WatchBatch, WatchEvent,
+    Alarm,
+    Compare,
+    Delete,
+    EndpointStatus,
+    Get,
+    KeyValue,
+    Lease,
+    Member,
+    PrefixRead,
+    Put,
+    RangeResult,
+    Refusal,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
 )
 from awide_cluster.store.watch import Watch  # noqa: F401

@@ -11,15 +11,32 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from awide_cluster.store.errors import (
-    BadResponse, Denied, InvalidRequest, LeaseExpired, NoSpace, StoreError, Timeout, Unavailable,
+    BadResponse,
+    Denied,
+    InvalidRequest,
+    LeaseExpired,
+    NoSpace,
+    StoreError,
+    Timeout,
+    Unavailable,
 )
 from awide_cluster.store.types import (
-    Alarm, Compare, Delete, EndpointStatus, Get, KeyValue, Member, Put, RangeResult,
-    TxnResult, WatchEvent,
+    Alarm,
+    Compare,
+    Delete,
+    EndpointStatus,
+    Get,
+    KeyValue,
+    Member,
+    Put,
+    RangeResult,
+    TxnResult,
+    WatchEvent,
 )
 
 # gRPC status codes used by etcd

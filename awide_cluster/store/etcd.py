@@ -11,18 +11,34 @@ caller's bound: ``range(key, max_value_bytes=N)`` and ``read_prefix`` (see bound
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from awide_cluster.store import bounded, codec
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import (
-    BadResponse, Conflict, Denied, LeaseExpired, RevisionWentBack, StoreError, Timeout,
+    BadResponse,
+    Conflict,
+    Denied,
+    LeaseExpired,
+    RevisionWentBack,
+    StoreError,
+    Timeout,
 )
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
-    Alarm, Compare, Delete, EndpointStatus, Get, KeyValue, Lease, Member, Put, PrefixRead,
+    Alarm,
+    Compare,
+    Delete,
+    EndpointStatus,
+    Get,
+    KeyValue,
+    Lease,
+    Member,
+    PrefixRead,
+    Put,
     RangeResult,
     TxnResult,
 )
@@ -330,7 +346,7 @@ class EtcdStore:
     async def close(self) -> None:
         await self.transport.close()
 
-    async def __aenter__(self) -> "EtcdStore":
+    async def __aenter__(self) -> EtcdStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -12,11 +12,19 @@ raises ``Timeout(maybe_applied=True)``.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from awide_cluster.store.codec import AuthNotEnabled
 from awide_cluster.store.errors import (
-    Denied, InvalidRequest, LeaseExpired, NoSpace, StoreError, Timeout, TooLarge, Unavailable,
+    Denied,
+    InvalidRequest,
+    LeaseExpired,
+    NoSpace,
+    StoreError,
+    Timeout,
+    TooLarge,
+    Unavailable,
 )
 from awide_cluster.store.transport import ConnectFailed, SendState
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ class PrefixRead:
     more: bool
     max_keys: int
 
-    def complete(self) -> "PrefixRead":
+    def complete(self) -> PrefixRead:
         """This read, or ``TooManyKeys`` when it holds only the first ``max_keys`` keys."""
         if self.more:
             from awide_cluster.store.errors import TooManyKeys

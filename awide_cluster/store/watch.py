@@ -32,7 +32,13 @@ import aiohttp
 from awide_cluster.store import codec
 from awide_cluster.store.codec import TokenRejected, WatchFrame
 from awide_cluster.store.errors import (
-    Denied, RevisionWentBack, StoreError, Timeout, Unavailable, WatchCanceled, WatchCompacted,
+    Denied,
+    RevisionWentBack,
+    StoreError,
+    Timeout,
+    Unavailable,
+    WatchCanceled,
+    WatchCompacted,
     WatchMessageTooLarge,
 )
 from awide_cluster.store.hedge import FINAL, combine
@@ -48,7 +54,7 @@ class _Stalled(Exception):
 
 
 class Watch:
-    def __init__(self, store: "EtcdStore", key: str, *, prefix: bool = False,
+    def __init__(self, store: EtcdStore, key: str, *, prefix: bool = False,
                  start_revision: int | None = None, stall_after: float = 3.0,
                  max_message_bytes: int | None = None) -> None:
         if not stall_after > 0:
@@ -77,7 +83,7 @@ class Watch:
         """Everything up to this revision has been delivered (0 before the first stream)."""
         return (self._next_rev or 1) - 1
 
-    def __aiter__(self) -> "Watch":
+    def __aiter__(self) -> Watch:
         return self
 
     async def __anext__(self) -> WatchBatch:
@@ -120,7 +126,7 @@ class Watch:
 
     aclose = close
 
-    async def __aenter__(self) -> "Watch":
+    async def __aenter__(self) -> Watch:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -9,8 +9,15 @@ import uuid
 import pytest
 
 from awide_cluster.cards.directory import (
-    LABEL_FILE, CardLabel, LabelCorrupt, LabelExists, LabelMissing, discover_dir, read_label,
-    same_card, write_label,
+    LABEL_FILE,
+    CardLabel,
+    LabelCorrupt,
+    LabelExists,
+    LabelMissing,
+    discover_dir,
+    read_label,
+    same_card,
+    write_label,
 )
 from awide_cluster.nvme.target import NvmeTarget
 

@@ -13,7 +13,11 @@ from aiohttp import web
 
 from awide_cluster.cards.model import LocalCard, ProbeResult
 from awide_cluster.cards.probes import (
-    check_device, check_identity, probe_listener, probe_store, probe_writable,
+    check_device,
+    check_identity,
+    probe_listener,
+    probe_store,
+    probe_writable,
 )
 from awide_cluster.cards.spec import StoreProbeSpec
 from awide_cluster.nvme.runner import Runner

@@ -6,7 +6,8 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from awide_cluster.contract import registry as reg
 from awide_cluster.contract.registry import RegistryError, UnknownSchema, slot_table

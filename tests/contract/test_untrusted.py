@@ -13,18 +13,27 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from awide_cluster.cards.model import (
-    DISCOVERY, PROBE_ORDER, CardObservation, LocalCard, ProbeResult, summarize,
+    DISCOVERY,
+    PROBE_ORDER,
+    CardObservation,
+    LocalCard,
+    ProbeResult,
+    summarize,
 )
 from awide_cluster.cards.spec import CardSpec
-from awide_cluster.contract import keys, records, registry as regdoc, report as repdoc
+from awide_cluster.contract import keys, records
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import report as repdoc
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.report import HostReport, ProbeLine, ReportedCard
 from awide_cluster.daemon import reporter

@@ -7,14 +7,16 @@ import asyncio
 import itertools
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
-from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.embedded import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-
-from awide_cluster.contract import keys, report as reportdoc
-from awide_cluster.contract.registry import card_id
 from awide_cluster.cards.directory import read_label
+from awide_cluster.contract import keys
+from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import make_config, registry, store_of, wait_for

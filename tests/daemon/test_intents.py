@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from awide_cluster.cards.directory import read_label
-from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id, slot_table
 from awide_cluster.contract.slots import EMPTY
 from awide_cluster.daemon.clock import SystemClock

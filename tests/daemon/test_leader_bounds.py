@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys
+from awide_cluster.contract import bounds, keys
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from awide_cluster.cards.directory import read_label
-from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.metered import MeteredStore

@@ -6,7 +6,8 @@ single frozen or dead daemon is still caught within the normal bound."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from awide_cluster.daemon.reconcile import LeaderMemory, Snapshot, stale_streaks, write_outage
 

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from awide_cluster.contract import keys, registry as regdoc
+from awide_cluster.contract import keys
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, with_slots
 from awide_cluster.daemon.service import Daemon
 

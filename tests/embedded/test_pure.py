@@ -7,14 +7,18 @@ import json
 
 import pytest
 
+from awide_cluster.config import daemon as daemon_cfg
 from awide_cluster.embedded.report import EventOutcome, figures, report_doc, summary
 from awide_cluster.embedded.scenario import stayed
-from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds, daemon_config, \
-    gateway_config
+from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds, daemon_config, gateway_config
 from awide_cluster.embedded.views import (
-    GatewayFeed, card_in, card_out, disagreement, first_time, view_from_table,
+    GatewayFeed,
+    card_in,
+    card_out,
+    disagreement,
+    first_time,
+    view_from_table,
 )
-from awide_cluster.config import daemon as daemon_cfg
 from awide_gateway_cluster.config import parse_config
 
 

@@ -18,9 +18,9 @@ import fcntl
 import re
 import shutil
 import uuid as uuidlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 _CTRL = re.compile(r"nvme([0-9]+)")
 

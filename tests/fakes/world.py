@@ -23,8 +23,9 @@ import os
 import secrets
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tests.fakes.sysfs import FakeSysfs
 

@@ -270,7 +270,7 @@ class Truth:
     changes: dict[str, tuple[TruthChange, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rows: tuple[TruthChange, ...]) -> "Truth":
+    def of(cls, rows: tuple[TruthChange, ...]) -> Truth:
         by: dict[str, list[TruthChange]] = {}
         for r in sorted(rows, key=lambda r: r.t):
             by.setdefault(r.card, []).append(r)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc

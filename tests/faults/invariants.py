@@ -50,7 +50,13 @@ from dataclasses import dataclass, field, replace
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
 from tests.faults.history import (
-    GatewayTable, KeyEvent, Recorded, RegistryRev, RunnerWrite, Truth, at,
+    GatewayTable,
+    KeyEvent,
+    Recorded,
+    RegistryRev,
+    RunnerWrite,
+    Truth,
+    at,
 )
 
 INVARIANTS = ("fencing", "agreement", "no_partial_restore", "identity", "bounded",
@@ -118,7 +124,7 @@ class Result:
     violations: list[Violation] = field(default_factory=list)
     heal_times: dict[int, float | None] = field(default_factory=dict)
 
-    def merge(self, other: "Result") -> "Result":
+    def merge(self, other: Result) -> Result:
         self.checks.update(other.checks)
         self.violations.extend(other.violations)
         self.heal_times.update(other.heal_times)

@@ -24,9 +24,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from awide_cluster.embedded.etcd_cluster import EtcdCluster, _Member
 from awide_cluster.embedded.procs import netns_prefix
@@ -133,7 +133,7 @@ class Netns:
         return self.subnet + "1"
 
     @classmethod
-    def create(cls, hosts: Sequence[str]) -> "Netns":
+    def create(cls, hosts: Sequence[str]) -> Netns:
         cleanup_stale()
         pid = os.getpid()
         net = cls(tag=f"af{_b36(pid)}", subnet=_free_subnet(pid))

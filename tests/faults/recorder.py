@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.store import EtcdStore, StoreConfig
@@ -89,7 +89,7 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self._done = threading.Event()
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         self._thread.start()
         return self
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from awide_cluster.embedded.cluster import find_etcd_binary

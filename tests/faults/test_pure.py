@@ -15,8 +15,18 @@ from tests.faults import invariants as inv
 from tests.faults import poison as hostile
 from tests.faults.gateway_probe import parse_line
 from tests.faults.history import (
-    AccessObs, FaultRecord, GatewayTable, History, KeyEvent, LogLine, PollObs, RunnerWrite,
-    SlotObs, TruthChange, Truth, log_around,
+    AccessObs,
+    FaultRecord,
+    GatewayTable,
+    History,
+    KeyEvent,
+    LogLine,
+    PollObs,
+    RunnerWrite,
+    SlotObs,
+    Truth,
+    TruthChange,
+    log_around,
 )
 from tests.faults.report import build, markdown, summary
 from tests.faults.schedule import KINDS, ScheduleError, kinds_missing, make_schedule

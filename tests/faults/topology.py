@@ -24,13 +24,14 @@ import json
 import os
 import signal
 import sys
-import urllib.request
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,12 @@ from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.embedded.etcd_cluster import EtcdCluster
 from awide_cluster.embedded.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap
 from awide_cluster.embedded.spec import (
-    DIR_MODEL, ClusterSpec, Timing, card_spec, daemon_config, gateway_config,
+    DIR_MODEL,
+    ClusterSpec,
+    Timing,
+    card_spec,
+    daemon_config,
+    gateway_config,
 )
 from awide_cluster.embedded.store_thread import StoreThread
 from awide_cluster.store import Compare, Delete, KeyValue, Put, StoreConfig
@@ -159,7 +165,7 @@ class CampaignCluster:
 
     # ------------------------------------------------------------------ start / stop
 
-    def start(self) -> "CampaignCluster":
+    def start(self) -> CampaignCluster:
         try:
             self._start()
         except BaseException:

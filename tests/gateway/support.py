@@ -142,7 +142,7 @@ def with_state(card: CardEntry, state: str) -> CardEntry:
 
 
 @contextlib.asynccontextmanager
-async def serving_gateway(etcd: Any, leader: "RegistryWriter", world: FakeNvmeWorld,
+async def serving_gateway(etcd: Any, leader: RegistryWriter, world: FakeNvmeWorld,
                           cluster_name: str) -> AsyncIterator[tuple[ClusterGateway, CardEntry]]:
     """One served card published, a gateway started and the card in service; stopped after."""
     a = make_card(1)

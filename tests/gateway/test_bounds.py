@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys
+from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regmod
 from awide_cluster.store import EtcdStore, StoreConfig, ValueTooLarge
 from awide_gateway_cluster.follower import FollowState, decide

@@ -9,8 +9,13 @@ import re
 import pytest
 
 from tests.gateway.support import (
+    config,
+    gateway,
+    in_service,
+    make_card,
+    serve,
     serving_gateway,
-    config, gateway, in_service, make_card, serve, wait_for,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,7 +10,11 @@ import pytest
 
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.errors import (
-    AlreadyConnected, ConnectFailed, DisconnectFailed, NvmeCommandFailed, NvmeParseError,
+    AlreadyConnected,
+    ConnectFailed,
+    DisconnectFailed,
+    NvmeCommandFailed,
+    NvmeParseError,
 )
 from awide_cluster.nvme.runner import CommandTimeout, ProgramNotFound, Runner
 from awide_cluster.nvme.sysfs import Sysfs

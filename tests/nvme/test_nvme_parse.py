@@ -9,8 +9,15 @@ import pytest
 
 from awide_cluster.nvme.errors import NvmeParseError
 from awide_cluster.nvme.parse import (
-    Address, namespace_identity, parse_address, parse_connect, parse_disconnect, parse_id_ctrl,
-    parse_id_ns, parse_list, parse_list_subsys,
+    Address,
+    namespace_identity,
+    parse_address,
+    parse_connect,
+    parse_disconnect,
+    parse_id_ctrl,
+    parse_id_ns,
+    parse_list,
+    parse_list_subsys,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvme-cli-2.3"

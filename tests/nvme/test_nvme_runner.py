@@ -11,7 +11,12 @@ import time
 import pytest
 
 from awide_cluster.nvme.runner import (
-    CommandTimeout, Completed, OutputTooLarge, ProgramNotFound, ProgramNotRunnable, Runner,
+    CommandTimeout,
+    Completed,
+    OutputTooLarge,
+    ProgramNotFound,
+    ProgramNotRunnable,
+    Runner,
 )
 from tests.fakes import install_python_program, pid_alive
 

@@ -7,8 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.nvme.target import (
-    InvalidDeviceName, InvalidIdentityString, InvalidTarget, NvmeTarget, clean_firmware,
-    clean_model, clean_serial, validate_device_name, validate_nqn, validate_traddr,
+    InvalidDeviceName,
+    InvalidIdentityString,
+    InvalidTarget,
+    NvmeTarget,
+    clean_firmware,
+    clean_model,
+    clean_serial,
+    validate_device_name,
+    validate_nqn,
+    validate_traddr,
     validate_trsvcid,
 )
 

@@ -121,7 +121,7 @@ class Lab:
                 os.close(slave)
             os.close(master)
 
-    async def __aenter__(self) -> "Lab":
+    async def __aenter__(self) -> Lab:
         for d in self.daemons.values():
             await d.start()
         await self.until(lambda r: len(r.cards) == self.count

@@ -3,8 +3,7 @@ else, it shows as a ``value_too_large`` problem naming the key."""
 
 from __future__ import annotations
 
-from awide_cluster.contract import bounds
-from awide_cluster.contract import keys
+from awide_cluster.contract import bounds, keys
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.status import RawSnapshot, StatusPolicy, build_status

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from awide_cluster.config.common import config_kind
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.operator.model import OPERATOR_SET, Problem
 from awide_cluster.operator.observe import (
-    PUBLISHED_KEPT, Age, Observations, observe, saw_generation,
+    PUBLISHED_KEPT,
+    Age,
+    Observations,
+    observe,
+    saw_generation,
 )
 from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
 from awide_cluster.store.types import EndpointStatus, KeyValue, Member

@@ -11,8 +11,9 @@ import pytest
 from awide_cluster.contract.registry import CardEntry, Registry, with_slots
 from awide_cluster.daemon.intents import plan
 from tests.operator import op_state as state
-from tests.operator.op_lab import Lab
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
+from tests.operator.op_lab import Lab
+
 
 @pytest.fixture
 def leader_log(caplog):

@@ -7,10 +7,14 @@ import asyncio
 
 import pytest
 
-from awide_cluster.store.bounded import refused_kv_head
 from awide_cluster.store import (
-    Refusal, TooLarge, TooManyKeys, ValueTooLarge, WatchMessageTooLarge,
+    Refusal,
+    TooLarge,
+    TooManyKeys,
+    ValueTooLarge,
+    WatchMessageTooLarge,
 )
+from awide_cluster.store.bounded import refused_kv_head
 
 KIB = 1024
 # near etcd's default --max-request-bytes (1.5 MiB): the largest value a default etcd accepts

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from awide_cluster.store import (
-    Compare, Conflict, Delete, Get, InvalidRequest, Put, RangeResult,
+    Compare,
+    Conflict,
+    Delete,
+    Get,
+    InvalidRequest,
+    Put,
+    RangeResult,
 )
 
 

@@ -5,11 +5,24 @@ from __future__ import annotations
 import pytest
 
 from awide_cluster.store import (
-    Alarm, BadResponse, Denied, InvalidRequest, LeaseExpired, NoSpace, StoreConfig, Timeout,
-    TlsConfig, Unavailable,
+    Alarm,
+    BadResponse,
+    Denied,
+    InvalidRequest,
+    LeaseExpired,
+    NoSpace,
+    StoreConfig,
+    Timeout,
+    TlsConfig,
+    Unavailable,
 )
 from awide_cluster.store.codec import (
-    Codec, TokenRejected, alarms, error_from_body, prefix_end, watch_frame,
+    Codec,
+    TokenRejected,
+    alarms,
+    error_from_body,
+    prefix_end,
+    watch_frame,
 )
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, refusal_reason
 from awide_cluster.store.hedge import EndpointRing

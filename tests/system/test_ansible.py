@@ -10,9 +10,9 @@ minutes).
 
 from __future__ import annotations
 
+import grp
 import json
 import os
-import grp
 import pwd
 import re
 import shutil
