@@ -34,10 +34,10 @@ from typing import Any
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import decode
-from awide_cluster.embedded.cluster import EmbeddedCluster
-from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds
-from awide_cluster.embedded.store_thread import StoreThread
-from awide_cluster.embedded.views import card_in, card_out, cards_in
+from awide_harness.cluster import EmbeddedCluster
+from awide_harness.spec import ClusterSpec, Timing, bounds
+from awide_harness.store_thread import StoreThread
+from awide_harness.views import card_in, card_out, cards_in
 from awide_cluster.store import EtcdStore, StoreConfig
 from bench.common import Context, Row, latency_row
 

@@ -1,6 +1,6 @@
 """Fixtures shared by every test package. Keep this small and generic.
 
-etcd: tests run against real members on loopback (awide_cluster.embedded.EtcdCluster).
+etcd: tests run against real members on loopback (awide_harness.EtcdCluster).
 - ``etcd_binaries``: {version: path} of the etcd programs present (3.5.1 from the venv or
   PATH, 3.4.23 from Debian's /usr/bin/etcd).
 - ``etcd_cluster``: a 3-member cluster per test module, once per etcd series ("3.5", "3.4");
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from awide_cluster.embedded import EtcdCluster, EtcdClusterError, etcd_version
-from awide_cluster.embedded.etcd_cluster import version_tuple
+from awide_harness import EtcdCluster, EtcdClusterError, etcd_version
+from awide_harness.etcd_cluster import version_tuple
 
 REPO = Path(__file__).resolve().parents[1]
 DEBIAN_ETCD = "/usr/bin/etcd"

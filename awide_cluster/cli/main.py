@@ -1,6 +1,6 @@
 """The ``awide-cluster`` command. Subcommands live in sibling modules that register on ``cli``:
 ``daemon`` (run, check-config, drain/undrain/forget), ``gateway`` (gateway check-config/watch),
-``operator`` (status, cards, demo)."""
+``operator`` (status, cards). The demo cluster runs from a source checkout (``make demo``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def cli() -> None:
     """Control plane of the ADP KV-cache card cluster."""
 
 
-for _name in ("daemon", "gateway", "operator", "demo"):
+for _name in ("daemon", "gateway", "operator"):
     try:
         importlib.import_module(f"awide_cluster.cli.{_name}")
     except ModuleNotFoundError as _e:  # a part not written yet

@@ -16,7 +16,7 @@ from awide_cluster.cards.observe import observe
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
-from tests.fakes import FakeNs, FakeNvmeWorld, pid_alive
+from awide_harness.fakes import FakeNs, FakeNvmeWorld, pid_alive
 
 NQN = "nqn.2024-01.io.awide:card0"
 SERIAL = "AWIDE0000SN0001"

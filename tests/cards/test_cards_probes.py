@@ -22,7 +22,7 @@ from awide_cluster.cards.probes import (
 from awide_cluster.cards.spec import StoreProbeSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
-from tests.fakes import install_python_program
+from awide_harness.fakes import install_python_program
 
 FAKE_SYSTEMCTL = """
 import json, os, sys, time

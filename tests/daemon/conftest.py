@@ -17,7 +17,7 @@ from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.embedded import EtcdCluster
+from awide_harness import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
 
 _names = itertools.count()

@@ -122,7 +122,7 @@ async def test_sigkilled_leader_is_replaced_after_its_lease(etcd, cluster_name, 
 
 
 async def test_refuses_a_small_etcd_cluster_unless_dev(etcd_binaries, tmp_path, cluster_name):
-    from awide_cluster.embedded import EtcdCluster
+    from awide_harness import EtcdCluster
     binary = next(iter(etcd_binaries.values()))
     with EtcdCluster(tmp_path / "one", size=1, binary=binary, stop_timeout=0.5) as one:
         cfg = make_config(one, cluster_name, "h1", [])

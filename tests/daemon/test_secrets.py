@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from awide_cluster.embedded import ClusterTls, EtcdCluster, make_test_pki
+from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from tests.store.helpers import admin
 
 RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]

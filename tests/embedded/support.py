@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from awide_cluster.embedded.cluster import find_etcd_binary
+from awide_harness.cluster import find_etcd_binary
 
 
 def etcd_or_skip() -> str:

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from awide_cluster.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
-from awide_cluster.embedded.spec import ClusterSpec, Timing
-from awide_cluster.embedded.views import card_in, card_out
+from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
+from awide_harness.spec import ClusterSpec, Timing
+from awide_harness.views import card_in, card_out
 
 from .support import etcd_or_skip, processes_under, wait_no_processes
 
@@ -57,8 +57,8 @@ def test_a_bad_spec_is_refused_before_anything_starts(tmp_path):
 
 _CRASHER = textwrap.dedent("""
     import os, signal, sys
-    from awide_cluster.embedded.cluster import EmbeddedCluster
-    from awide_cluster.embedded.spec import ClusterSpec, Timing
+    from awide_harness.cluster import EmbeddedCluster
+    from awide_harness.spec import ClusterSpec, Timing
     spec = ClusterSpec(cluster="crash", storage_hosts=1, cards_per_host=1, witness_hosts=0,
                        gateways=0, timing=Timing.quick())
     c = EmbeddedCluster(sys.argv[1], spec).start()     # no `with`: nobody calls stop()

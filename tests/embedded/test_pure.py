@@ -8,10 +8,10 @@ import json
 import pytest
 
 from awide_cluster.config import daemon as daemon_cfg
-from awide_cluster.embedded.report import EventOutcome, figures, report_doc, summary
-from awide_cluster.embedded.scenario import stayed
-from awide_cluster.embedded.spec import ClusterSpec, Timing, bounds, daemon_config, gateway_config
-from awide_cluster.embedded.views import (
+from awide_harness.report import EventOutcome, figures, report_doc, summary
+from awide_harness.scenario import stayed
+from awide_harness.spec import ClusterSpec, Timing, bounds, daemon_config, gateway_config
+from awide_harness.views import (
     GatewayFeed,
     card_in,
     card_out,
@@ -148,7 +148,7 @@ def test_spec_problems_are_named():
 
 
 def test_demo_control_file_names():
-    from awide_cluster.cli.demo import CONTROL_HELP, parse_control
+    from awide_harness.demo import CONTROL_HELP, parse_control
     assert parse_control("kill-store-s2-c0") == ("kill-store", "s2/c0")
     assert parse_control("add-card-s2") == ("add-card", "s2")
     assert parse_control("freeze-etcd-0") == ("freeze-etcd", "0")

@@ -1,4 +1,5 @@
-"""The tour in quick mode, and the live demo, as a user runs them: ``awide-cluster demo``."""
+"""The tour in quick mode, and the live demo, as a user runs them from a source checkout:
+``python -m awide_harness.demo`` (what ``make demo`` runs)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .support import etcd_or_skip, processes_under, wait_no_processes
 
-CLI = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
+DEMO = [sys.executable, "-m", "awide_harness.demo"]
+REPO = Path(__file__).resolve().parents[2]
 EVENTS = ["card_sick", "card_back", "card_added", "leader_killed", "leader_restarted",
           "etcd_member_frozen", "card_sick_member_frozen", "etcd_member_thawed"]
 
@@ -19,9 +22,9 @@ def test_quick_tour_converges_and_leaves_no_process(tmp_path):
     binary = etcd_or_skip()
     report = tmp_path / "tour.json"
     work = tmp_path / "work"
-    p = subprocess.run(CLI + ["demo", "--scenario", "tour", "--quick", "--report", str(report),
+    p = subprocess.run(DEMO + ["--scenario", "tour", "--quick", "--report", str(report),
                               "--work-dir", str(work), "--etcd", binary],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     doc = json.loads(report.read_text())
     assert doc["converged"] and doc["ok"] and doc["problems"] == [], doc["problems"]
@@ -49,8 +52,9 @@ def test_live_demo_shows_status_and_ctrl_c_stops_everything(tmp_path):
     work = tmp_path / "work"
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        p = subprocess.Popen(CLI + ["demo", "--quick", "--work-dir", str(work), "--etcd", binary,
-                                    "--refresh", "0.5"], stdout=f, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(DEMO + ["--quick", "--work-dir", str(work), "--etcd", binary,
+                                    "--refresh", "0.5"], stdout=f, stderr=subprocess.STDOUT,
+                             cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while "all gateways agree" not in out.read_text():

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from awide_cluster.embedded.cluster import EmbeddedCluster
-from awide_cluster.embedded.procs import CLI
-from awide_cluster.embedded.spec import ClusterSpec, Timing
-from awide_cluster.embedded.views import card_out, cards_in, cards_out
+from awide_harness.cluster import EmbeddedCluster
+from awide_harness.procs import CLI
+from awide_harness.spec import ClusterSpec, Timing
+from awide_harness.views import card_out, cards_in, cards_out
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import NoSpace
 

@@ -22,9 +22,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from awide_cluster.embedded.cluster import find_etcd_binary
-from awide_cluster.embedded.spec import Timing
-from tests.faults import netns
+from awide_harness.cluster import find_etcd_binary
+from awide_harness.spec import Timing
+from awide_harness import netns
 from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.inject import Ctx, inject
 from tests.faults.invariants import Bounds, agreed, bounds_for, check_all

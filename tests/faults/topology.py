@@ -1,6 +1,6 @@
 """The campaign's cluster: real etcd, daemons, store services and instrumented gateways.
 
-Built from the embedded harness's parts (``awide_cluster.embedded``: ``EtcdCluster``, the
+Built from the embedded harness's parts (``awide_harness``: ``EtcdCluster``, the
 process ``Launcher`` with its ``ip netns exec`` prefix and parent-death signal, the store
 service, the config builders of ``spec``, ``StoreThread``) rather than from
 ``EmbeddedCluster`` itself, because the campaign needs three things that one does not have:
@@ -39,9 +39,9 @@ from awide_cluster.cards.directory import write_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
-from awide_cluster.embedded.etcd_cluster import EtcdCluster
-from awide_cluster.embedded.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap
-from awide_cluster.embedded.spec import (
+from awide_harness.etcd_cluster import EtcdCluster
+from awide_harness.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap
+from awide_harness.spec import (
     DIR_MODEL,
     ClusterSpec,
     Timing,
@@ -49,13 +49,13 @@ from awide_cluster.embedded.spec import (
     daemon_config,
     gateway_config,
 )
-from awide_cluster.embedded.store_thread import StoreThread
+from awide_harness.store_thread import StoreThread
 from awide_cluster.store import Compare, Delete, KeyValue, Put, StoreConfig
 from awide_cluster.store.errors import StoreError
-from tests.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
+from awide_harness.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
 from tests.faults.burst import BurstWorker
 from tests.faults.gateway_probe import parse_line
-from tests.faults.netns import Netns, NetnsEtcdCluster
+from awide_harness.netns import Netns, NetnsEtcdCluster
 
 NVME_MODEL = "AWIDE Fake NVMe Ctrl"
 NVME_NQN = "nqn.2024-01.io.awide:campaign-n0"

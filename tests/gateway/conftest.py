@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from awide_cluster.contract import keys
-from awide_cluster.embedded.etcd_cluster import EtcdCluster
+from awide_harness.etcd_cluster import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
-from tests.fakes import FakeNvmeWorld
+from awide_harness.fakes import FakeNvmeWorld
 from tests.gateway.support import RegistryWriter
 
 _names = itertools.count()

@@ -18,7 +18,7 @@ from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
-from tests.fakes import FakeNvmeWorld
+from awide_harness.fakes import FakeNvmeWorld
 
 MODEL = "AWIDE Fake NVMe Ctrl"
 

@@ -1,4 +1,4 @@
-"""NvmeCli against the fake nvme-cli 2.3 program on PATH (tests/fakes/fake_nvme.py)."""
+"""NvmeCli against the fake nvme-cli 2.3 program on PATH (awide_harness/fakes/fake_nvme.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from awide_cluster.nvme.errors import (
 from awide_cluster.nvme.runner import CommandTimeout, ProgramNotFound, Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
-from tests.fakes import FakeNvmeWorld, pid_alive
+from awide_harness.fakes import FakeNvmeWorld, pid_alive
 
 NQN = "nqn.2024-01.io.awide:sub1"
 SERIAL = "AWIDE0000SN0001"

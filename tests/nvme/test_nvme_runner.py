@@ -18,7 +18,7 @@ from awide_cluster.nvme.runner import (
     ProgramNotRunnable,
     Runner,
 )
-from tests.fakes import install_python_program, pid_alive
+from awide_harness.fakes import install_python_program, pid_alive
 
 # A program that starts a grandchild, writes both pids, then sleeps forever.
 HANGER = """

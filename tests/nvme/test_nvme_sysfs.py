@@ -1,11 +1,11 @@
-"""Sysfs reader over fake sysfs trees built by tests.fakes.FakeSysfs."""
+"""Sysfs reader over fake sysfs trees built by awide_harness.fakes.FakeSysfs."""
 
 from __future__ import annotations
 
 import pytest
 
 from awide_cluster.nvme.sysfs import READ_CAP, Sysfs
-from tests.fakes import FakeNs, FakeSysfs
+from awide_harness.fakes import FakeNs, FakeSysfs
 
 NQN = "nqn.2024-01.io.awide:sub1"
 NGUID = "0102030405060708090a0b0c0d0e0f10"

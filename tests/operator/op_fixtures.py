@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from awide_cluster.embedded import EtcdCluster
+from awide_harness import EtcdCluster
 
 _names = itertools.count(1)
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from awide_cluster.embedded import EtcdCluster
+from awide_harness import EtcdCluster
 from awide_cluster.store import Denied
 
 from .helpers import admin, b64

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from awide_cluster.embedded import EtcdCluster, EtcdClusterError, etcd_version
+from awide_harness import EtcdCluster, EtcdClusterError, etcd_version
 
 from .helpers import admin, b64
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awide_cluster.embedded import EtcdCluster
+from awide_harness import EtcdCluster
 
 
 async def test_store_over_ipv6(etcd_binary, tmp_path, make_store):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from awide_cluster.embedded import EtcdCluster
+from awide_harness import EtcdCluster
 from awide_cluster.store import RevisionWentBack
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from awide_cluster.embedded import ClusterTls, EtcdCluster, make_test_pki
+from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from awide_cluster.store import TlsConfig, Unavailable
 
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from awide_cluster.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
-from awide_cluster.embedded.report import EventOutcome, report_doc
-from awide_cluster.embedded.spec import Bounds, ClusterSpec, Timing
-from awide_cluster.embedded.spec import bounds as derive_bounds
-from awide_cluster.embedded.views import (
+from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
+from awide_harness.report import EventOutcome, report_doc
+from awide_harness.spec import Bounds, ClusterSpec, Timing
+from awide_harness.spec import bounds as derive_bounds
+from awide_harness.views import (
     GatewayView,
     Predicate,
     card_in,

@@ -13,9 +13,10 @@ is routed anywhere else: traffic goes only to loopback and these namespaces.
 Names carry the creating process's pid (``af<pid base 36>``), so ``cleanup_stale()`` can
 delete what a killed run left behind without touching anyone else's namespaces.
 
-``NetnsEtcdCluster`` is ``EtcdCluster`` with one member per host, each listening on its host's
-address inside its namespace (``ip netns exec``): the harness's member lifecycle, health
-checks and faults unchanged.
+An etcd member inside a host is an ``EtcdCluster`` member with that host's address and its
+``exec_prefix`` (``EtcdCluster(addresses=..., prefixes=...)``); every other process of a host
+starts through the same prefix (``Launcher.spawn(netns=net.ns(host))``). ``EmbeddedCluster``
+with ``ClusterSpec(network="netns")`` does all of it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from awide_cluster.embedded.etcd_cluster import EtcdCluster, _Member
-from awide_cluster.embedded.procs import netns_prefix
+from awide_harness.procs import netns_prefix
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 _NAME = re.compile(r"^af([0-9a-z]+)(?:-|br$|v[0-9]+$)")
@@ -164,6 +163,10 @@ class Netns:
     def ip(self, host: str) -> str:
         return self.hosts[host][1]
 
+    def exec_prefix(self, host: str) -> list[str]:
+        """The argv prefix that runs a command inside the host's namespace."""
+        return netns_prefix(self.ns(host))
+
     def cut(self, host: str) -> None:
         """Partition: the host's only link goes down (nothing in or out but its loopback)."""
         ip("-n", self.ns(host), "link", "set", "eth0", "down")
@@ -179,25 +182,3 @@ class Netns:
             ip("netns", "del", ns, check=False)
         self.hosts.clear()
         ip("link", "del", self.bridge, check=False)
-
-
-class NetnsEtcdCluster(EtcdCluster):
-    """One etcd member per host, on the host's address, inside the host's namespace."""
-
-    def __init__(self, work_dir: str | Path, net: Netns, hosts: Sequence[str],
-                 **kwargs: object) -> None:
-        self.net = net
-        self.member_hosts = tuple(hosts)
-        super().__init__(work_dir, size=len(self.member_hosts), host=net.ip(hosts[0]),
-                         ports=[(2379, 2380)] * len(self.member_hosts), **kwargs)  # type: ignore[arg-type]
-
-    def _layout(self) -> None:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._members = [
-            _Member(i, f"etcd{i}", 2379, 2380, self.net.ip(h), "http",
-                    self.work_dir / f"etcd{i}.data")
-            for i, h in enumerate(self.member_hosts)
-        ]
-
-    def _args(self, m: _Member) -> list[str]:
-        return netns_prefix(self.net.ns(self.member_hosts[m.index])) + super()._args(m)

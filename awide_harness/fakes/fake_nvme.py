@@ -2,7 +2,7 @@
 """A fake ``nvme`` (nvme-cli 2.3) for tests: installed as ``nvme`` in a temp dir on PATH.
 
 Environment:
-  AWIDE_FAKE_NVME_WORLD  JSON world file (required), see FakeNvmeWorld in tests/fakes/world.py
+  AWIDE_FAKE_NVME_WORLD  JSON world file (required), see FakeNvmeWorld in awide_harness/fakes/world.py
   AWIDE_FAKE_SYSFS       root of the fake sysfs tree it creates controllers in (required)
   AWIDE_FAKE_NVME_LOG    file where every argv received is appended as one JSON line
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.sysfs import FakeSysfs
+from awide_harness.fakes.sysfs import FakeSysfs
 
 HERE = Path(__file__).resolve().parent
 FAKE_NVME = HERE / "fake_nvme.py"

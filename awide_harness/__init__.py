@@ -3,8 +3,8 @@
 Nothing here imports pytest. See ``etcd_cluster.EtcdCluster``.
 """
 
-from awide_cluster.embedded.certs import TestPki, make_test_pki  # noqa: F401
-from awide_cluster.embedded.etcd_cluster import (  # noqa: F401
+from awide_harness.certs import TestPki, make_test_pki  # noqa: F401
+from awide_harness.etcd_cluster import (  # noqa: F401
     ClusterTls,
     EtcdCluster,
     EtcdClusterError,

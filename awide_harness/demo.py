@@ -1,4 +1,6 @@
-"""``awide-cluster demo``: a whole card cluster on this machine (see docs/quickstart.md).
+"""``python -m awide_harness.demo`` (``make demo``): a whole card cluster on this machine (see
+docs/quickstart.md). It runs from a source checkout: the harness is not part of the installed
+package (only the runtime is), so the demo needs the repository next to the runtime.
 
 - ``demo``: 3 etcd members on loopback, 3 daemons (s1 and s2 with 2 directory cards each, w1 a
   witness), 2 gateways; shows the live status (refreshed in place) until Ctrl-C, then stops
@@ -25,22 +27,22 @@ from pathlib import Path
 
 import click
 
-from awide_cluster.cli.main import cli
 
 EXIT_OK, EXIT_NOT_CONVERGED, EXIT_USAGE = 0, 1, 2
+PROG = "python -m awide_harness.demo"
 
 
 def _etcd(given: str | None) -> str:
-    from awide_cluster.embedded.cluster import NO_ETCD, find_etcd_binary
-    from awide_cluster.embedded.etcd_cluster import EtcdClusterError, etcd_version
+    from awide_harness.cluster import NO_ETCD, find_etcd_binary
+    from awide_harness.etcd_cluster import EtcdClusterError, etcd_version
     binary = given or find_etcd_binary()
     if not binary:
-        click.echo(f"awide-cluster demo: {NO_ETCD}", err=True)
+        click.echo(f"{PROG}: {NO_ETCD}", err=True)
         sys.exit(EXIT_USAGE)
     try:
         etcd_version(binary)
     except EtcdClusterError as e:
-        click.echo(f"awide-cluster demo: {binary} is not a usable etcd: {e}", err=True)
+        click.echo(f"{PROG}: {binary} is not a usable etcd: {e}", err=True)
         sys.exit(EXIT_USAGE)
     return binary
 
@@ -51,7 +53,7 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-@cli.command("demo")
+@click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--scenario", type=click.Choice(["live", "tour"]), default="live",
               show_default=True, help="live: status until Ctrl-C; tour: the measured fault tour")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None,
@@ -89,8 +91,8 @@ def demo(scenario: str, report: str | None, quick: bool, work_dir: str | None, k
 # ------------------------------------------------------------------ tour
 
 def _tour(work: Path, binary: str, quick: bool, report: str | None) -> int:
-    from awide_cluster.embedded.report import summary
-    from awide_cluster.embedded.scenario import tour, tour_spec
+    from awide_harness.report import summary
+    from awide_harness.scenario import tour, tour_spec
 
     def say(line: str) -> None:
         click.echo(line, err=True)
@@ -113,8 +115,8 @@ def _tour(work: Path, binary: str, quick: bool, report: str | None) -> int:
 # ------------------------------------------------------------------ live
 
 def _live(work: Path, binary: str, quick: bool, refresh: float) -> int:
-    from awide_cluster.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
-    from awide_cluster.embedded.spec import ClusterSpec, Timing
+    from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
+    from awide_harness.spec import ClusterSpec, Timing
 
     spec = ClusterSpec(timing=Timing.quick() if quick else Timing(), etcd_binary=binary)
     click.echo(f"starting: 3 etcd members, daemons s1 s2 (2 directory cards each) and w1 "
@@ -130,14 +132,14 @@ def _live(work: Path, binary: str, quick: bool, refresh: float) -> int:
                 pass
             click.echo("\nstopping everything ...", err=True)
     except EmbeddedClusterError as e:
-        click.echo(f"awide-cluster demo: {e}", err=True)
+        click.echo(f"{PROG}: {e}", err=True)
         return EXIT_NOT_CONVERGED
     except KeyboardInterrupt:
         click.echo("interrupted while starting: everything stopped", err=True)
         return EXIT_OK
     left = cluster.pids()
     if left:
-        click.echo(f"awide-cluster demo: still running after stop: {left}", err=True)
+        click.echo(f"{PROG}: still running after stop: {left}", err=True)
         return EXIT_NOT_CONVERGED
     click.echo("stopped: no process left behind", err=True)
     return EXIT_OK
@@ -167,8 +169,8 @@ def parse_control(name: str) -> tuple[str, str] | None:
 
 
 def apply_control(cluster, op: str, arg: str) -> str:  # type: ignore[no-untyped-def]
-    from awide_cluster.embedded.cluster import EmbeddedClusterError
-    from awide_cluster.embedded.etcd_cluster import EtcdClusterError
+    from awide_harness.cluster import EmbeddedClusterError
+    from awide_harness.etcd_cluster import EtcdClusterError
     try:
         if op == "kill-store":
             cluster.card_store_kill(arg)
@@ -251,3 +253,7 @@ async def _show(cluster, refresh: float) -> None:  # type: ignore[no-untyped-def
             await asyncio.sleep(refresh)
     finally:
         await store.close()
+
+
+if __name__ == "__main__":
+    demo(prog_name=PROG)

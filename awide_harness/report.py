@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from awide_cluster.embedded.spec import Bounds, Timing
+from awide_harness.spec import Bounds, Timing
 
 REPORT_VERSION = 1
 

@@ -3,17 +3,47 @@
 Pure: frozen dataclasses and functions from them to config dicts (written as YAML by the
 harness) and to convergence bounds (used by the tour and the benchmarks).
 
-Names: storage hosts ``s1..sN``, witness hosts ``w1..wM``, cards ``<host>/c<i>`` (directory
-``<work>/cards/<host>/c<i>``, serial ``EMB-<HOST>-C<i>``), gateways ``gpu<k>-vllm-0``.
+Names: storage hosts ``s1..sN``, witness hosts ``w1..wM``, cards ``<host>/<name>`` (by default
+``c0..``; directory ``<work>/cards/<host>/<name>``, serial ``EMB-<HOST>-<NAME>``), gateway hosts
+``gpu<k>``, gateways ``gpu<k>-vllm-0``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 DIR_MODEL = "awide-dir-card"
+NVME_MODEL = "AWIDE Fake NVMe Ctrl"
+NVME_PORT_NETNS = 4420          # an NVMe card's target port when its host is a namespace
+API_PORT_NETNS = 9700           # a daemon's API port when its host is a namespace
+ROLES = ("daemon", "gateway", "store")
+
+CardKind = Literal["dir", "nvme"]
+Network = Literal["loopback", "netns"]
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    """One card of a storage host. ``dir``: a labelled directory with a store service;
+    ``nvme``: an NVMe namespace in the host's fake sysfs, reached by every gateway through its
+    own fake initiator (``awide_harness.fakes``), with a store service on the target's port."""
+
+    name: str
+    kind: CardKind = "dir"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A process's command line and extra environment, replacing the harness's default for a
+    role (``ClusterSpec.commands``). Placeholders in ``argv``: ``{config}`` (daemon, gateway:
+    the config file), ``{host}`` ``{port}`` ``{card}`` ``{dir}`` (store service: where it
+    listens, the card key, the card's directory)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -57,10 +87,19 @@ class ClusterSpec:
     """Hosts, gateways and timing of an embedded cluster.
 
     ``first_leader``: start this host's daemon first and wait until it leads (the tour kills a
-    leader that has cards); None starts all daemons together. ``etcd_args``: extra flags for
-    every etcd member (e.g. ``--quota-backend-bytes=16777216``). ``netns`` maps a host (daemon
-    host or gateway id) to a network namespace its processes are started in (``ip netns exec``);
-    empty on loopback.
+    leader that has cards); None starts all daemons together.
+
+    Extension points:
+    - ``network``: ``loopback`` (every process on 127.0.0.1) or ``netns`` (root: every daemon
+      host and every gateway host is its own network namespace on one bridge, with one etcd
+      member per daemon host on the host's address; ``awide_harness.netns``);
+    - ``cards``: the cards of each storage host (``CardPlan``: name and kind); empty gives
+      every storage host ``cards_per_host`` directory cards ``c0..``;
+    - ``commands``: per role (``daemon``, ``gateway``, ``store``) a ``Command`` replacing the
+      default program (e.g. an instrumented gateway), with extra environment;
+    - ``etcd_binary`` (default: ``etcd`` on PATH or beside this Python), ``etcd_args`` (extra
+      flags of every member, e.g. ``--quota-backend-bytes=16777216``), ``etcd_unsafe_no_fsync``
+      (test speed over durability, on by default).
     """
 
     cluster: str = "demo"
@@ -73,8 +112,11 @@ class ClusterSpec:
     etcd_members: int = 3
     first_leader: str | None = None
     model: str = "demo/tiny-llm"
-    netns: Mapping[str, str] = field(default_factory=dict)
+    network: Network = "loopback"
+    cards: Mapping[str, tuple[CardPlan, ...]] = field(default_factory=dict)
+    commands: Mapping[str, Command] = field(default_factory=dict)
     etcd_args: tuple[str, ...] = ()
+    etcd_unsafe_no_fsync: bool = True
 
     @property
     def storage_names(self) -> tuple[str, ...]:
@@ -92,6 +134,22 @@ class ClusterSpec:
     def gateway_ids(self) -> tuple[str, ...]:
         return tuple(gateway_id(i) for i in range(self.gateways))
 
+    @property
+    def gateway_hosts(self) -> tuple[str, ...]:
+        return tuple(gateway_host(i) for i in range(self.gateways))
+
+    def card_plans(self, host: str) -> tuple[CardPlan, ...]:
+        """The cards a storage host starts with."""
+        if self.cards:
+            return tuple(self.cards.get(host, ()))
+        if host not in self.storage_names:
+            return ()
+        return tuple(CardPlan(f"c{i}") for i in range(self.cards_per_host))
+
+    @property
+    def has_nvme(self) -> bool:
+        return any(p.kind == "nvme" for h in self.storage_names for p in self.card_plans(h))
+
     def role(self, host: str) -> str:
         return "storage" if host in self.storage_names else "witness"
 
@@ -101,15 +159,33 @@ class ClusterSpec:
             out.append("the daemons need an etcd cluster of 3 or more members")
         if not self.hosts:
             out.append("no daemon host")
-        if self.storage_hosts * self.cards_per_host > 8:
+        if sum(len(self.card_plans(h)) for h in self.storage_names) > 8:
             out.append("at most 8 cards take a slot")
+        for host, plans in self.cards.items():
+            if host not in self.storage_names:
+                out.append(f"cards of {host!r}, which is no storage host {self.storage_names}")
+            names = [p.name for p in plans]
+            if len(set(names)) != len(names):
+                out.append(f"card names of {host} repeat: {names}")
+        for role in self.commands:
+            if role not in ROLES:
+                out.append(f"command for {role!r}: roles are {', '.join(ROLES)}")
+        if self.network not in ("loopback", "netns"):
+            out.append(f"network {self.network!r}: loopback or netns")
+        if self.network == "netns" and self.etcd_members != len(self.hosts):
+            out.append(f"netns: one etcd member per daemon host ({len(self.hosts)}), "
+                       f"not {self.etcd_members}")
         if self.first_leader is not None and self.first_leader not in self.hosts:
             out.append(f"first_leader {self.first_leader!r} is not one of {self.hosts}")
         return out
 
 
+def gateway_host(index: int) -> str:
+    return f"gpu{index + 1}"
+
+
 def gateway_id(index: int) -> str:
-    return f"gpu{index + 1}-vllm-0"
+    return f"{gateway_host(index)}-vllm-0"
 
 
 def card_key(host: str, index: int) -> str:
@@ -120,41 +196,77 @@ def card_serial(key: str) -> str:
     return "EMB-" + key.replace("/", "-").upper()
 
 
-def card_spec(name: str, path: str, store_port: int, timing: Timing) -> dict[str, Any]:
+def nvme_serial(key: str) -> str:
+    return ("EN" + key.replace("/", "").upper())[:20]
+
+
+def nvme_nqn(key: str) -> str:
+    return "nqn.2024-01.io.awide:" + key.replace("/", "-")
+
+
+def nvme_nguid(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def card_spec(name: str, path: str, store_port: int, timing: Timing,
+              listen: str = "127.0.0.1") -> dict[str, Any]:
     return {"name": name, "kind": "dir", "path": path,
-            "store": {"tcp": f"127.0.0.1:{store_port}"}, "probe_timeout": timing.probe_timeout}
+            "store": {"tcp": f"{listen}:{store_port}"}, "probe_timeout": timing.probe_timeout}
 
 
-def etcd_section(endpoints: tuple[str, ...], timing: Timing) -> dict[str, Any]:
-    return {"endpoints": list(endpoints), "call_timeout": timing.call_timeout,
-            "hedge_after": round(min(0.05, timing.call_timeout / 4), 3)}
+def nvme_card_spec(name: str, key: str, listen: str, port: int, timing: Timing) -> dict[str, Any]:
+    return {"name": name, "kind": "nvme", "serial": nvme_serial(key),
+            "target": {"transport": "tcp", "traddr": listen, "trsvcid": port,
+                       "subnqn": nvme_nqn(key)},
+            "store": {"tcp": f"{listen}:{port}"}, "probe_timeout": timing.probe_timeout}
+
+
+def etcd_section(endpoints: tuple[str, ...], timing: Timing,
+                 plaintext: bool = False) -> dict[str, Any]:
+    """``plaintext``: http endpoints off loopback (between namespaces) are allowed."""
+    out: dict[str, Any] = {"endpoints": list(endpoints), "call_timeout": timing.call_timeout,
+                           "hedge_after": round(min(0.05, timing.call_timeout / 4), 3)}
+    if plaintext:
+        out["allow_plaintext"] = True
+    return out
 
 
 def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_port: int,
-                  cards: list[dict[str, Any]]) -> dict[str, Any]:
+                  cards: list[dict[str, Any]], *, address: str = "127.0.0.1",
+                  sysfs_root: str | None = None) -> dict[str, Any]:
     t = spec.timing
-    return {
+    doc: dict[str, Any] = {
         "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
         "role": spec.role(host),
-        "etcd": etcd_section(endpoints, t),
+        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns"),
         "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
                    "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},
-        "api": {"listen": f"127.0.0.1:{api_port}"},
+        "api": {"listen": f"{address}:{api_port}"},
         "cards": list(cards),
     }
+    if sysfs_root is not None:
+        doc["sysfs_root"] = sysfs_root
+    return doc
 
 
-def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...]) -> dict[str, Any]:
+def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
+                   nvme: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``nvme``: the gateway's ``nvme`` section (its fake initiator), when there are NVMe
+    cards."""
     t = spec.timing
-    return {
-        "mode": "cluster", "cluster": spec.cluster, "host": f"gpu{index + 1}", "pod": "vllm-0",
-        "etcd": etcd_section(endpoints, t),
+    doc: dict[str, Any] = {
+        "mode": "cluster", "cluster": spec.cluster, "host": gateway_host(index),
+        "pod": "vllm-0",
+        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns"),
         "timing": {"poll_interval": t.poll_interval, "sick_polls": t.sick_polls,
                    "healthy_polls": t.healthy_polls, "lease_ttl": t.gateway_lease_ttl},
         "key_placement": "dialog",
         "model": {"name": spec.model},
         "start_timeout": max(1.0, 4 * t.poll_interval),
     }
+    if nvme is not None:
+        doc["nvme"] = dict(nvme)
+    return doc
 
 
 @dataclass(frozen=True)

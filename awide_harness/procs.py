@@ -1,8 +1,11 @@
 """Starting and stopping the embedded cluster's host processes, leaving none behind.
 
 ``Launcher.spawn`` is the one place a host process (daemon, gateway, store service) starts:
-- ``netns``: when given, the argv is prefixed with ``ip netns exec NS`` (the fault campaign can
-  put hosts in network namespaces; on loopback it is None);
+- ``netns``: when given, the argv is prefixed with ``ip netns exec NS`` (a host that is a
+  network namespace, ``awide_harness.netns``; on loopback it is None);
+- ``PYTHONPATH`` names the repository root first, so ``python -m awide_harness...`` (and the
+  fault campaign's ``python -m tests...``) programs start from any directory: the harness is
+  not installed with the runtime package;
 - the process gets a parent-death signal (SIGKILL), so it dies with the *thread* that started
   it even if the caller is SIGKILLed: call the cluster's operations from a thread that lives as
   long as the cluster (normally the main thread). A small exec shim (``python -S``, ~20 ms)
@@ -27,6 +30,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+# the repository this harness is part of (awide_harness/ sits at its top)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # how the daemon and gateway commands are run: the interpreter running the harness, so a venv
 # without its bin on PATH still works
@@ -162,6 +168,8 @@ class Launcher:
         log = open(log_path, "ab")  # noqa: SIM115 - closed by Proc.close_log / reap
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         environ["PYTHONUNBUFFERED"] = "1"
+        environ["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         environ.update(env or {})
         try:
             popen = subprocess.Popen(

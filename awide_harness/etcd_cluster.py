@@ -1,6 +1,6 @@
-"""Start N real etcd members on loopback, inject faults into them, stop them without orphans.
+"""Start N real etcd members, inject faults into them, stop them without orphans.
 
-Used by the tests, the operator demo and the benchmarks (no pytest here)::
+Used by the tests, the demo, the benchmarks and the fault campaign (no pytest here)::
 
     with EtcdCluster(tmp_dir) as cluster:          # 3 members, `etcd` from PATH
         cfg = StoreConfig(endpoints=tuple(cluster.client_urls), prefix="/awide/c1/")
@@ -12,6 +12,12 @@ notifications every second). Every wait is bounded; ``stop()`` terminates, then 
 bound, and reaps every member. Members are started with a parent-death signal (``setpriv
 --pdeathsig KILL`` when available), so they die with the thread that started them even if the
 caller is SIGKILLed: start a cluster from a thread that lives as long as the cluster.
+
+Members listen on ``host`` (loopback by default). ``addresses`` gives each member its own
+address instead and ``prefixes`` an argv prefix each member's command starts with (a network
+namespace host: ``addresses=[net.ip(h) ...]``, ``prefixes=[net.exec_prefix(h) ...]``, see
+``awide_harness.netns``). ``unsafe_no_fsync`` (default on, etcd 3.5 and later) trades
+durability for speed: these are test clusters only.
 """
 
 from __future__ import annotations
@@ -148,11 +154,18 @@ class EtcdCluster:
         extra_args: Sequence[str] = (),
         die_with_parent: bool = True,
         log_level: str = "warn",
+        addresses: Sequence[str] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
+        unsafe_no_fsync: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
         if ports is not None and len(ports) != size:
             raise ValueError("ports needs one (client_port, peer_port) pair per member")
+        if addresses is not None and len(addresses) != size:
+            raise ValueError("addresses needs one address per member")
+        if prefixes is not None and len(prefixes) != size:
+            raise ValueError("prefixes needs one argv prefix per member")
         found = binary or find_etcd()
         if not found:
             raise EtcdClusterError("no etcd binary: pass binary= or put etcd on PATH")
@@ -171,6 +184,10 @@ class EtcdCluster:
         self.extra_args = tuple(extra_args)
         self.die_with_parent = die_with_parent
         self.log_level = log_level
+        self.addresses = tuple(addresses) if addresses is not None else (host,) * size
+        self.prefixes = tuple(tuple(p) for p in prefixes) if prefixes is not None else \
+            ((),) * size
+        self.unsafe_no_fsync = unsafe_no_fsync
         self.token = f"awide-{uuid.uuid4().hex[:12]}"
         self._members: list[_Member] = []
         self._procs: list[subprocess.Popen[bytes]] = []  # every process ever started, for the finalizer
@@ -345,16 +362,17 @@ class EtcdCluster:
     def _layout(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         scheme = "https" if self.tls else "http"
-        ports = self._fixed_ports or [(_free_port(self.host), _free_port(self.host))
-                                      for _ in range(self.size)]
+        ports = self._fixed_ports or [(_free_port(a), _free_port(a)) for a in self.addresses]
         self._members = [
-            _Member(i, f"etcd{i}", cp, pp, self.host, scheme, self.work_dir / f"etcd{i}.data")
+            _Member(i, f"etcd{i}", cp, pp, self.addresses[i], scheme,
+                    self.work_dir / f"etcd{i}.data")
             for i, (cp, pp) in enumerate(ports)
         ]
 
     def _args(self, m: _Member) -> list[str]:
         initial = ",".join(f"{o.name}={o.peer_url}" for o in self._members)
         args = [
+            *self.prefixes[m.index],
             self.binary,
             "--name", m.name,
             "--data-dir", str(m.data_dir),
@@ -372,7 +390,7 @@ class EtcdCluster:
             f"--log-level={self.log_level}",
             f"--experimental-watch-progress-notify-interval={self.progress_notify_interval}s",
         ]
-        if version_tuple(self.version) >= (3, 5):
+        if self.unsafe_no_fsync and version_tuple(self.version) >= (3, 5):
             args.append("--unsafe-no-fsync=true")  # test clusters only: speed over durability
         if self.tls:
             args += ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file,
