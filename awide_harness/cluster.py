@@ -226,10 +226,11 @@ def _stop_leftovers() -> None:
 
 
 class EmbeddedCluster:
-    def __init__(self, work_dir: str | Path, spec: ClusterSpec = ClusterSpec(), *,
+    def __init__(self, work_dir: str | Path, spec: ClusterSpec | None = None, *,
                  gateway_lines: Callable[[bytes], None] | None = None,
                  ready_timeout: float = 40.0, stop_timeout: float = 2.0,
                  die_with_parent: bool = True) -> None:
+        spec = spec if spec is not None else ClusterSpec()
         problems = spec.problems()
         if problems:
             raise EmbeddedClusterError("bad cluster spec: " + "; ".join(problems))
@@ -669,10 +670,12 @@ class EmbeddedCluster:
         the cluster prefix) off any lease, or the key deleted (``value`` None; only if it
         exists). The etcd revision of the write; 0 when there was nothing to delete. Raises
         StoreError/TimeoutError when etcd did not confirm it (it may still have happened)."""
+        cmp: list[Compare] = []
+        ops: list[Put | Delete] = []
         if value is None:
             cmp, ops = [Compare(key, "create", "greater", 0)], [Delete(key)]
         else:
-            cmp, ops = [], [Put(key, value)]
+            ops = [Put(key, value)]
         res = self._read(lambda s: s.txn(cmp, ops, timeout=bound), bound + 0.5)
         return res.revision if res.succeeded else 0
 
@@ -847,8 +850,8 @@ class EmbeddedCluster:
                              traddr=listen, trsvcid=port,
                              namespaces=[FakeNs(nsid=1, nguid=nguid)])
         # the identity the daemon reads from that sysfs (Namespace.identity's form)
-        ctrl = Sysfs(sysfs.root).find_by_serial(serial)[0]
-        ident = ctrl.namespace().identity or "nguid:" + nguid
+        ns = Sysfs(sysfs.root).find_by_serial(serial)[0].namespace()
+        ident = (ns.identity if ns is not None else None) or "nguid:" + nguid
         return Card(key, host, name, "nvme", path, port, listen,
                     id=regdoc.card_id(serial, NVME_MODEL, ident), serial=serial)
 

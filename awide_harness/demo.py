@@ -24,9 +24,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from awide_harness.cluster import EmbeddedCluster
 
 EXIT_OK, EXIT_NOT_CONVERGED, EXIT_USAGE = 0, 1, 2
 PROG = "python -m awide_harness.demo"
@@ -168,7 +171,7 @@ def parse_control(name: str) -> tuple[str, str] | None:
     return None
 
 
-def apply_control(cluster, op: str, arg: str) -> str:  # type: ignore[no-untyped-def]
+def apply_control(cluster: EmbeddedCluster, op: str, arg: str) -> str:
     from awide_harness.cluster import EmbeddedClusterError
     from awide_harness.etcd_cluster import EtcdClusterError
     try:
@@ -192,7 +195,7 @@ def apply_control(cluster, op: str, arg: str) -> str:  # type: ignore[no-untyped
     return f"{op} {arg}: done"
 
 
-def _controls(cluster, control: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def _controls(cluster: EmbeddedCluster, control: Path) -> list[str]:
     done = []
     for f in sorted(control.iterdir()):
         parsed = parse_control(f.name)
@@ -202,7 +205,7 @@ def _controls(cluster, control: Path) -> list[str]:  # type: ignore[no-untyped-d
     return done
 
 
-def _footer(cluster, control: Path,  # type: ignore[no-untyped-def]
+def _footer(cluster: EmbeddedCluster, control: Path,
             actions: list[str]) -> list[str]:
     lines = ["", "gateways (as their processes print it):"]
     for gid, v in cluster.gateway_views().items():
@@ -224,7 +227,7 @@ def _footer(cluster, control: Path,  # type: ignore[no-untyped-def]
     return lines
 
 
-async def _show(cluster, refresh: float) -> None:  # type: ignore[no-untyped-def]
+async def _show(cluster: EmbeddedCluster, refresh: float) -> None:
     from awide_cluster.operator.gather import StatusReader
     from awide_cluster.operator.render import render
     from awide_cluster.store import EtcdStore

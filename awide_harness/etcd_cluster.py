@@ -54,7 +54,8 @@ def find_etcd() -> str | None:
 def etcd_version(binary: str, *, timeout: float = 5.0) -> str:
     """``"3.5.1"`` for the given etcd binary (runs ``binary --version``, bounded)."""
     try:
-        done = subprocess.run([binary, "--version"], capture_output=True, timeout=timeout, check=False)
+        done = subprocess.run([binary, "--version"], capture_output=True, timeout=timeout,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EtcdClusterError(f"cannot run {binary} --version: {exc}") from exc
     match = _VERSION_RE.search(done.stdout + done.stderr)
@@ -190,7 +191,8 @@ class EtcdCluster:
         self.unsafe_no_fsync = unsafe_no_fsync
         self.token = f"awide-{uuid.uuid4().hex[:12]}"
         self._members: list[_Member] = []
-        self._procs: list[subprocess.Popen[bytes]] = []  # every process ever started, for the finalizer
+        # every process ever started, for the finalizer
+        self._procs: list[subprocess.Popen[bytes]] = []
         self._finalizer = weakref.finalize(self, _reap, self._procs, stop_timeout)
         self._probe_ssl = self._make_probe_ssl()
 
@@ -303,7 +305,8 @@ class EtcdCluster:
                 self.restart(m.index, wait=False)
         self.wait_healthy()
 
-    def wait_healthy(self, indexes: Sequence[int] | None = None, timeout: float | None = None) -> None:
+    def wait_healthy(self, indexes: Sequence[int] | None = None,
+                     timeout: float | None = None) -> None:
         """Wait until each member's ``/health`` says true and all running members agree on one
         leader and term; raise EtcdClusterError after the bound."""
         deadline = time.monotonic() + (self.ready_timeout if timeout is None else timeout)

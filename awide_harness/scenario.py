@@ -141,9 +141,9 @@ class Tour:
             for g, v in c.gateway_views().items():
                 was = slots_of(before.get(g), placed)
                 out[f"{g}: placed cards kept their slots"] = slots_of(v, placed) == was
-                free = [i for i, s in enumerate(before[g].slots) if s is None] if before.get(g) \
-                    else []
-                out[f"{g}: new card took a free slot"] = bool(v) and v.slot_of(new) in free
+                prev = before.get(g)
+                free = [i for i, s in enumerate(prev.slots) if s is None] if prev else []
+                out[f"{g}: new card took a free slot"] = v is not None and v.slot_of(new) in free
             return out
 
         self.measure("card_added", f"new directory card {new_key} (card {new}), SIGHUP to "

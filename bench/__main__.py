@@ -142,12 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"machine: {info['nproc']} cores, {info['cpu']}; load average {' '.join(info['loadavg_start'])}"
-          f" at start, {' '.join(doc['machine']['loadavg_end'])} at end; CPU busy {busy} % "
+    print(f"machine: {info['nproc']} cores, {info['cpu']}; load average "
+          f"{' '.join(info['loadavg_start'])} at start, "
+          f"{' '.join(doc['machine']['loadavg_end'])} at end; CPU busy {busy} % "
           "during the run (the bench included)")
     for ld in loads:
         print(f"  {ld['module']}: {ld['seconds']} s, load average (1 min) "
-              f"{ld['loadavg_1m_start']} -> {ld['loadavg_1m_end']}, CPU busy {ld['cpu_busy_pct']} %")
+              f"{ld['loadavg_1m_start']} -> {ld['loadavg_1m_end']}, "
+              f"CPU busy {ld['cpu_busy_pct']} %")
     print(f"wrote {out} ({len(rows)} rows, {elapsed:.0f} s)")
     return 1 if errors else 0
 

@@ -23,9 +23,9 @@ from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regmod
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
-from awide_harness.etcd_cluster import EtcdCluster, etcd_version
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import Timeout, Unavailable
+from awide_harness.etcd_cluster import EtcdCluster, etcd_version
 
 REPO = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -34,11 +34,11 @@ from typing import Any
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import decode
+from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import ClusterSpec, Timing, bounds
 from awide_harness.store_thread import StoreThread
 from awide_harness.views import card_in, card_out, cards_in
-from awide_cluster.store import EtcdStore, StoreConfig
 from bench.common import Context, Row, latency_row
 
 
@@ -219,7 +219,8 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
             _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
             t0 = c.daemon_signal(old, signal.SIGTERM)
             c.daemon_signal(old, signal.SIGCONT)
-        w = watch.first(t0, lambda w: cid in w.drained, b.election + 2 * t.poll_interval + 2.0)
+        w = watch.first(t0, lambda w, cid=cid: cid in w.drained,
+                        b.election + 2 * t.poll_interval + 2.0)
         if w is None or w.leader == old:
             missed += 1
             ctx.say(f"  {how} run {r + 1}: no write by a new leader "

@@ -150,7 +150,8 @@ def run(ctx: Context) -> list[Row]:
             note = (f"last of {gateways} gateways; per gateway p99 {ms(each['p99'])} ms; "
                     f"{res['reaction_cpu_ms_per_gateway']} ms CPU per gateway per change, "
                     f"{procs} processes on 2 cores (their event loops stalled up to "
-                    f"{res['fleet_loop_lag_max_ms']:.0f} ms); {res['failed_polls']} of {res['polls']} "
+                    f"{res['fleet_loop_lag_max_ms']:.0f} ms); {res['failed_polls']} of "
+                    f"{res['polls']} "
                     f"gateway polls failed; {res['missing']} applies missing")
             if watch and gateways == 1:
                 rows.append(latency_row(5, "propagation, watch, 1 gateway alone (reference)",

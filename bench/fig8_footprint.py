@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -147,7 +146,7 @@ def run(ctx: Context) -> list[Row]:
         dirs = make_dir_cards(ctx.work / "cards8", 8)
         specs = [{"name": c.name, "kind": "dir", "path": c.path,
                   "store": {"tcp": f"127.0.0.1:{port}"}}
-                 for c, port in zip(dirs, listeners.ports)]
+                 for c, port in zip(dirs, listeners.ports, strict=True)]
         daemons.append(Daemon(ctx, "h1", daemon_config(eps, cluster, "h1", specs)))
         _wait(lambda: asyncio.run(_leader_and_cards(eps, cluster)) == ("h1", 8), 40.0,
               "h1 leads with 8 cards in")

@@ -2,7 +2,8 @@
 """A fake ``nvme`` (nvme-cli 2.3) for tests: installed as ``nvme`` in a temp dir on PATH.
 
 Environment:
-  AWIDE_FAKE_NVME_WORLD  JSON world file (required), see FakeNvmeWorld in awide_harness/fakes/world.py
+  AWIDE_FAKE_NVME_WORLD  JSON world file (required), see FakeNvmeWorld in
+                         awide_harness/fakes/world.py
   AWIDE_FAKE_SYSFS       root of the fake sysfs tree it creates controllers in (required)
   AWIDE_FAKE_NVME_LOG    file where every argv received is appended as one JSON line
 
@@ -30,9 +31,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = HERE.parent / "fixtures" / "nvme-cli-2.3"
+FIXTURES = HERE.parents[1] / "tests" / "fixtures" / "nvme-cli-2.3"   # recorded real output
 
 _spec = importlib.util.spec_from_file_location("_awide_fake_sysfs", HERE / "sysfs.py")
 assert _spec and _spec.loader
@@ -173,7 +175,7 @@ class World:
         fs = self.sysfs
         found = []
         for name in fs.controller_names():
-            ctrl = {k: fs.attr(name, k) or "" for k in (
+            ctrl: dict[str, Any] = {k: fs.attr(name, k) or "" for k in (
                 "transport", "address", "subsysnqn", "serial", "model", "firmware_rev",
                 "state", "cntlid")}
             ctrl["name"] = name
@@ -343,6 +345,7 @@ def cmd_id_ns(world: World, opts: dict[str, str], positional: list[str]) -> int:
         err(f"{positional[0] if positional else '<device>'}: No such file or directory\n")
         return 1
     c, ns = found
+    assert ns is not None
     doc = json.loads((FIXTURES / "id-ns.json").read_text())
     target = world.target_by_nqn(c["subsysnqn"]) or {}
     # sysfs first; else the world's (as on kernels whose sysfs lacks the nguid attribute)

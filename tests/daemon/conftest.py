@@ -17,8 +17,8 @@ from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_harness import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
+from awide_harness import EtcdCluster
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`

@@ -24,11 +24,11 @@ import sys
 from pathlib import Path
 
 from awide_cluster.contract import keys
+from awide_cluster.store import EtcdStore
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.procs import CLI
 from awide_harness.spec import ClusterSpec, Timing, bounds
 from awide_harness.views import card_out
-from awide_cluster.store import EtcdStore
 
 from .support import etcd_or_skip
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from awide_cluster.config import daemon as daemon_cfg
+from awide_gateway_cluster.config import parse_config
 from awide_harness.report import EventOutcome, figures, report_doc, summary
 from awide_harness.scenario import stayed
 from awide_harness.spec import ClusterSpec, Timing, bounds, daemon_config, gateway_config
@@ -19,7 +20,6 @@ from awide_harness.views import (
     first_time,
     view_from_table,
 )
-from awide_gateway_cluster.config import parse_config
 
 
 def table(gw: str, t: float, slots: list, gen: int = 1) -> str:

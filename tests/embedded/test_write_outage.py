@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.errors import NoSpace
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.procs import CLI
 from awide_harness.spec import ClusterSpec, Timing
 from awide_harness.views import card_out, cards_in, cards_out
-from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.errors import NoSpace
 
 QUOTA = 16 * 1024 * 1024          # etcd's own example of a small quota
 FILL = "/awide-test-fill/"        # outside every cluster's prefix

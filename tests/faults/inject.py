@@ -19,20 +19,28 @@ from dataclasses import dataclass
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store.errors import StoreError
+from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
+from awide_harness.procs import REPO_ROOT
 from tests.faults import poison as hostile
+from tests.faults.burst import BurstWorker
 from tests.faults.history import FaultRecord, History, RunnerWrite, TruthChange
 from tests.faults.schedule import Fault
-from tests.faults.topology import CampaignCluster
 
 WATCHED = ("registry", "leader")     # the keys the recorder follows (history.KeyEvent)
 
 
 @dataclass
 class Ctx:
-    cluster: CampaignCluster
+    cluster: EmbeddedCluster
     history: History
     say: Callable[[str], None]          # one line of the event log (source "runner")
     poll: float                         # the daemons' poll interval
+    burst: BurstWorker | None = None    # started at the first read burst
+
+    def close(self) -> None:
+        if self.burst is not None:
+            self.burst.close()
+            self.burst = None
 
 
 def _pick(items: list[str], pick: int) -> str:
@@ -40,7 +48,12 @@ def _pick(items: list[str], pick: int) -> str:
 
 
 def _leader(ctx: Ctx) -> str | None:
-    return ctx.cluster.leader_host(1.0) or ctx.cluster.wait_leader(5.0)
+    """The host holding the leader key now (waiting up to 5 s for one), or None."""
+    host = ctx.cluster.leader_or_none(1.0)
+    if host is None:
+        found = ctx.cluster.wait_leader(5.0)
+        host = found[0] if found is not None else None
+    return host
 
 
 def inject(ctx: Ctx, f: Fault) -> FaultRecord:
@@ -64,10 +77,14 @@ def _daemon_kill(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
     host = _target_daemon(ctx, f, rec, leader)
     if host is None:
         return
-    rec.t_inject = c.kill_daemon(host)
+    try:
+        rec.t_inject = c.kill_daemon(host)
+    except EmbeddedClusterError as e:      # it died on its own: the runner restarts it
+        rec.skipped = str(e)
+        return
     ctx.say(f"#{f.index} SIGKILL daemon {host}{' (leader)' if leader else ''}")
     _hold(f)
-    t_spawn = c.start_daemon(host)
+    t_spawn = c.restart_daemon(host)
     # healed once the new process is up (its API answers): how long a Python process takes
     # to start on a loaded machine is not the cluster's to bound
     while c.daemon_status(host, 0.3) is None and time.monotonic() < t_spawn + 60.0:
@@ -82,10 +99,17 @@ def _daemon_stop(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
     host = _target_daemon(ctx, f, rec, leader)
     if host is None:
         return
-    rec.t_inject = c.daemon_signal(host, signal.SIGSTOP)
+    try:
+        rec.t_inject = c.daemon_signal(host, signal.SIGSTOP)
+    except EmbeddedClusterError as e:      # it died on its own: the runner restarts it
+        rec.skipped = str(e)
+        return
     ctx.say(f"#{f.index} SIGSTOP daemon {host}{' (leader)' if leader else ''}")
     _hold(f)
-    rec.t_heal = c.daemon_signal(host, signal.SIGCONT)
+    try:
+        rec.t_heal = c.daemon_signal(host, signal.SIGCONT)
+    except EmbeddedClusterError:           # died while stopped: the runner restarts it
+        rec.t_heal = time.monotonic()
     ctx.say(f"#{f.index} SIGCONT daemon {host}")
 
 
@@ -104,7 +128,6 @@ def _target_daemon(ctx: Ctx, f: Fault, rec: FaultRecord, leader: bool) -> str | 
 
 def _etcd_stop(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
-    assert c.etcd is not None
     i = f.pick % c.etcd.size
     rec.target = f"etcd{i} ({c.hosts[i]})"
     rec.t_inject = time.monotonic()
@@ -118,7 +141,6 @@ def _etcd_stop(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
 
 def _quorum_loss(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
-    assert c.etcd is not None
     keep = f.pick % c.etcd.size
     gone = [i for i in range(c.etcd.size) if i != keep][:2]
     rec.target = f"etcd{gone[0]}+etcd{gone[1]} (quorum lost, etcd{keep} left)"
@@ -144,7 +166,6 @@ def _refuse_writes(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     """etcd refuses every write (its NOSPACE alarm, as a full backend quota leaves it), reads
     still answered; disarmed after the hold. No card fails meanwhile: none may go out."""
     c = ctx.cluster
-    assert c.etcd is not None
     i = f.pick % c.etcd.size
     rec.target = f"etcd (NOSPACE raised as etcd{i})"
     rec.t_inject = c.raise_nospace(i)
@@ -177,18 +198,18 @@ def _store_death(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
     key = _pick(list(c.cards), f.pick)
     rec.target = key
-    rec.cards = (c.cards[key].id,)
-    rec.t_inject = c.store_kill(key)
+    rec.cards = (c.card_id(key),)
+    rec.t_inject = c.card_store_kill(key)
     ctx.say(f"#{f.index} SIGKILL store service of {key}")
     _hold(f)
-    rec.t_heal = c.store_start(key)
+    rec.t_heal = c.card_store_start(key)
     ctx.say(f"#{f.index} store service of {key} started again")
 
 
 def _card_swap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
-    key = _pick([k for k, card in c.cards.items() if card.kind == "dir"], f.pick)
-    card = c.cards[key]
+    key = _pick([k for k in c.cards if c.card(k).kind == "dir"], f.pick)
+    card = c.card(key)
     rec.target = key
     rec.cards = (card.id,)
     t = rec.t_inject = time.monotonic()
@@ -208,12 +229,12 @@ def _card_swap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
 
 def _device_rename(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
-    nvme = [k for k, card in c.cards.items() if card.kind == "nvme"]
+    nvme = [k for k in c.cards if c.card(k).kind == "nvme"]
     if not nvme:
         rec.skipped = "no NVMe card in this layout"
         return
     key = _pick(nvme, f.pick)
-    card = c.cards[key]
+    card = c.card(key)
     rec.target = key
     before = {}
     for gid in c.gateway_ids:
@@ -238,7 +259,7 @@ def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
     key = _pick(list(c.cards), f.pick)
     rec.target = key
-    rec.cards = (c.cards[key].id,)
+    rec.cards = (c.card_id(key),)
     rec.t_inject = time.monotonic()
     ctx.say(f"#{f.index} {key} flaps {f.flaps} times (dead ~0.9 poll, alive ~1.1 poll)")
     try:
@@ -255,13 +276,24 @@ def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
 
 
 def _read_burst(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
-    c = ctx.cluster
     rec.target = f"{f.readers} followers"
     rec.t_inject = time.monotonic()
     ctx.say(f"#{f.index} registry read burst: {f.readers} followers for {f.hold:.2f} s")
-    rec.detail = c.burst(f.readers, f.hold)
+    rec.detail = _burst(ctx).run(f.readers, f.hold)
     rec.t_heal = time.monotonic()
     ctx.say(f"#{f.index} burst done: {rec.detail}")
+
+
+def _burst(ctx: Ctx) -> BurstWorker:
+    """The burst worker (``burst.BurstWorker``), started through the cluster's launcher in
+    the first gateway host's namespace (when hosts are namespaces)."""
+    c = ctx.cluster
+    if ctx.burst is None:
+        ctx.burst = BurstWorker(
+            c.launcher, c.work_dir / "burst.fifo",
+            ["--endpoints", ",".join(c.etcd.endpoints), "--cluster", c.spec.cluster],
+            netns=c.netns(c.spec.gateway_hosts[0]), env={"PYTHONPATH": str(REPO_ROOT)})
+    return ctx.burst
 
 
 # ------------------------------------------------------------------ written by hand
@@ -325,9 +357,9 @@ def _clean_up(ctx: Ctx, f: Fault, key: str, why: str) -> None:
 def _poison_key(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     c = ctx.cluster
     reg = _registry_now(ctx)
-    p = hostile.poison(f.pick, cluster=c.layout.cluster, hosts=c.hosts,
-                       leader=c.leader_host(1.0), generation=reg.generation if reg else 0,
-                       card_ids=tuple(card.id for card in c.cards.values()))
+    p = hostile.poison(f.pick, cluster=c.spec.cluster, hosts=c.hosts,
+                       leader=c.leader_or_none(1.0), generation=reg.generation if reg else 0,
+                       card_ids=tuple(c.card_id(k) for k in c.cards))
     rec.target = p.note
     rec.t_inject = time.monotonic()
     if not _by_hand(ctx, f, p.key, p.value, p.note, p.forged_cards):

@@ -1,8 +1,9 @@
 """The fault campaign: ``python -m tests.faults.runner --seed N --faults K --report FILE``.
 
-Starts a real cluster (``topology.CampaignCluster``: 3 etcd members, daemons on two storage
-hosts and a witness, an NVMe and three directory cards, several instrumented gateways) in
-network namespaces when root, on loopback otherwise (the report says which and why), injects
+Starts a real cluster (the harness's ``EmbeddedCluster`` with ``campaign_spec``: 3 etcd
+members, daemons on two storage hosts and a witness, an NVMe and three directory cards, several
+instrumented gateways, ``gateway_probe``) in network namespaces when root, on loopback
+otherwise (the report says which and why), injects
 the seeded schedule of faults (``schedule``) one after the other, and checks the invariants
 (``invariants``) after every fault and once more at the end over etcd's history replayed from
 revision 1. Writes the JSON report (``report``) and prints its summary; exit code 1 on any
@@ -20,18 +21,20 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
-from awide_harness.cluster import find_etcd_binary
-from awide_harness.spec import Timing
+from awide_cluster.store import StoreConfig
 from awide_harness import netns
+from awide_harness.cluster import EmbeddedCluster
+from awide_harness.spec import CardPlan, ClusterSpec, Command, Network, Timing
+from tests.faults.gateway_probe import parse_line
 from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.inject import Ctx, inject
 from tests.faults.invariants import Bounds, agreed, bounds_for, check_all
 from tests.faults.recorder import Recorder, replay
 from tests.faults.report import build, summary
 from tests.faults.schedule import KINDS, make_schedule
-from tests.faults.topology import CampaignCluster, Layout
 
 SLACK = 0.5               # scheduling delay allowed on a loaded 2-core machine
 TIMINGS = {
@@ -42,19 +45,31 @@ TIMINGS = {
                    call_timeout=0.12),
 }
 PROCESS_START = 1.0       # a restarted daemon, once its API answers, reports within this
+# the campaign's cards: s1 two directory cards, s2 a directory card and an NVMe card
+CARDS = {"s1": (CardPlan("d0"), CardPlan("d1")), "s2": (CardPlan("d2"), CardPlan("n0", "nvme"))}
+PROBE = Command((sys.executable, "-m", "tests.faults.gateway_probe", "--config", "{config}"))
+
+
+def campaign_spec(*, gateways: int, timing: Timing, network: Network = "loopback",
+                  etcd_binary: str | None = None) -> ClusterSpec:
+    """The campaign's cluster: storage hosts s1, s2, witness w1 (one etcd member each),
+    ``gateways`` instrumented gateways (``gateway_probe``)."""
+    return ClusterSpec(cluster="campaign", storage_hosts=2, witness_hosts=1, gateways=gateways,
+                       timing=timing, etcd_binary=etcd_binary, network=network, cards=CARDS,
+                       commands={"gateway": PROBE})
 
 
 class Campaign:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.layout = Layout(gateways=args.gateways, timing=TIMINGS[args.timing])
-        t = self.layout.timing
+        self.timing = t = TIMINGS[args.timing]
         self.bounds: Bounds = bounds_for(
             gateway_poll=t.poll_interval, gateway_call=t.call_timeout,
             daemon_poll=t.poll_interval, lease_ttl=t.lease_ttl, sick_polls=t.sick_polls,
             slack=SLACK, process_start=PROCESS_START)
         self.history = History()
-        self.cluster: CampaignCluster | None = None
+        self.cluster: EmbeddedCluster | None = None
+        self.ctx: Ctx | None = None
         self.recorder: Recorder | None = None
         self.seen: set[tuple] = set()
         self.unexpected: list[str] = []
@@ -114,7 +129,7 @@ class Campaign:
             time.sleep(0.05)
         self.leader_ok = None
         while time.monotonic() < deadline:
-            holder = c.leader_host(1.0)
+            holder = c.leader_or_none(1.0)
             st = c.daemon_status(holder) if holder is not None else None
             if st is not None and st.get("is_leader") is True:
                 self.leader_ok = True
@@ -122,7 +137,7 @@ class Campaign:
             time.sleep(0.05)
         else:
             self.leader_ok = False
-            self.say(f"the leader key's holder ({c.leader_host(1.0)}) is not leading")
+            self.say(f"the leader key's holder ({c.leader_or_none(1.0)}) is not leading")
         since: float | None = None
         why = "etcd did not answer" if base is None else ""
         while True:
@@ -137,6 +152,18 @@ class Campaign:
             if now > deadline:
                 return None, why or "agreement did not last"
             time.sleep(0.02)
+
+    def store_config(self) -> StoreConfig:
+        """The cluster's store config with the campaign's patience (1 s per call) for the
+        recorder's watch and the final replay."""
+        assert self.cluster is not None
+        return replace(self.cluster.store_config(), call_timeout=1.0)
+
+    def take_line(self, line: bytes) -> None:
+        """One line a gateway printed: its record (``gateway_probe.parse_line``), if any."""
+        item = parse_line(line)
+        if item is not None:
+            self.take(item)
 
     def take(self, item: object) -> None:
         """A record from a gateway's lines: into the history, and into the event log when
@@ -159,15 +186,17 @@ class Campaign:
     def check_processes(self) -> None:
         c = self.cluster
         assert c is not None
-        for host, p in c.daemons.items():
-            if not p.alive():
+        for host in c.hosts:
+            p = c.daemon_proc(host)
+            if p is not None and not p.alive():
                 what = f"daemon {host} exited on its own (exit {p.popen.returncode})"
                 self.unexpected.append(what)
                 self.say(what + ": started again")
-                c.start_daemon(host)
-        for gid, p in c.gateways.items():
-            if not p.alive() and gid not in self.expected_exit:
-                what = f"gateway {gid} exited on its own (exit {p.popen.returncode})"
+                c.restart_daemon(host)
+        for gid in c.gateway_ids:
+            g = c.gateway_proc(gid)
+            if g is not None and not g.alive() and gid not in self.expected_exit:
+                what = f"gateway {gid} exited on its own (exit {g.popen.returncode})"
                 self.unexpected.append(what)
                 self.expected_exit.add(gid)
                 self.say(what)
@@ -187,7 +216,7 @@ class Campaign:
         args = self.args
         schedule = make_schedule(args.seed, args.faults, quick=args.quick,
                                  kinds=tuple(args.kinds.split(",")) if args.kinds else None,
-                                 scale=self.layout.timing.lease_ttl / 2)
+                                 scale=self.timing.lease_ttl / 2)
         if args.no_netns:
             ok, why = False, "--no-netns given"
         else:
@@ -203,8 +232,10 @@ class Campaign:
         work.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.history.t0 = started
-        self.cluster = CampaignCluster(work, self.layout, use_netns=ok, sink=self.take,
-                                       etcd_binary=args.etcd or find_etcd_binary())
+        spec = campaign_spec(gateways=args.gateways, timing=self.timing,
+                             network="netns" if ok else "loopback", etcd_binary=args.etcd)
+        self.cluster = EmbeddedCluster(work, spec, gateway_lines=self.take_line,
+                                       ready_timeout=60.0)
         code = 2
         try:
             try:
@@ -217,6 +248,8 @@ class Campaign:
         finally:
             if self.recorder is not None:
                 self.recorder.stop()
+            if self.ctx is not None:
+                self.ctx.close()
             self.cluster.stop()
             if code == 0 and not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
@@ -231,11 +264,11 @@ class Campaign:
         self.history.gateways = c.gateway_ids
         for g in c.gateway_ids:
             self.history.tables.setdefault(g, [])
-        self.history.expected_in = frozenset(card.id for card in c.cards.values())
-        for card in c.cards.values():
-            if card.alt_id:
-                self.history.add(TruthChange(started, card.alt_id, False, "not present"))
-        self.recorder = Recorder(c.store_config(), self.history.add, c.names).start()
+        self.history.expected_in = frozenset(c.card_id(k) for k in c.cards)
+        for key in c.cards:
+            if c.card(key).alt_id:
+                self.history.add(TruthChange(started, c.card(key).alt_id, False, "not present"))
+        self.recorder = Recorder(self.store_config(), self.history.add, c.names).start()
         t_ready, why = self.wait_agreed(60.0)
         if t_ready is None:
             print(f"the cluster did not settle (every card in, every gateway agreeing) "
@@ -243,8 +276,8 @@ class Campaign:
             return 2
         self.say(f"cluster ready after {t_ready - started:.1f} s: {len(c.cards)} cards, "
                  f"{len(c.gateway_ids)} gateways, mode {self.mode}")
-        ctx = Ctx(cluster=c, history=self.history, say=self.say,
-                  poll=self.layout.timing.poll_interval)
+        ctx = self.ctx = Ctx(cluster=c, history=self.history, say=self.say,
+                             poll=self.timing.poll_interval)
         cap = self.bounds.agree * 2 + 5.0
         for fault in schedule:
             self.check_processes()
@@ -275,7 +308,7 @@ class Campaign:
         self.recorder.stop()
         rec = self.history.frozen()
         try:
-            events = replay(c.store_config(), dict(self.recorder.last), bound=30.0)
+            events = replay(self.store_config(), dict(self.recorder.last), bound=30.0)
             source = "etcd history replayed from revision 1"
         except (TimeoutError, OSError) as e:
             events = rec.key_events
@@ -287,11 +320,10 @@ class Campaign:
                         "only_replay": sorted(set(again) - set(live))[:20],
                         "live": len(live), "replay": len(again),
                         "live_dupes": len(live) - len(set(live))}
-        from dataclasses import replace
         rec = replace(rec, key_events=events)
         res = check_all(rec, self.bounds, end=ended)
         flaps = flap_outcomes(rec, self.bounds)
-        t = self.layout.timing
+        t = self.timing
         replay_cmd = " ".join(
             ["python -m tests.faults.runner", f"--seed {args.seed}", f"--faults {args.faults}",
              "--quick" if args.quick else "", f"--timing {args.timing}",
@@ -306,10 +338,10 @@ class Campaign:
                     "call_timeout": t.call_timeout, "slack": SLACK,
                     "process_start": PROCESS_START},
             started=started, ended=ended, replay=replay_cmd,
-            topology={"hosts": list(c.hosts), "storage": {h: list(v) for h, v in
-                                                          self.layout.storage.items()},
-                      "gateways": list(c.gateway_ids), "etcd_members": len(c.hosts),
-                      "etcd_version": c.etcd.version if c.etcd else None},
+            topology={"hosts": list(c.hosts), "storage": {h: [p.name for p in v] for h, v in
+                                                          CARDS.items()},
+                      "gateways": list(c.gateway_ids), "etcd_members": c.etcd.size,
+                      "etcd_version": c.etcd.version},
             extra={"unexpected_exits": self.unexpected, "card_flap": flaps,
                    "continuous_check_s": round(self.check_time, 1), "history_source": source,
                    "history_match": history_match, "history_diff": history_diff,

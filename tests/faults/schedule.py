@@ -55,9 +55,10 @@ WEIGHTS: dict[str, int] = {
 }
 
 # hold ranges in seconds (uniform), for a lease TTL of 2 s (``make_schedule(scale=)`` adapts
-# them to another timing): some holds are shorter and some longer than the lease TTL and the sick-poll window,
-# and both outcomes must keep the invariants. A quick schedule holds each fault the longest, so
-# that each kind's one fault has its full effect (cards out, leader replaced).
+# them to another timing): some holds are shorter and some longer than the lease TTL and the
+# sick-poll window, and both outcomes must keep the invariants. A quick schedule holds each
+# fault the longest, so that each kind's one fault has its full effect (cards out, leader
+# replaced).
 HOLDS: dict[str, tuple[float, float]] = {
     "daemon_kill_leader": (0.3, 3.5),
     "daemon_kill": (0.3, 3.5),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from awide_cluster.contract import keys
-from awide_harness.etcd_cluster import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
+from awide_harness.etcd_cluster import EtcdCluster
 from awide_harness.fakes import FakeNvmeWorld
 from tests.gateway.support import RegistryWriter
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from awide_harness import EtcdCluster
 from awide_cluster.store import Denied
+from awide_harness import EtcdCluster
 
 from .helpers import admin, b64
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from awide_harness import EtcdCluster
 from awide_cluster.store import RevisionWentBack
+from awide_harness import EtcdCluster
 
 
 async def test_fresh_cluster_behind_a_known_revision_is_refused(etcd_binary, tmp_path, make_store):

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from awide_cluster.store import TlsConfig, Unavailable
+from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 
 
 @pytest.fixture(scope="module")
