@@ -19,6 +19,7 @@ What is applied, and what is kept (``decide``):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -32,6 +33,7 @@ from awide_cluster.contract.registry import (
 )
 from awide_cluster.contract.registry import decode as decode_registry
 from awide_cluster.store.errors import StoreError, ValueTooLarge
+from awide_cluster.store.port import Store
 from awide_cluster.store.types import RangeResult
 
 Outcome = Literal["applied", "unchanged", "rejected", "failed"]
@@ -117,8 +119,8 @@ def _reject(state: FollowState, why: str) -> tuple[FollowState, Decision]:
 class Follower:
     """The I/O shell: one bounded poll at a time. ``state`` is swapped, never mutated."""
 
-    def __init__(self, store: object, *, cluster: str, call_timeout: float,
-                 clock: object) -> None:
+    def __init__(self, store: Store, *, cluster: str, call_timeout: float,
+                 clock: Callable[[], float]) -> None:
         self.store, self.cluster = store, cluster
         self.call_timeout = call_timeout
         self.clock = clock
@@ -130,12 +132,12 @@ class Follower:
         try:
             # the store bounds the call; the outer bound is a second, independent fence
             async with asyncio.timeout(self.call_timeout * 1.2 + 0.05):
-                answer = await self.store.range(  # type: ignore[attr-defined]
+                answer = await self.store.range(
                     keys.REGISTRY, min_mod_revision=since, timeout=self.call_timeout,
                     max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
-        self.state, decision = decide(self.state, answer, self.clock(),  # type: ignore[operator]
+        self.state, decision = decide(self.state, answer, self.clock(),
                                       cluster=self.cluster)
         return decision
 
@@ -143,4 +145,4 @@ class Follower:
         """Seconds since the last poll etcd answered (None: never answered)."""
         if self.state.last_ok is None:
             return None
-        return max(0.0, self.clock() - self.state.last_ok)  # type: ignore[operator]
+        return max(0.0, self.clock() - self.state.last_ok)

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.contract import keys
@@ -29,17 +29,21 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
-from awide_gateway_cluster.errors import EngineRefused, WipeRefused
+from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
 from awide_gateway_cluster.follower import Decision, Follower
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import GatewayRecord, Registration, check_layout
 from awide_gateway_cluster.subscribe import Hub, Subscription
+
+if TYPE_CHECKING:
+    from awide_cluster.store.etcd import EtcdStore
 
 log = logging.getLogger("awide_gateway_cluster")
 
@@ -68,7 +72,7 @@ class ClusterGateway:
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
     an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds."""
 
-    def __init__(self, config: GatewayConfig, *, store: Any = None, nvme: Any = None,
+    def __init__(self, config: GatewayConfig, *, store: Store | None = None, nvme: Any = None,
                  clock: Callable[[], float] | None = None, sysfs: Any = None,
                  read_label: Callable[..., Any] | None = None,
                  rng: random.Random | None = None) -> None:
@@ -191,6 +195,7 @@ class ClusterGateway:
             raise WipeRefused(self._wipe_message("at start, wipe_on_start is set"))
         if self._store is None:
             self._store = _make_store(self.config)
+        store = self._store
         if self._nvme is None:
             from awide_cluster.nvme.cli import NvmeCli
             from awide_cluster.nvme.runner import Runner
@@ -204,9 +209,9 @@ class ClusterGateway:
         self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label)
-        self._follower = Follower(self._store, cluster=self.config.cluster,
+        self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock)
-        self._registration = Registration(self._store, self.id, ttl=self.config.timing.lease_ttl,
+        self._registration = Registration(store, self.id, ttl=self.config.timing.lease_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
         try:
@@ -245,6 +250,11 @@ class ClusterGateway:
                     await self._registration.close()
         await self._close_store()
         self._hub.close_all()
+
+    def _started_store(self) -> Store:
+        if self._store is None:
+            raise NotStarted("the gateway has no store (not started, or stopped)")
+        return self._store
 
     async def _close_store(self) -> None:
         if self._own_store and self._store is not None:
@@ -324,7 +334,7 @@ class ClusterGateway:
         """Wake the poll early on a registry change; the poll stays the safety net."""
         while True:
             try:
-                async with self._store.watch(keys.REGISTRY, stall_after=30.0) as watch:
+                async with self._started_store().watch(keys.REGISTRY, stall_after=30.0) as watch:
                     async for batch in watch:
                         if batch.events:
                             self._poll_now.set()
@@ -339,7 +349,7 @@ class ClusterGateway:
     async def _check_layout(self) -> None:
         try:
             async with asyncio.timeout(self._call * 2.5):
-                mismatch = await check_layout(self._store, self._layout, timeout=self._call)
+                mismatch = await check_layout(self._started_store(), self._layout, timeout=self._call)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.namespace, e)
             return
@@ -468,7 +478,7 @@ class ClusterGateway:
         self._hub.publish(e)
 
 
-def _make_store(config: GatewayConfig) -> Any:
+def _make_store(config: GatewayConfig) -> EtcdStore:
     return config.etcd.store(config.cluster)
 
 

@@ -22,6 +22,7 @@ import enum
 import logging
 import uuid
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import registry as regdoc
@@ -29,7 +30,7 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.daemon.lease import Leadership, _first
+from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
     Intent,
     LeaderMemory,
@@ -38,9 +39,14 @@ from awide_cluster.daemon.reconcile import (
     decide,
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
+from awide_cluster.store.port import Store
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
+if TYPE_CHECKING:
+    from awide_cluster.api.metrics import DaemonMetrics
+
 log = logging.getLogger("awide_cluster.leader")
+
 
 class Outcome(enum.Enum):
     WROTE = "wrote"             # transaction committed (registry and/or intents)
@@ -70,8 +76,8 @@ def decode_intent(kv: KeyValue) -> Intent:
 
 
 class LeaderLoop:
-    def __init__(self, store, leadership: Leadership, clock: Clock, *, policy: Policy,
-                 call_timeout: float, metrics=None) -> None:
+    def __init__(self, store: Store, leadership: Leadership, clock: Clock, *, policy: Policy,
+                 call_timeout: float, metrics: DaemonMetrics | None = None) -> None:
         self.store, self.leadership, self.clock = store, leadership, clock
         self.policy, self.call_timeout, self.metrics = policy, call_timeout, metrics
         self.memory = LeaderMemory()
@@ -183,7 +189,7 @@ class LeaderLoop:
     async def cycle(self, write_failure: str = "") -> Outcome:
         """One cycle. ``write_failure``: this host's report write failed in this turn (why)."""
         ld = self.leadership
-        if not ld.holds():
+        if not ld.is_leader:
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
         try:
@@ -191,7 +197,7 @@ class LeaderLoop:
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         ld.observe_key(got.leader_kv)
-        if not ld.holds():
+        if not ld.is_leader:
             return Outcome.DEPOSED
         if ld.tampered:
             if self.metrics is not None:
@@ -200,7 +206,7 @@ class LeaderLoop:
                 await ld.repair_key()
             except StoreError as e:
                 log.warning("leader key not rewritten yet: %s", e)
-            if not ld.holds():
+            if not ld.is_leader:
                 return Outcome.DEPOSED
         self._note_refusals(got.snapshot)
         try:
@@ -223,7 +229,7 @@ class LeaderLoop:
             for line in d.log:
                 log.info(line)
             return Outcome.UNCHANGED
-        if not ld.holds():           # the decision took time: check again before writing
+        if not ld.is_leader:           # the decision took time: check again before writing
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
         compares = [Compare(keys.LEADER, "create", "equal", ld.revision),
@@ -251,10 +257,10 @@ class LeaderLoop:
                 self.metrics.write_refused("registry", refusal_reason(e))
             return Outcome.ERROR
         if not res.succeeded:
-            ld.observe_key(_first(res))
+            ld.observe_key(first_kv(res))
             if self.metrics is not None:
                 self.metrics.registry_write("conflict")
-            if not ld.leading:
+            if not ld.has_key:
                 log.warning("registry write refused by etcd: no longer the leader")
                 return Outcome.DEPOSED
             log.info("registry write refused by etcd: the registry or an intent changed "

@@ -21,6 +21,7 @@ import logging
 import random
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.config import daemon as daemon_config
@@ -38,7 +39,13 @@ from awide_cluster.daemon.lease import HostLease, LeaderRecord, Leadership
 from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
+from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.store.errors import StoreError, ValueTooLarge, refusal_reason
+from awide_cluster.store.etcd import EtcdStore
+from awide_cluster.store.port import Store
+
+if TYPE_CHECKING:
+    from awide_cluster.api import DaemonApi, Notifier
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -49,7 +56,7 @@ class ClusterTooSmall(RuntimeError):
     """The etcd cluster has fewer than 3 members and the config does not say dev_cluster."""
 
 
-def store_for(cfg: DaemonConfig):
+def store_for(cfg: DaemonConfig) -> EtcdStore:
     """The EtcdStore a config describes (keys relative to the cluster prefix)."""
     return cfg.etcd.store(cfg.cluster)
 
@@ -60,16 +67,19 @@ def policy_for(cfg: DaemonConfig) -> Policy:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, store=None, observer: CardObserver | None = None,
-                 runner=None, clock: Clock | None = None, config_path: str | Path | None = None,
-                 serve_api: bool = True, notifier=None, version: str = __version__) -> None:
+    def __init__(self, config: DaemonConfig, *, store: Store | None = None,
+                 observer: CardObserver | None = None, runner: CommandRunner | None = None,
+                 clock: Clock | None = None, config_path: str | Path | None = None,
+                 serve_api: bool = True, notifier: Notifier | None = None,
+                 version: str = __version__) -> None:
         from awide_cluster.api import DaemonHealth, DaemonMetrics, Notifier
         self.config = config
         self.config_path = config_path
         self.clock = clock or SystemClock()
         self._own_store = store is None
         self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
-        self.store = MeteredStore(store if store is not None else store_for(config), self.metrics)
+        self.store: Store = MeteredStore(store if store is not None else store_for(config),
+                                         self.metrics)
         self._own_observer = observer is None
         self._runner = runner
         self.observer = observer if observer is not None else self._local_observer(config)
@@ -88,7 +98,7 @@ class Daemon:
                                       metrics=self.metrics)
         self.notifier = notifier if notifier is not None else Notifier()
         self.serve_api = serve_api
-        self.api = None
+        self.api: DaemonApi | None = None
         self.known_identity: dict[str, str] = {}
         self.report: HostReport | None = None
         self.registry: Registry | None = None
@@ -100,12 +110,12 @@ class Daemon:
         self.fatal: str = ""
         self._stop = asyncio.Event()
         self._reload: DaemonConfig | str | Path | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ready_sent = False
         self._last_error = ""
         self._last_turn_error = ""
         self.turn_errors = 0                        # turns that raised (counted, survived)
-        self.write_error: dict | None = None     # the latest report write failed: how
+        self.write_error: dict[str, str | int] | None = None   # the latest report write failed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -264,7 +274,7 @@ class Daemon:
         except StoreError as e:
             etcd_ok = False
             self._note_error(f"lease: {e}")
-        if self.leadership.leading and not self.lease.valid():
+        if self.leadership.has_key and not self.lease.valid():
             self.leadership.step_down(
                 f"lease not confirmed for {self.lease.ttl - self.lease.remaining():.1f} s "
                 f"(TTL {self.lease.ttl} s, margin {self.lease.margin:g} s)")
@@ -294,9 +304,9 @@ class Daemon:
                 self._report_refused(e)
                 self._note_error(report_failure)
         # 4. leadership
-        was = self.leadership.leading
+        was = self.leadership.has_key
         try:
-            if not self.leadership.leading and self.lease.valid():
+            if not self.leadership.has_key and self.lease.valid():
                 holder = await self.store.get(keys.LEADER, timeout=call)
                 self.leadership.holder = LeaderRecord.decode(holder.value) if holder else None
                 # our own key still bound to our (confirmed) lease: we stepped down because
@@ -311,7 +321,7 @@ class Daemon:
         except StoreError as e:
             etcd_ok = False
             self._note_error(f"leader election: {e}")
-        if self.leadership.leading:
+        if self.leadership.has_key:
             outcome = await self.leader_loop.cycle(write_failure=report_failure)
             self.outcomes = (self.outcomes + [outcome])[-50:]
             if outcome in (Outcome.SKIPPED, Outcome.ERROR):
@@ -322,7 +332,7 @@ class Daemon:
             if was:
                 self.leader_loop.reset(known=self.registry)
             etcd_ok = await self._follow() and etcd_ok
-        me = self.leadership.leading
+        me = self.leadership.has_key
         holder = self.leadership.holder
         self.metrics.observe_leader(holder.host if holder else None, me=me)
         # 5. heartbeat
@@ -377,7 +387,7 @@ class Daemon:
         self.metrics.report_write(False)
         self.metrics.write_refused("report", reason)
         self.health.write_refused(f"{reason}: {e}"[:300])
-        n = self.write_error["in_a_row"] + 1 if self.write_error else 1
+        n = int(self.write_error["in_a_row"]) + 1 if self.write_error else 1
         self.write_error = {"write": "report", "reason": reason, "error": str(e)[:300],
                             "in_a_row": n}
 
@@ -443,9 +453,9 @@ class Daemon:
 
     @property
     def is_leader(self) -> bool:
-        return self.leadership.holds()
+        return self.leadership.is_leader
 
-    def view(self) -> dict:
+    def view(self) -> dict[str, Any]:
         from awide_cluster.api import host_view
         holder = self.leadership.holder
         extra = {

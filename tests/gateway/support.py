@@ -16,6 +16,7 @@ from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
 from tests.fakes import FakeNvmeWorld
@@ -53,9 +54,10 @@ def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -
 class RegistryWriter:
     """Plays the leader: writes registry documents (generation + 1 each time)."""
 
-    def __init__(self, store: Any, cluster: str) -> None:
+    def __init__(self, store: Store, cluster: str, *, after: Registry | None = None) -> None:
+        """``after``: the registry last published (another writer's), to continue from."""
         self.store, self.cluster = store, cluster
-        self.reg: Registry | None = None
+        self.reg: Registry | None = after
 
     async def publish(self, cards: list[CardEntry]) -> Registry:
         prev = self.reg

@@ -18,6 +18,7 @@ from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import LocalCard
 from tests.gateway.support import (
+    RegistryWriter,
     argv_text,
     config,
     gateway,
@@ -114,8 +115,7 @@ async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, clust
         # retried on another member); the gateway keeps all three endpoints
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints[1:],
                                          prefix=keys.prefix(cluster_name))) as s:
-            leader.store = s
-            reg = await leader.publish([a, b])
+            reg = await RegistryWriter(s, cluster_name, after=leader.reg).publish([a, b])
         try:
             await wait_for(lambda: gw.snapshot().generation == reg.generation
                            and in_service(gw, b.id), what="change through two members")
