@@ -4,7 +4,7 @@ The poll is one ranged read of ``registry`` with ``min_mod_revision`` = the last
 ``mod_revision`` + 1: while the key is unchanged etcd answers with no value (a couple of
 hundred bytes) and nothing is decoded. ``count`` tells "unchanged" (1) from "absent" (0).
 
-What is applied, and what is kept (``decide``):
+What is applied, and what is kept (``step``):
 - a changed document over its bound (``bounds.REGISTRY_MAX_BYTES``) is refused by name
   without being decoded (``ValueTooLarge`` names its mod_revision), like a corrupt one;
 - a changed document is decoded, checked to name this cluster and not to go back (within one
@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from awide_cluster.contract import bounds, keys
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import (
     Registry,
     RegistryError,
@@ -31,12 +32,11 @@ from awide_cluster.contract.registry import (
     check_slots,
     went_back,
 )
-from awide_cluster.contract.registry import decode as decode_registry
 from awide_cluster.store.errors import StoreError, ValueTooLarge
 from awide_cluster.store.port import Store
 from awide_cluster.store.types import RangeResult
 
-Outcome = Literal["applied", "unchanged", "rejected", "failed"]
+StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +54,14 @@ class FollowState:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    outcome: Outcome
+class FollowStep:
+    outcome: StepOutcome
     registry: Registry | None = None     # the newly applied registry (outcome "applied")
     detail: str = ""
 
 
-def decide(state: FollowState, answer: RangeResult | BaseException, now: float, *,
-           cluster: str) -> tuple[FollowState, Decision]:
+def step(state: FollowState, answer: RangeResult | BaseException, now: float, *,
+           cluster: str) -> tuple[FollowState, FollowStep]:
     """Fold one poll's answer (or its error) into the follow state."""
     polls = state.polls + 1
     if isinstance(answer, ValueTooLarge) and answer.mod_revision:
@@ -72,20 +72,20 @@ def decide(state: FollowState, answer: RangeResult | BaseException, now: float, 
     if isinstance(answer, BaseException):
         why = f"registry not read: {type(answer).__name__}: {answer}".rstrip(": ")
         return replace(state, polls=polls, failures=state.failures + 1, problem=why,
-                       failed_polls=state.failed_polls + 1), Decision("failed", detail=why)
+                       failed_polls=state.failed_polls + 1), FollowStep("failed", detail=why)
     if not answer.kvs:
         if answer.count == 0:
             why = "registry key absent (no leader has written one yet); keeping the last good"
             return replace(state, polls=polls, failures=state.failures + 1, problem=why,
-                           failed_polls=state.failed_polls + 1), Decision("failed", detail=why)
+                           failed_polls=state.failed_polls + 1), FollowStep("failed", detail=why)
         fresh = replace(state, polls=polls, last_ok=now, failures=0,
                         problem=state.problem if state.seen_revision != state.applied_revision
                         else "")
-        return fresh, Decision("unchanged")
+        return fresh, FollowStep("unchanged")
     kv = answer.kvs[0]
     base = replace(state, polls=polls, last_ok=now, failures=0, seen_revision=kv.mod_revision)
     try:
-        reg = decode_registry(kv.value)
+        reg = regdoc.decode(kv.value)
         if reg.cluster != cluster:
             raise RegistryError(f"registry names cluster {reg.cluster!r}, this gateway is in "
                                 f"{cluster!r}")
@@ -106,14 +106,14 @@ def decide(state: FollowState, answer: RangeResult | BaseException, now: float, 
         detail = (f"registry lineage changed from {state.registry.lineage or '-'} to "
                   f"{reg.lineage or '-'} (re-created): generation {reg.generation} applied "
                   f"after {state.registry.generation}")
-    return applied, Decision("applied", registry=reg, detail=detail)
+    return applied, FollowStep("applied", registry=reg, detail=detail)
 
 
-def _reject(state: FollowState, why: str) -> tuple[FollowState, Decision]:
+def _reject(state: FollowState, why: str) -> tuple[FollowState, FollowStep]:
     why = f"{why}; keeping generation " + (
         str(state.registry.generation) if state.registry else "none (no registry yet)")
     return (replace(state, rejected=state.rejected + 1, problem=why),
-            Decision("rejected", detail=why))
+            FollowStep("rejected", detail=why))
 
 
 class Follower:
@@ -126,7 +126,7 @@ class Follower:
         self.clock = clock
         self.state = FollowState()
 
-    async def poll(self) -> Decision:
+    async def poll(self) -> FollowStep:
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
         answer: RangeResult | BaseException
         try:
@@ -137,9 +137,8 @@ class Follower:
                     max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
-        self.state, decision = decide(self.state, answer, self.clock(),
-                                      cluster=self.cluster)
-        return decision
+        self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
+        return taken
 
     def staleness(self) -> float | None:
         """Seconds since the last poll etcd answered (None: never answered)."""

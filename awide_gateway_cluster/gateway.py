@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from awide_cluster import __version__
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.errors import StoreError
@@ -37,9 +38,9 @@ from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
-from awide_gateway_cluster.follower import Decision, Follower
+from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
-from awide_gateway_cluster.registration import GatewayRecord, Registration, check_layout
+from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.subscribe import Hub, Subscription
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class ClusterGateway:
         self.id = config.id
         self.namespace = lay.namespace(config.model)
         self.placement_name = config.key_placement
-        self._layout = lay.LayoutRecord(self.namespace, self.placement_name,
+        self._layout = LayoutRecord(self.namespace, self.placement_name,
                                         created_by=self.id)
         self._store, self._own_store = store, store is None
         self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
@@ -90,7 +91,7 @@ class ClusterGateway:
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
         self._layout_ok = self._layout_mismatch = False
         self._layout_problem = "key layout not verified yet (etcd not reached)"
-        self._local: dict[str, vw.LocalCard] = {}
+        self._local: dict[str, vw.CardPath] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._first_probe: dict[str, asyncio.Event] = {}
@@ -300,7 +301,7 @@ class ClusterGateway:
             self._publish(ev.ChangeEvent("fresh", generation=self._view.generation,
                                          detail="registry read and applied"))
 
-    def _apply(self, old: Registry | None, decision: Decision) -> None:
+    def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
         old_cards = {c.id: c for c in old.cards} if old else {}
@@ -419,7 +420,7 @@ class ClusterGateway:
             card = reg.card(card_id) if reg else None
             if card is None:
                 return
-            local = self._local.get(card_id) or vw.LocalCard(card_id)
+            local = self._local.get(card_id) or vw.CardPath(card_id)
             errors = self._take_io_errors(card_id)
             try:
                 async with asyncio.timeout(bound):

@@ -10,17 +10,15 @@ from __future__ import annotations
 import logging
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import GatewayRecord, decode_gateway  # noqa: F401
+from awide_cluster.contract.records import (
+    GatewayRecord,
+    LayoutRecord,
+    LayoutRecordError,
+    decode_layout,
+)
 from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
 from awide_cluster.store.port import Store
-from awide_gateway_cluster.layout import (
-    LayoutError,
-    LayoutMismatch,
-    LayoutRecord,
-    compare,
-    decode_record,
-    encode_record,
-)
+from awide_gateway_cluster.layout import LayoutMismatch, compare
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
@@ -34,7 +32,7 @@ async def check_layout(store: Store, mine: LayoutRecord, *,
     """
     key = keys.layout(mine.namespace)
     try:
-        await store.create(key, encode_record(mine), timeout=timeout)
+        await store.create(key, mine.encode(), timeout=timeout)
         log.info("recorded key layout of namespace %s: %s", mine.namespace, mine.describe())
         return None
     except Conflict:
@@ -43,8 +41,8 @@ async def check_layout(store: Store, mine: LayoutRecord, *,
     if kv is None:          # deleted between the two calls: check again at the next start
         raise StoreError(f"{key} vanished while being read")
     try:
-        recorded = decode_record(kv.value, key=key)
-    except LayoutError as e:
+        recorded = decode_layout(kv.value, key=key)
+    except LayoutRecordError as e:
         recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
                                 algorithm=0, slot_algorithm=0, created_by="?")
     return compare(recorded, mine)

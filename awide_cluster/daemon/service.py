@@ -30,12 +30,13 @@ from awide_cluster.config.daemon import DaemonConfig
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
-from awide_cluster.daemon.lease import HostLease, LeaderRecord, Leadership
+from awide_cluster.daemon.lease import HostLease, Leadership
 from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all

@@ -69,7 +69,7 @@ class EtcdStore:
     def preferred_endpoint(self) -> str:
         return self.ring.preferred
 
-    def observe(self, revision: int) -> None:
+    def note_revision(self, revision: int) -> None:
         if revision > self._last_revision:
             self._last_revision = revision
 
@@ -79,7 +79,7 @@ class EtcdStore:
         if rev and rev < floor:
             raise RevisionWentBack(
                 f"{endpoint}: answered at revision {rev}, below revision {floor} already seen")
-        self.observe(rev)
+        self.note_revision(rev)
         return rev
 
     def deadline(self, timeout: float | None) -> float:
@@ -317,7 +317,7 @@ class EtcdStore:
                 answer = await self._authed(call, deadline)
         except TimeoutError:
             raise Timeout(f"{endpoint}: status: no answer within the deadline") from None
-        self.observe(codec.header_revision(answer))
+        self.note_revision(codec.header_revision(answer))
         return codec.endpoint_status(answer, endpoint)
 
     async def statuses(self, *, timeout: float | None = None

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
-from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
@@ -62,10 +62,10 @@ class RegistryWriter:
     async def publish(self, cards: list[CardEntry]) -> Registry:
         prev = self.reg
         gen = (prev.generation if prev else 0) + 1
-        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
                        slots=table)
-        await self.put_raw(regmod.encode(reg))
+        await self.put_raw(regdoc.encode(reg))
         self.reg = reg
         return reg
 
@@ -86,10 +86,10 @@ class RegistryWriter:
     def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
         """The JSON document of the next generation, for tests that corrupt it."""
         prev = self.reg
-        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=(prev.generation if prev else 0) + 1,
                        leader="s1", cards=tuple(cards), slots=table)
-        return regmod.to_dict(reg)
+        return regdoc.to_dict(reg)
 
 
 def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,

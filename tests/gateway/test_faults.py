@@ -16,7 +16,7 @@ from awide_cluster.nvme.sysfs import Sysfs
 from awide_cluster.nvme.target import NvmeTarget
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
-from awide_gateway_cluster.view import LocalCard
+from awide_gateway_cluster.view import CardPath
 from tests.gateway.support import (
     RegistryWriter,
     argv_text,
@@ -210,6 +210,6 @@ async def test_connector_refuses_a_forged_target_before_any_subprocess(world):
     from dataclasses import replace
     card = replace(make_card(1), target=forged)
     conn = Connector(NvmeCli(Runner(env=world.env())), Sysfs(world.sysfs_root))
-    probe = await conn.probe(card, LocalCard(card.id, health=Hysteresis()))
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
     assert probe.hostile and "traddr" in probe.refused
     assert world.calls() == []
