@@ -54,7 +54,7 @@ from awide_cluster.contract.registry import (
 from awide_cluster.contract.report import HostReport, ReportedCard
 
 Action = Literal["drain", "undrain", "forget"]
-ACTIONS = ("drain", "undrain", "forget")
+ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
+from awide_cluster.cards.model import CardObservation
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 from awide_cluster.config.daemon import DaemonConfig
@@ -265,78 +266,105 @@ class Daemon:
         start = self.clock.monotonic()
         if self._reload is not None:
             await self._apply_reload()
-        cfg = self.config
-        call = cfg.etcd.call_timeout
-        etcd_ok = True
-        # 1. lease
+        lease_ok = await self._renew_lease()
+        observations = await self._observe_cards()
+        report_failure = await self._write_report(observations)
+        had_key = self.leadership.has_key
+        elected_ok = await self._elect()
+        if self.leadership.has_key:
+            led_ok = await self._lead(report_failure)
+        else:
+            if had_key:
+                self.leader_loop.reset(known=self.registry)
+            led_ok = await self._follow()
+        holder = self.leadership.holder
+        self.metrics.observe_leader(holder.host if holder else None,
+                                    me=self.leadership.has_key)
+        self._heartbeat(lease_ok and not report_failure and elected_ok and led_ok, start)
+
+    async def _renew_lease(self) -> bool:
+        """1. Renew the host lease (a new one: the old report and leadership are gone); step
+        down when the lease is not confirmed within TTL - margin. False: etcd failed."""
+        ok = True
         try:
             if await self.lease.renew():
                 self.leadership.step_down("a new lease was granted (the old one expired)")
         except StoreError as e:
-            etcd_ok = False
+            ok = False
             self._note_error(f"lease: {e}")
         if self.leadership.has_key and not self.lease.valid():
             self.leadership.step_down(
                 f"lease not confirmed for {self.lease.ttl - self.lease.remaining():.1f} s "
                 f"(TTL {self.lease.ttl} s, margin {self.lease.margin:g} s)")
-        # 2. cards
-        observations = await observe_all(self.observer, cfg.cards, self.known_identity)
-        for spec, obs in zip(cfg.cards, observations):
+        return ok
+
+    async def _observe_cards(self) -> list[CardObservation]:
+        """2. Observe the local cards (concurrently, each bounded)."""
+        cards = self.config.cards
+        observations = await observe_all(self.observer, cards, self.known_identity)
+        for spec, obs in zip(cards, observations, strict=True):
             self.metrics.local_card(spec.name, obs.healthy)
             for p in obs.probes:
                 self.metrics.probe_result(spec.name, p.probe, p.ok, p.elapsed)
-        # 3. host report
+        return observations
+
+    async def _write_report(self, observations: list[CardObservation]) -> str:
+        """3. Write the host report on the lease; why it failed ("" when written or when
+        there is no lease to write it on)."""
+        cfg = self.config
         self.seq += 1
         self.report = build_report(
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api.url if self.api is not None else "", run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations)
-        report_failure = ""
-        if self.lease.id is not None:
-            try:
-                await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
-                                     lease=self.lease.id, timeout=call)
-                self.metrics.report_write(True)
-                self.health.report_written()
-                self.write_error = None
-            except StoreError as e:
-                etcd_ok = False
-                report_failure = f"host report: {e}"[:300]
-                self._report_refused(e)
-                self._note_error(report_failure)
-        # 4. leadership
-        was = self.leadership.has_key
+        if self.lease.id is None:
+            return ""
         try:
-            if not self.leadership.has_key and self.lease.valid():
-                holder = await self.store.get(keys.LEADER, timeout=call)
-                self.leadership.holder = LeaderRecord.decode(holder.value) if holder else None
-                # our own key still bound to our (confirmed) lease: we stepped down because
-                # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
-                # else can take the key while we renew the lease, so campaign (it adopts the
-                # key) instead of leaving the cluster without a leader
-                ours = holder is not None and holder.lease == self.lease.id
-                if not ours and await self.leadership.clear_orphan(holder, cfg.timing.lease_ttl):
-                    holder = None
-                if (holder is None or ours) and await self.leadership.campaign():
-                    self.leader_loop.reset(known=self.registry)
+            await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
+                                 lease=self.lease.id, timeout=cfg.etcd.call_timeout)
         except StoreError as e:
-            etcd_ok = False
-            self._note_error(f"leader election: {e}")
-        if self.leadership.has_key:
-            outcome = await self.leader_loop.cycle(write_failure=report_failure)
-            self.outcomes = (self.outcomes + [outcome])[-50:]
-            if outcome in (Outcome.SKIPPED, Outcome.ERROR):
-                etcd_ok = False
-            if self.leader_loop.registry is not None:
-                self.registry = self.leader_loop.registry
-        else:
-            if was:
+            failure = f"host report: {e}"[:300]
+            self._report_refused(e)
+            self._note_error(failure)
+            return failure
+        self.metrics.report_write(True)
+        self.health.report_written()
+        self.write_error = None
+        return ""
+
+    async def _elect(self) -> bool:
+        """4a. Campaign for ``leader`` when nobody holds it. False: etcd failed."""
+        if self.leadership.has_key or not self.lease.valid():
+            return True
+        try:
+            kv = await self.store.get(keys.LEADER, timeout=self.config.etcd.call_timeout)
+            self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
+            # our own key still bound to our (confirmed) lease: we stepped down because
+            # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
+            # else can take the key while we renew the lease, so campaign (it adopts the
+            # key) instead of leaving the cluster without a leader
+            ours = kv is not None and kv.lease == self.lease.id
+            if not ours and await self.leadership.clear_orphan(
+                    kv, self.config.timing.lease_ttl):
+                kv = None
+            if (kv is None or ours) and await self.leadership.campaign():
                 self.leader_loop.reset(known=self.registry)
-            etcd_ok = await self._follow() and etcd_ok
-        me = self.leadership.has_key
-        holder = self.leadership.holder
-        self.metrics.observe_leader(holder.host if holder else None, me=me)
-        # 5. heartbeat
+        except StoreError as e:
+            self._note_error(f"leader election: {e}")
+            return False
+        return True
+
+    async def _lead(self, report_failure: str) -> bool:
+        """4b. One leader cycle (told whether this turn's report write failed). False: it
+        read or wrote nothing."""
+        outcome = await self.leader_loop.cycle(write_failure=report_failure)
+        self.outcomes = (self.outcomes + [outcome])[-50:]
+        if self.leader_loop.registry is not None:
+            self.registry = self.leader_loop.registry
+        return outcome not in (Outcome.SKIPPED, Outcome.ERROR)
+
+    def _heartbeat(self, etcd_ok: bool, start: float) -> None:
+        """5. Health marks, the systemd watchdog (and readiness once), the poll's figures."""
         if etcd_ok:
             self.health.etcd_ok()
             self._last_error = ""
@@ -346,7 +374,7 @@ class Daemon:
         self.notifier.watchdog()
         if not self._ready_sent and self.report is not None and etcd_ok:
             self._ready_sent = True
-            self.notifier.ready(status=f"reporting {len(cfg.cards)} card(s)")
+            self.notifier.ready(status=f"reporting {len(self.config.cards)} card(s)")
         self.turns += 1
         self.metrics.poll_done(self.clock.monotonic() - start, ok=etcd_ok)
 
@@ -402,6 +430,8 @@ class Daemon:
     async def _apply_reload(self) -> None:
         source, self._reload = self._reload, None
         try:
+            if source is None:
+                return
             new = source if isinstance(source, DaemonConfig) else daemon_config.load(source)
         except ConfigError as e:
             log.error("reload refused, keeping the running config: %s", e)
@@ -432,7 +462,8 @@ class Daemon:
         (the leader key's create_revision does not change), then revoke the old lease."""
         try:
             old = await self.lease.replace(ttl)
-            await self.leadership.move_to_lease(self.lease.id)
+            if self.lease.id is not None:
+                await self.leadership.move_to_lease(self.lease.id)
         except StoreError as e:
             log.warning("lease TTL change incomplete (%s): the next turn grants what is missing",
                         e)
