@@ -1,14 +1,14 @@
 """The gateway's local view of one card's path: one probe per poll, folded by a pure function.
 
 A probe (``Probe``) is what the connector saw this poll. ``advance`` folds it into the card's
-``LocalCard``:
+``CardPath``:
 
 - a refusal (wrong serial/model/identity, hostile target, wrong label) takes the card out at
   once and stays until a probe no longer finds it;
 - no device (never connected, namespace gone, directory missing) takes it out at once: there
   is nothing to do I/O on;
 - health (controller state ``live``, no I/O errors reported since the last poll) goes through
-  ``contract.health.observe``: out after ``sick_polls`` bad polls in a row, back after
+  ``contract.health.tally``: out after ``sick_polls`` bad polls in a row, back after
   ``healthy_polls`` good ones; ``good=None`` (the probe itself could not look) changes nothing.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from awide_cluster.contract.health import observe
-from awide_gateway_cluster.view import LocalCard
+from awide_cluster.contract.health import tally
+from awide_gateway_cluster.view import CardPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +31,8 @@ class Probe:
     hostile: bool = False           # the target was refused as hostile input (counted)
 
 
-def advance(local: LocalCard, probe: Probe, *, sick_polls: int, healthy_polls: int) -> LocalCard:
-    health = observe(local.health, probe.good, sick_polls=sick_polls,
+def advance(local: CardPath, probe: Probe, *, sick_polls: int, healthy_polls: int) -> CardPath:
+    health = tally(local.health, probe.good, sick_polls=sick_polls,
                      healthy_polls=healthy_polls, reason=probe.reason)
     return replace(
         local, device=probe.device, verified=probe.verified, refused=probe.refused,

@@ -35,7 +35,7 @@ from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Sysfs
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, validate_traddr
 from awide_gateway_cluster.cardpath import Probe
-from awide_gateway_cluster.view import LocalCard
+from awide_gateway_cluster.view import CardPath
 
 log = logging.getLogger("awide_gateway_cluster.connector")
 T = TypeVar("T")
@@ -57,7 +57,7 @@ class Connector:
         async with asyncio.timeout(self.sysfs_timeout):
             return await asyncio.to_thread(fn)
 
-    async def probe(self, card: CardEntry, local: LocalCard, io_errors: int = 0) -> Probe:
+    async def probe(self, card: CardEntry, local: CardPath, io_errors: int = 0) -> Probe:
         try:
             if card.kind == "dir":
                 return await self._probe_dir(card, local, io_errors)
@@ -68,7 +68,7 @@ class Connector:
 
     # ------------------------------------------------------------------ nvme
 
-    async def _probe_nvme(self, card: CardEntry, local: LocalCard, io_errors: int) -> Probe:
+    async def _probe_nvme(self, card: CardEntry, local: CardPath, io_errors: int) -> Probe:
         if card.target is None:
             return Probe(refused="an nvme card without a target", hostile=True)
         try:
@@ -168,7 +168,7 @@ class Connector:
 
     # ------------------------------------------------------------------ directories
 
-    async def _probe_dir(self, card: CardEntry, local: LocalCard, io_errors: int) -> Probe:
+    async def _probe_dir(self, card: CardEntry, local: CardPath, io_errors: int) -> Probe:
         if not card.path:
             return Probe(refused="a directory card without a path")
         path = Path(card.path)

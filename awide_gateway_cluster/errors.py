@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from awide_gateway_cluster.layout import LayoutMismatch  # noqa: F401  (re-exported)
-
 
 class GatewayError(Exception):
     """Base of the library's refusals."""

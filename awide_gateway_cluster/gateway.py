@@ -21,25 +21,30 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
-from awide_gateway_cluster.errors import EngineRefused, WipeRefused
-from awide_gateway_cluster.follower import Decision, Follower
+from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
+from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
-from awide_gateway_cluster.registration import GatewayRecord, Registration, check_layout
+from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.subscribe import Hub, Subscription
+
+if TYPE_CHECKING:
+    from awide_cluster.store.etcd import EtcdStore
 
 log = logging.getLogger("awide_gateway_cluster")
 
@@ -68,7 +73,7 @@ class ClusterGateway:
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
     an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds."""
 
-    def __init__(self, config: GatewayConfig, *, store: Any = None, nvme: Any = None,
+    def __init__(self, config: GatewayConfig, *, store: Store | None = None, nvme: Any = None,
                  clock: Callable[[], float] | None = None, sysfs: Any = None,
                  read_label: Callable[..., Any] | None = None,
                  rng: random.Random | None = None) -> None:
@@ -76,7 +81,7 @@ class ClusterGateway:
         self.id = config.id
         self.namespace = lay.namespace(config.model)
         self.placement_name = config.key_placement
-        self._layout = lay.LayoutRecord(self.namespace, self.placement_name,
+        self._layout = LayoutRecord(self.namespace, self.placement_name,
                                         created_by=self.id)
         self._store, self._own_store = store, store is None
         self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
@@ -86,7 +91,7 @@ class ClusterGateway:
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
         self._layout_ok = self._layout_mismatch = False
         self._layout_problem = "key layout not verified yet (etcd not reached)"
-        self._local: dict[str, vw.LocalCard] = {}
+        self._local: dict[str, vw.CardPath] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._first_probe: dict[str, asyncio.Event] = {}
@@ -191,6 +196,7 @@ class ClusterGateway:
             raise WipeRefused(self._wipe_message("at start, wipe_on_start is set"))
         if self._store is None:
             self._store = _make_store(self.config)
+        store = self._store
         if self._nvme is None:
             from awide_cluster.nvme.cli import NvmeCli
             from awide_cluster.nvme.runner import Runner
@@ -204,9 +210,9 @@ class ClusterGateway:
         self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label)
-        self._follower = Follower(self._store, cluster=self.config.cluster,
+        self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock)
-        self._registration = Registration(self._store, self.id, ttl=self.config.timing.lease_ttl,
+        self._registration = Registration(store, self.id, ttl=self.config.timing.lease_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
         try:
@@ -245,6 +251,11 @@ class ClusterGateway:
                     await self._registration.close()
         await self._close_store()
         self._hub.close_all()
+
+    def _started_store(self) -> Store:
+        if self._store is None:
+            raise NotStarted("the gateway has no store (not started, or stopped)")
+        return self._store
 
     async def _close_store(self) -> None:
         if self._own_store and self._store is not None:
@@ -290,7 +301,7 @@ class ClusterGateway:
             self._publish(ev.ChangeEvent("fresh", generation=self._view.generation,
                                          detail="registry read and applied"))
 
-    def _apply(self, old: Registry | None, decision: Decision) -> None:
+    def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
         old_cards = {c.id: c for c in old.cards} if old else {}
@@ -324,7 +335,7 @@ class ClusterGateway:
         """Wake the poll early on a registry change; the poll stays the safety net."""
         while True:
             try:
-                async with self._store.watch(keys.REGISTRY, stall_after=30.0) as watch:
+                async with self._started_store().watch(keys.REGISTRY, stall_after=30.0) as watch:
                     async for batch in watch:
                         if batch.events:
                             self._poll_now.set()
@@ -339,7 +350,7 @@ class ClusterGateway:
     async def _check_layout(self) -> None:
         try:
             async with asyncio.timeout(self._call * 2.5):
-                mismatch = await check_layout(self._store, self._layout, timeout=self._call)
+                mismatch = await check_layout(self._started_store(), self._layout, timeout=self._call)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.namespace, e)
             return
@@ -409,7 +420,7 @@ class ClusterGateway:
             card = reg.card(card_id) if reg else None
             if card is None:
                 return
-            local = self._local.get(card_id) or vw.LocalCard(card_id)
+            local = self._local.get(card_id) or vw.CardPath(card_id)
             errors = self._take_io_errors(card_id)
             try:
                 async with asyncio.timeout(bound):
@@ -468,7 +479,7 @@ class ClusterGateway:
         self._hub.publish(e)
 
 
-def _make_store(config: GatewayConfig) -> Any:
+def _make_store(config: GatewayConfig) -> EtcdStore:
     return config.etcd.store(config.cluster)
 
 

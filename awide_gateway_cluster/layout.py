@@ -20,14 +20,7 @@ import re
 from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.records import (  # noqa: F401 (re-exported)
-    PLACEMENT_ALGORITHM,
-    LayoutRecord,
-    decode_layout,
-)
-from awide_cluster.contract.records import (
-    LayoutRecordError as LayoutError,
-)
+from awide_cluster.contract.records import PLACEMENT_ALGORITHM, LayoutRecord
 
 Placement = Literal["dialog", "stripe"]
 PLACEMENTS: tuple[str, ...] = ("dialog", "stripe")
@@ -73,15 +66,6 @@ def fingerprint(ns: str, placement: str, table: slotfn.SlotTable) -> str:
     }
     canon = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return "L" + hashlib.sha256(canon.encode()).hexdigest()[:16]
-
-
-def encode_record(r: LayoutRecord) -> bytes:
-    return r.encode()
-
-
-def decode_record(raw: bytes | str, *, key: str = "") -> LayoutRecord:
-    """Raises LayoutError (a BadValue naming ``key``) and nothing else, whatever ``raw`` is."""
-    return decode_layout(raw, key=key)
 
 
 def compare(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutMismatch | None:

@@ -10,21 +10,21 @@ from __future__ import annotations
 import logging
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import GatewayRecord, decode_gateway  # noqa: F401
-from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
-from awide_gateway_cluster.layout import (
-    LayoutError,
-    LayoutMismatch,
+from awide_cluster.contract.records import (
+    GatewayRecord,
     LayoutRecord,
-    compare,
-    decode_record,
-    encode_record,
+    LayoutRecordError,
+    decode_layout,
 )
+from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
+from awide_cluster.store.port import Store
+from awide_gateway_cluster.layout import LayoutMismatch, compare
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
 
-async def check_layout(store: object, mine: LayoutRecord, *, timeout: float) -> LayoutMismatch | None:
+async def check_layout(store: Store, mine: LayoutRecord, *,
+                       timeout: float) -> LayoutMismatch | None:
     """Record ``mine`` if no layout is recorded for its namespace; else compare.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
@@ -32,17 +32,17 @@ async def check_layout(store: object, mine: LayoutRecord, *, timeout: float) -> 
     """
     key = keys.layout(mine.namespace)
     try:
-        await store.create(key, encode_record(mine), timeout=timeout)  # type: ignore[attr-defined]
+        await store.create(key, mine.encode(), timeout=timeout)
         log.info("recorded key layout of namespace %s: %s", mine.namespace, mine.describe())
         return None
     except Conflict:
         pass
-    kv = await store.get(key, timeout=timeout)  # type: ignore[attr-defined]
+    kv = await store.get(key, timeout=timeout)
     if kv is None:          # deleted between the two calls: check again at the next start
         raise StoreError(f"{key} vanished while being read")
     try:
-        recorded = decode_record(kv.value, key=key)
-    except LayoutError as e:
+        recorded = decode_layout(kv.value, key=key)
+    except LayoutRecordError as e:
         recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
                                 algorithm=0, slot_algorithm=0, created_by="?")
     return compare(recorded, mine)
@@ -55,7 +55,7 @@ class Registration:
     when the record changed or the lease is new, and sends a keepalive every ttl/3.
     """
 
-    def __init__(self, store: object, gateway_id: str, *, ttl: int, call_timeout: float) -> None:
+    def __init__(self, store: Store, gateway_id: str, *, ttl: int, call_timeout: float) -> None:
         self.store = store
         self.key = keys.gateway(gateway_id)
         self.ttl, self.call_timeout = ttl, call_timeout
@@ -68,13 +68,13 @@ class Registration:
         s = self.store
         try:
             if self.lease is None:
-                lease = await s.grant(self.ttl, timeout=self.call_timeout)  # type: ignore[attr-defined]
+                lease = await s.grant(self.ttl, timeout=self.call_timeout)
                 self.lease, self._written, self._last_keepalive = lease.id, None, now
             elif now - self._last_keepalive >= self.ttl / 3:
-                await s.keepalive(self.lease, timeout=self.call_timeout)  # type: ignore[attr-defined]
+                await s.keepalive(self.lease, timeout=self.call_timeout)
                 self._last_keepalive = now
             if record != self._written:
-                await s.put(self.key, record.encode(), lease=self.lease,  # type: ignore[attr-defined]
+                await s.put(self.key, record.encode(), lease=self.lease,
                             timeout=self.call_timeout)
                 self._written = record
         except LeaseExpired:
@@ -89,7 +89,7 @@ class Registration:
         if self.lease is None:
             return
         try:
-            await self.store.revoke(self.lease, timeout=self.call_timeout)  # type: ignore[attr-defined]
+            await self.store.revoke(self.lease, timeout=self.call_timeout)
         except StoreError as e:
             log.info("lease of %s not revoked (it expires by itself): %s", self.key, e)
         self.lease = None

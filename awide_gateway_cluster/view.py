@@ -9,7 +9,7 @@ A slot's card is in service when all of these hold, and ``why`` names the first 
 2. the key layout of this gateway's namespace is verified (``layouts/<namespace>``);
 3. the card was refused by no identity or target check;
 4. the card is connected and its namespace (device) or directory found and verified;
-5. the gateway's own hysteresis over its path says up (``contract.health.observe``).
+5. the gateway's own hysteresis over its path says up (``contract.health.tally``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from awide_cluster.contract.registry import CardEntry, Registry
 
 
 @dataclass(frozen=True, slots=True)
-class LocalCard:
+class CardPath:
     """What this gateway knows of one card's path, maintained by the connector."""
 
     card_id: str
@@ -95,7 +95,7 @@ class SlotView:
         return lines
 
 
-def why_out(card: CardEntry, local: LocalCard | None, layout_ok: bool,
+def why_out(card: CardEntry, local: CardPath | None, layout_ok: bool,
             layout_problem: str) -> str:
     """"" when the card is in service, else the first reason it is not (see module doc)."""
     if card.conflict is not None:
@@ -115,7 +115,7 @@ def why_out(card: CardEntry, local: LocalCard | None, layout_ok: bool,
     return ""
 
 
-def build(reg: Registry | None, local: Mapping[str, LocalCard], *, namespace: str,
+def build(reg: Registry | None, local: Mapping[str, CardPath], *, namespace: str,
           placement: str, fingerprint: str, layout_ok: bool, layout_problem: str = "") -> SlotView:
     """The view of ``reg`` (None: no registry applied yet) with the local card states."""
     if reg is None:

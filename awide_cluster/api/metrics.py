@@ -243,38 +243,3 @@ class DaemonMetrics:
         for fam in self.registry.collect():
             yield fam.name, fam.type
 
-
-# the store's calls that talk to etcd once each (watch streams are not timed per call)
-TIMED_OPS = ("range", "get", "txn", "create", "put", "delete", "grant", "keepalive", "revoke",
-             "time_to_live", "members", "endpoint_status", "statuses")
-
-
-class InstrumentedStore:
-    """A store whose etcd calls feed ``awide_etcd_call_*``; everything else passes through.
-
-    ``store = InstrumentedStore(EtcdStore(...), metrics)``: each call of ``TIMED_OPS`` is timed
-    and its error type counted (errors are re-raised unchanged).
-    """
-
-    def __init__(self, store: object, metrics: DaemonMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._store = store
-        self._metrics = metrics
-        self._clock = clock
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._store, name)
-        if name not in TIMED_OPS or not callable(attr):
-            return attr
-        metrics, clock = self._metrics, self._clock
-
-        async def timed(*args, **kwargs):
-            with metrics.etcd_timer(name, clock):
-                return await attr(*args, **kwargs)
-
-        timed.__name__ = name
-        return timed
-
-    @property
-    def inner(self) -> object:
-        return self._store

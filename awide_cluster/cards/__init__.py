@@ -4,7 +4,7 @@ See docs/cards.md. Public names::
     from awide_cluster.cards import CardSpec, observe, CardObservation, LocalCard, ProbeResult
 """
 
-from awide_cluster.cards.directory import (  # noqa: F401
+from awide_cluster.cards.directory import (
     LABEL_FILE,
     CardLabel,
     LabelCorrupt,
@@ -15,7 +15,7 @@ from awide_cluster.cards.directory import (  # noqa: F401
     same_card,
     write_label,
 )
-from awide_cluster.cards.model import (  # noqa: F401
+from awide_cluster.cards.model import (
     DEVICE,
     DISCOVERY,
     IDENTITY,
@@ -28,5 +28,12 @@ from awide_cluster.cards.model import (  # noqa: F401
     ProbeResult,
     summarize,
 )
-from awide_cluster.cards.observe import observe  # noqa: F401
-from awide_cluster.cards.spec import CardSpec, StoreProbeSpec  # noqa: F401
+from awide_cluster.cards.observe import observe
+from awide_cluster.cards.spec import CardSpec, StoreProbeSpec
+
+__all__ = [
+    "CardLabel", "CardObservation", "CardSpec", "DEVICE", "DISCOVERY", "IDENTITY", "LABEL_FILE",
+    "LabelCorrupt", "LabelError", "LabelExists", "LabelMissing", "LISTENER", "LocalCard",
+    "observe", "PROBE_ORDER", "ProbeResult", "read_label", "same_card", "STORE", "StoreProbeSpec",
+    "summarize", "WRITABLE", "write_label",
+]

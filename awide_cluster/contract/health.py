@@ -25,7 +25,7 @@ class Hysteresis:
         return "in" if self.up else "out"
 
 
-def observe(
+def tally(
     h: Hysteresis, good: bool | None, *, sick_polls: int, healthy_polls: int = 1,
     reason: str = "",
 ) -> Hysteresis:

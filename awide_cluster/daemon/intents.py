@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import CardEntry, Registry
@@ -143,8 +143,8 @@ async def reporting(store, card_id: str, timeout: float) -> Reporting:
     for kv in read.kvs:
         host = keys.tail(kv.key, keys.MEMBERS)
         try:
-            r = repdoc.decode(kv.value)
-        except repdoc.ReportError as e:
+            r = reportdoc.decode(kv.value)
+        except reportdoc.ReportError as e:
             unreadable.append((host, str(e)))
             continue
         if any(reported_id(c) == card_id for c in r.cards):

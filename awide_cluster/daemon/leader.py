@@ -22,15 +22,19 @@ import enum
 import logging
 import uuid
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
+from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.daemon.lease import Leadership, _first
+from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
+    ACTIONS,
+    Decision,
     Intent,
     LeaderMemory,
     Policy,
@@ -38,9 +42,14 @@ from awide_cluster.daemon.reconcile import (
     decide,
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
+from awide_cluster.store.port import Op, Store
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
+
+if TYPE_CHECKING:
+    from awide_cluster.api.metrics import DaemonMetrics
 
 log = logging.getLogger("awide_cluster.leader")
+
 
 class Outcome(enum.Enum):
     WROTE = "wrote"             # transaction committed (registry and/or intents)
@@ -65,13 +74,114 @@ def decode_intent(kv: KeyValue) -> Intent:
     cid = keys.tail(kv.key, keys.INTENTS)
     keys.check_name("card id", cid)
     rec = records.decode_intent(kv.value, cid)
-    return Intent(card_id=cid, action=rec.action, mod_revision=kv.mod_revision, by=rec.by,
-                  reason=rec.reason)
+    for action in ACTIONS:          # the record checked it is one of them
+        if rec.action == action:
+            return Intent(card_id=cid, action=action, mod_revision=kv.mod_revision, by=rec.by,
+                          reason=rec.reason)
+    raise ValueError(f"{keys.INTENTS}{cid}: unknown intent {rec.action!r}")
+
+
+def fenced_write(d: Decision, *, leader_revision: int,
+                 registry_revision: int) -> tuple[list[Compare], list[Op]]:
+    """The transaction of a decision: it holds only while the leader key is this term's
+    (create_revision), the registry is as read (mod_revision, 0: absent) and each consumed
+    intent is as read; it puts the registry (when it changed) and deletes those intents."""
+    compares = [Compare(keys.LEADER, "create", "equal", leader_revision),
+                Compare(keys.REGISTRY, "mod", "equal", registry_revision)]
+    success: list[Op] = []
+    if d.write:
+        success.append(Put(keys.REGISTRY, regdoc.encode(d.registry)))
+    for key, rev in d.consumed:
+        compares.append(Compare(key, "mod", "equal", rev))
+        success.append(Delete(key))
+    return compares, success
+
+
+@dataclass(frozen=True, slots=True)
+class HostReports:
+    """The hosts' reports of one read, sorted: decoded, refused, from strangers."""
+
+    reports: dict[str, HostReport]      # host -> its decoded report
+    bad: dict[str, str]                 # host of the cluster -> why its report is refused
+    strangers: dict[str, str]           # a host not of the cluster -> why it is ignored
+
+
+STRANGER = "not a host of this cluster (config hosts)"
+
+
+def sort_reports(members: PrefixRead, hosts: frozenset[str]) -> HostReports:
+    """Decode the reports of the cluster's hosts (``hosts`` empty: any host). A value over its
+    bound is refused by name, never decoded; a stranger's report is never decoded."""
+    reports: dict[str, HostReport] = {}
+    bad: dict[str, str] = {}
+    strangers: dict[str, str] = {}
+    for k, refusal in members.refused.items():
+        if refusal.kind == "value":
+            host = keys.tail(k, keys.MEMBERS)
+            if hosts and host not in hosts:
+                strangers[clean_text(host, 80)] = STRANGER
+            else:
+                bad[host] = refusal.why
+    for kv in members.kvs:
+        host = keys.tail(kv.key, keys.MEMBERS)
+        if hosts and host not in hosts:
+            strangers[clean_text(host, 80)] = STRANGER
+            continue            # never decoded: nothing in it counts
+        try:
+            report = reportdoc.decode(kv.value)
+            if report.host != host:
+                raise reportdoc.ReportError(f"report names host {report.host!r}")
+            reports[host] = report
+        except reportdoc.ReportError as e:
+            bad[host] = clean_text(e, 200)
+    return HostReports(reports=reports, bad=bad, strangers=strangers)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRegistry:
+    """The registry as etcd holds it: decoded, or why it cannot be used."""
+
+    registry: Registry | None
+    revision: int               # its mod_revision (0: absent)
+    found: str                  # ok, missing, corrupt, unknown_schema, too_large
+    problem: str                # why it is not ok (names the key and the field)
+
+
+def registry_found(kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
+    if isinstance(kv, ValueTooLarge):
+        return StoredRegistry(registry=None, revision=kv.mod_revision, found="too_large",
+                              problem=clean_text(f"value over {kv.limit} bytes, refused unread",
+                                                 200))
+    if kv is None:
+        return StoredRegistry(registry=None, revision=0, found="missing",
+                              problem="no registry in etcd")
+    try:
+        return StoredRegistry(registry=regdoc.decode(kv.value), revision=kv.mod_revision,
+                              found="ok", problem="")
+    except UnknownSchema as e:
+        return StoredRegistry(registry=None, revision=kv.mod_revision, found="unknown_schema",
+                              problem=clean_text(e, 200))
+    except RegistryError as e:
+        return StoredRegistry(registry=None, revision=kv.mod_revision, found="corrupt",
+                              problem=clean_text(e, 200))
+
+
+def sort_intents(intents: PrefixRead
+                 ) -> tuple[tuple[Intent, ...], dict[str, tuple[int, str]]]:
+    """The intents that decode, and the refused ones by key: (mod_revision, why)."""
+    bad = {k: (r.mod_revision, r.why) for k, r in intents.refused.items() if r.kind == "value"}
+    good: list[Intent] = []
+    for kv in intents.kvs:
+        try:
+            good.append(decode_intent(kv))
+        except ValueError as e:
+            bad[kv.key] = (kv.mod_revision, str(e)[:200])
+    return tuple(good), bad
 
 
 class LeaderLoop:
-    def __init__(self, store, leadership: Leadership, clock: Clock, *, policy: Policy,
-                 call_timeout: float, metrics=None) -> None:
+    def __init__(self, store: Store, leadership: Leadership, clock: Clock, *, policy: Policy,
+                 call_timeout: float, metrics: DaemonMetrics | None = None) -> None:
         self.store, self.leadership, self.clock = store, leadership, clock
         self.policy, self.call_timeout, self.metrics = policy, call_timeout, metrics
         self.memory = LeaderMemory()
@@ -119,56 +229,17 @@ class LeaderLoop:
             log.warning("%d intents pending, over the bound of %d per cycle: the first %d now, "
                         "the others at the next cycles", intents.count, intents.max_keys,
                         intents.max_keys)
-        # values over their bound: refused by name, never decoded (a key over the key bound
-        # is only logged: no host has that name, and deleting it would not fit in a txn)
-        hosts = self.policy.hosts
-        reports, strangers, bad = {}, {}, {}
-        for k, r in members.refused.items():
-            if r.kind == "value":
-                host = keys.tail(k, keys.MEMBERS)
-                if hosts and host not in hosts:
-                    strangers[clean_text(host, 80)] = "not a host of this cluster (config hosts)"
-                else:
-                    bad[host] = r.why
-        bad_intents = {k: (r.mod_revision, r.why) for k, r in intents.refused.items()
-                       if r.kind == "value"}
         for r in (*members.refused.values(), *intents.refused.values()):
             if r.kind == "key":
                 log.warning("key %s ignored: %s", r.name, r.why)
-        for kv in members.kvs:
-            host = keys.tail(kv.key, keys.MEMBERS)
-            if hosts and host not in hosts:
-                strangers[clean_text(host, 80)] = "not a host of this cluster (config hosts)"
-                continue            # never decoded: nothing in it counts
-            try:
-                r = reportdoc.decode(kv.value)
-                if r.host != host:
-                    raise reportdoc.ReportError(f"report names host {r.host!r}")
-                reports[host] = r
-            except reportdoc.ReportError as e:
-                bad[host] = clean_text(e, 200)
-        registry, found, problem = None, "missing", "no registry in etcd"
-        reg_rev = reg_kv.mod_revision if reg_kv is not None else 0
-        if isinstance(reg_kv, ValueTooLarge):
-            found, problem, reg_rev = "too_large", clean_text(
-                f"value over {reg_kv.limit} bytes, refused unread", 200), reg_kv.mod_revision
-        elif reg_kv is not None:
-            try:
-                registry, found, problem = regdoc.decode(reg_kv.value), "ok", ""
-            except UnknownSchema as e:
-                found, problem = "unknown_schema", clean_text(e, 200)
-            except RegistryError as e:
-                found, problem = "corrupt", clean_text(e, 200)
-        good_intents = []
-        for kv in intents.kvs:
-            try:
-                good_intents.append(decode_intent(kv))
-            except ValueError as e:
-                bad_intents[kv.key] = (kv.mod_revision, str(e)[:200])
-        snap = Snapshot(reports=reports, bad_reports=bad, registry=registry,
-                        intents=tuple(good_intents), bad_intents=bad_intents,
-                        strangers=strangers)
-        return Read(snap, reg_rev, leader_kv, found=found, problem=problem)
+        hosts = sort_reports(members, self.policy.hosts)
+        stored = registry_found(reg_kv)
+        good_intents, bad_intents = sort_intents(intents)
+        snap = Snapshot(reports=hosts.reports, bad_reports=hosts.bad,
+                        registry=stored.registry, intents=good_intents,
+                        bad_intents=bad_intents, strangers=hosts.strangers)
+        return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
+                    found=stored.found, problem=stored.problem)
 
     async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
         """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
@@ -183,7 +254,7 @@ class LeaderLoop:
     async def cycle(self, write_failure: str = "") -> Outcome:
         """One cycle. ``write_failure``: this host's report write failed in this turn (why)."""
         ld = self.leadership
-        if not ld.holds():
+        if not ld.is_leader:
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
         try:
@@ -191,7 +262,7 @@ class LeaderLoop:
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         ld.observe_key(got.leader_kv)
-        if not ld.holds():
+        if not ld.is_leader:
             return Outcome.DEPOSED
         if ld.tampered:
             if self.metrics is not None:
@@ -200,7 +271,7 @@ class LeaderLoop:
                 await ld.repair_key()
             except StoreError as e:
                 log.warning("leader key not rewritten yet: %s", e)
-            if not ld.holds():
+            if not ld.is_leader:
                 return Outcome.DEPOSED
         self._note_refusals(got.snapshot)
         try:
@@ -223,18 +294,18 @@ class LeaderLoop:
             for line in d.log:
                 log.info(line)
             return Outcome.UNCHANGED
-        if not ld.holds():           # the decision took time: check again before writing
+        if not ld.is_leader or ld.revision is None:     # the decision took time: check again
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
-        compares = [Compare(keys.LEADER, "create", "equal", ld.revision),
-                    Compare(keys.REGISTRY, "mod", "equal", got.registry_rev)]
-        success = []
+        return await self._write(d, snap, got, leader_revision=ld.revision)
+
+    async def _write(self, d: Decision, snap: Snapshot, got: Read, *,
+                     leader_revision: int) -> Outcome:
+        """The decision's one fenced transaction, and what its answer means."""
+        ld = self.leadership
         reg = d.registry
-        if d.write:
-            success.append(Put(keys.REGISTRY, regdoc.encode(reg)))
-        for key, rev in d.consumed:
-            compares.append(Compare(key, "mod", "equal", rev))
-            success.append(Delete(key))
+        compares, success = fenced_write(d, leader_revision=leader_revision,
+                                         registry_revision=got.registry_rev)
         try:
             res = await self.store.txn(compares, success, [Get(keys.LEADER)],
                                        timeout=self.call_timeout)
@@ -251,10 +322,10 @@ class LeaderLoop:
                 self.metrics.write_refused("registry", refusal_reason(e))
             return Outcome.ERROR
         if not res.succeeded:
-            ld.observe_key(_first(res))
+            ld.observe_key(first_kv(res))
             if self.metrics is not None:
                 self.metrics.registry_write("conflict")
-            if not ld.leading:
+            if not ld.has_key:
                 log.warning("registry write refused by etcd: no longer the leader")
                 return Outcome.DEPOSED
             log.info("registry write refused by etcd: the registry or an intent changed "
@@ -311,7 +382,7 @@ class LeaderLoop:
                 why = f"{keys.REGISTRY} {got.found.replace('_', ' ')}: {got.problem}"
             if self.metrics is not None and got.found != "missing":
                 self.metrics.registry_refused(got.found)
-        elif mine is not None and etcd_reg != mine:
+        elif mine is not None and etcd_reg is not None and etcd_reg != mine:
             base = mine
             why = (f"{keys.REGISTRY} in etcd (generation {etcd_reg.generation}, lineage "
                    f"{etcd_reg.lineage or '-'}) is not the one this leader wrote (generation "

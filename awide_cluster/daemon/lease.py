@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import LeaderRecord  # noqa: F401 (re-exported)
+from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.store.errors import LeaseExpired, StoreError
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
+from awide_cluster.store.port import Store
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put, TxnResult
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -26,7 +27,7 @@ log = logging.getLogger("awide_cluster.daemon")
 class HostLease:
     """This daemon's lease: granted, renewed every poll, replaced when etcd lost it."""
 
-    def __init__(self, store, clock: Clock, *, ttl: int, call_timeout: float) -> None:
+    def __init__(self, store: Store, clock: Clock, *, ttl: int, call_timeout: float) -> None:
         self.store, self.clock = store, clock
         self.ttl = ttl                      # asked for
         self.granted_ttl = ttl              # what etcd granted / last keepalive answered
@@ -100,7 +101,7 @@ class HostLease:
 class Leadership:
     """This daemon's claim on the ``leader`` key."""
 
-    def __init__(self, store, lease: HostLease, clock: Clock, *, host: str, run: str,
+    def __init__(self, store: Store, lease: HostLease, clock: Clock, *, host: str, run: str,
                  call_timeout: float) -> None:
         self.store, self.lease, self.clock = store, lease, clock
         self.host, self.run, self.call_timeout = host, run, call_timeout
@@ -112,11 +113,13 @@ class Leadership:
         self._orphan: tuple[int, float] | None = None  # (mod_revision, first seen) lease-less
 
     @property
-    def leading(self) -> bool:
+    def has_key(self) -> bool:
+        """This daemon holds the leader key (its fencing token), its lease maybe unconfirmed."""
         return self.revision is not None
 
-    def holds(self) -> bool:
-        """Leading and the lease confirmed recently enough to write."""
+    @property
+    def is_leader(self) -> bool:
+        """Holds the leader key and confirmed its lease recently enough to write."""
         return self.revision is not None and self.lease.valid()
 
     def step_down(self, reason: str, *, level: int = logging.WARNING) -> None:
@@ -142,7 +145,7 @@ class Leadership:
             log.info("%s is leader (leader key revision %d, lease %x)", self.host,
                      res.revision, self.lease.id)
             return True
-        kv = _first(res)
+        kv = first_kv(res)
         self.holder = LeaderRecord.decode(kv.value) if kv is not None else None
         if kv is not None and kv.lease == self.lease.id and self.holder is not None \
                 and self.holder.run == self.run:
@@ -216,11 +219,12 @@ class Leadership:
             [Put(keys.LEADER, self.record.encode(), lease_id)],
             [Get(keys.LEADER)], timeout=self.call_timeout)
         if not res.succeeded:
-            self.observe_key(_first(res))
+            self.observe_key(first_kv(res))
             self.step_down("the leader key changed hands during a lease change")
 
 
-def _first(res) -> KeyValue | None:
+def first_kv(res: TxnResult) -> KeyValue | None:
+    """The first key-value a transaction's Get responses hold (None: none)."""
     for r in res.responses:
         if r is not None and r.kvs:
             return r.kvs[0]

@@ -30,7 +30,7 @@ counts as usual. A single frozen host is never a majority of 2 or more hosts rep
 still loses its cards after ``sick_polls`` cycles (one or two later when another host's jitter
 falls in its first two stale cycles).
 
-``contract.health.observe`` turns observations into ``in``/``out``; ``drained`` stays drained
+``contract.health.tally`` turns observations into ``in``/``out``; ``drained`` stays drained
 until an undrain intent. A reported card whose id is not in the registry is admitted. Cards
 claiming one serial are marked in conflict, never merged. Intents are applied in the same
 decision (and deleted in the same transaction by the shell).
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.health import Hysteresis, observe
+from awide_cluster.contract.health import Hysteresis, tally
 from awide_cluster.contract.registry import (
     MAX_GENERATION,
     CardEntry,
@@ -54,7 +54,7 @@ from awide_cluster.contract.registry import (
 from awide_cluster.contract.report import HostReport, ReportedCard
 
 Action = Literal["drain", "undrain", "forget"]
-ACTIONS = ("drain", "undrain", "forget")
+ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget")
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
         elif o.good is False and not o.stale:
             fresh_bad.add(cid)
         h0 = health.get(cid) or _initial(c)
-        h = observe(h0, o.good, sick_polls=policy.sick_polls,
+        h = tally(h0, o.good, sick_polls=policy.sick_polls,
                     healthy_polls=policy.healthy_polls, reason=o.reason)
         health[cid] = h
         new = c

@@ -21,24 +21,33 @@ import logging
 import random
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
+from awide_cluster.cards.model import CardObservation
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 from awide_cluster.config.daemon import DaemonConfig
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
-from awide_cluster.daemon.lease import HostLease, LeaderRecord, Leadership
+from awide_cluster.daemon.lease import HostLease, Leadership
 from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
+from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.store.errors import StoreError, ValueTooLarge, refusal_reason
+from awide_cluster.store.etcd import EtcdStore
+from awide_cluster.store.port import Store
+
+if TYPE_CHECKING:
+    from awide_cluster.api import DaemonApi, Notifier
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -49,7 +58,7 @@ class ClusterTooSmall(RuntimeError):
     """The etcd cluster has fewer than 3 members and the config does not say dev_cluster."""
 
 
-def store_for(cfg: DaemonConfig):
+def store_for(cfg: DaemonConfig) -> EtcdStore:
     """The EtcdStore a config describes (keys relative to the cluster prefix)."""
     return cfg.etcd.store(cfg.cluster)
 
@@ -60,16 +69,19 @@ def policy_for(cfg: DaemonConfig) -> Policy:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, store=None, observer: CardObserver | None = None,
-                 runner=None, clock: Clock | None = None, config_path: str | Path | None = None,
-                 serve_api: bool = True, notifier=None, version: str = __version__) -> None:
+    def __init__(self, config: DaemonConfig, *, store: Store | None = None,
+                 observer: CardObserver | None = None, runner: CommandRunner | None = None,
+                 clock: Clock | None = None, config_path: str | Path | None = None,
+                 serve_api: bool = True, notifier: Notifier | None = None,
+                 version: str = __version__) -> None:
         from awide_cluster.api import DaemonHealth, DaemonMetrics, Notifier
         self.config = config
         self.config_path = config_path
         self.clock = clock or SystemClock()
         self._own_store = store is None
         self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
-        self.store = MeteredStore(store if store is not None else store_for(config), self.metrics)
+        self.store: Store = MeteredStore(store if store is not None else store_for(config),
+                                         self.metrics)
         self._own_observer = observer is None
         self._runner = runner
         self.observer = observer if observer is not None else self._local_observer(config)
@@ -88,7 +100,7 @@ class Daemon:
                                       metrics=self.metrics)
         self.notifier = notifier if notifier is not None else Notifier()
         self.serve_api = serve_api
-        self.api = None
+        self.api: DaemonApi | None = None
         self.known_identity: dict[str, str] = {}
         self.report: HostReport | None = None
         self.registry: Registry | None = None
@@ -100,12 +112,12 @@ class Daemon:
         self.fatal: str = ""
         self._stop = asyncio.Event()
         self._reload: DaemonConfig | str | Path | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ready_sent = False
         self._last_error = ""
         self._last_turn_error = ""
         self.turn_errors = 0                        # turns that raised (counted, survived)
-        self.write_error: dict | None = None     # the latest report write failed: how
+        self.write_error: dict[str, str | int] | None = None   # the latest report write failed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -254,78 +266,105 @@ class Daemon:
         start = self.clock.monotonic()
         if self._reload is not None:
             await self._apply_reload()
-        cfg = self.config
-        call = cfg.etcd.call_timeout
-        etcd_ok = True
-        # 1. lease
+        lease_ok = await self._renew_lease()
+        observations = await self._observe_cards()
+        report_failure = await self._write_report(observations)
+        had_key = self.leadership.has_key
+        elected_ok = await self._elect()
+        if self.leadership.has_key:
+            led_ok = await self._lead(report_failure)
+        else:
+            if had_key:
+                self.leader_loop.reset(known=self.registry)
+            led_ok = await self._follow()
+        holder = self.leadership.holder
+        self.metrics.observe_leader(holder.host if holder else None,
+                                    me=self.leadership.has_key)
+        self._heartbeat(lease_ok and not report_failure and elected_ok and led_ok, start)
+
+    async def _renew_lease(self) -> bool:
+        """1. Renew the host lease (a new one: the old report and leadership are gone); step
+        down when the lease is not confirmed within TTL - margin. False: etcd failed."""
+        ok = True
         try:
             if await self.lease.renew():
                 self.leadership.step_down("a new lease was granted (the old one expired)")
         except StoreError as e:
-            etcd_ok = False
+            ok = False
             self._note_error(f"lease: {e}")
-        if self.leadership.leading and not self.lease.valid():
+        if self.leadership.has_key and not self.lease.valid():
             self.leadership.step_down(
                 f"lease not confirmed for {self.lease.ttl - self.lease.remaining():.1f} s "
                 f"(TTL {self.lease.ttl} s, margin {self.lease.margin:g} s)")
-        # 2. cards
-        observations = await observe_all(self.observer, cfg.cards, self.known_identity)
-        for spec, obs in zip(cfg.cards, observations):
+        return ok
+
+    async def _observe_cards(self) -> list[CardObservation]:
+        """2. Observe the local cards (concurrently, each bounded)."""
+        cards = self.config.cards
+        observations = await observe_all(self.observer, cards, self.known_identity)
+        for spec, obs in zip(cards, observations, strict=True):
             self.metrics.local_card(spec.name, obs.healthy)
             for p in obs.probes:
                 self.metrics.probe_result(spec.name, p.probe, p.ok, p.elapsed)
-        # 3. host report
+        return observations
+
+    async def _write_report(self, observations: list[CardObservation]) -> str:
+        """3. Write the host report on the lease; why it failed ("" when written or when
+        there is no lease to write it on)."""
+        cfg = self.config
         self.seq += 1
         self.report = build_report(
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api.url if self.api is not None else "", run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations)
-        report_failure = ""
-        if self.lease.id is not None:
-            try:
-                await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
-                                     lease=self.lease.id, timeout=call)
-                self.metrics.report_write(True)
-                self.health.report_written()
-                self.write_error = None
-            except StoreError as e:
-                etcd_ok = False
-                report_failure = f"host report: {e}"[:300]
-                self._report_refused(e)
-                self._note_error(report_failure)
-        # 4. leadership
-        was = self.leadership.leading
+        if self.lease.id is None:
+            return ""
         try:
-            if not self.leadership.leading and self.lease.valid():
-                holder = await self.store.get(keys.LEADER, timeout=call)
-                self.leadership.holder = LeaderRecord.decode(holder.value) if holder else None
-                # our own key still bound to our (confirmed) lease: we stepped down because
-                # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
-                # else can take the key while we renew the lease, so campaign (it adopts the
-                # key) instead of leaving the cluster without a leader
-                ours = holder is not None and holder.lease == self.lease.id
-                if not ours and await self.leadership.clear_orphan(holder, cfg.timing.lease_ttl):
-                    holder = None
-                if (holder is None or ours) and await self.leadership.campaign():
-                    self.leader_loop.reset(known=self.registry)
+            await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
+                                 lease=self.lease.id, timeout=cfg.etcd.call_timeout)
         except StoreError as e:
-            etcd_ok = False
-            self._note_error(f"leader election: {e}")
-        if self.leadership.leading:
-            outcome = await self.leader_loop.cycle(write_failure=report_failure)
-            self.outcomes = (self.outcomes + [outcome])[-50:]
-            if outcome in (Outcome.SKIPPED, Outcome.ERROR):
-                etcd_ok = False
-            if self.leader_loop.registry is not None:
-                self.registry = self.leader_loop.registry
-        else:
-            if was:
+            failure = f"host report: {e}"[:300]
+            self._report_refused(e)
+            self._note_error(failure)
+            return failure
+        self.metrics.report_write(True)
+        self.health.report_written()
+        self.write_error = None
+        return ""
+
+    async def _elect(self) -> bool:
+        """4a. Campaign for ``leader`` when nobody holds it. False: etcd failed."""
+        if self.leadership.has_key or not self.lease.valid():
+            return True
+        try:
+            kv = await self.store.get(keys.LEADER, timeout=self.config.etcd.call_timeout)
+            self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
+            # our own key still bound to our (confirmed) lease: we stepped down because
+            # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
+            # else can take the key while we renew the lease, so campaign (it adopts the
+            # key) instead of leaving the cluster without a leader
+            ours = kv is not None and kv.lease == self.lease.id
+            if not ours and await self.leadership.clear_orphan(
+                    kv, self.config.timing.lease_ttl):
+                kv = None
+            if (kv is None or ours) and await self.leadership.campaign():
                 self.leader_loop.reset(known=self.registry)
-            etcd_ok = await self._follow() and etcd_ok
-        me = self.leadership.leading
-        holder = self.leadership.holder
-        self.metrics.observe_leader(holder.host if holder else None, me=me)
-        # 5. heartbeat
+        except StoreError as e:
+            self._note_error(f"leader election: {e}")
+            return False
+        return True
+
+    async def _lead(self, report_failure: str) -> bool:
+        """4b. One leader cycle (told whether this turn's report write failed). False: it
+        read or wrote nothing."""
+        outcome = await self.leader_loop.cycle(write_failure=report_failure)
+        self.outcomes = (self.outcomes + [outcome])[-50:]
+        if self.leader_loop.registry is not None:
+            self.registry = self.leader_loop.registry
+        return outcome not in (Outcome.SKIPPED, Outcome.ERROR)
+
+    def _heartbeat(self, etcd_ok: bool, start: float) -> None:
+        """5. Health marks, the systemd watchdog (and readiness once), the poll's figures."""
         if etcd_ok:
             self.health.etcd_ok()
             self._last_error = ""
@@ -335,7 +374,7 @@ class Daemon:
         self.notifier.watchdog()
         if not self._ready_sent and self.report is not None and etcd_ok:
             self._ready_sent = True
-            self.notifier.ready(status=f"reporting {len(cfg.cards)} card(s)")
+            self.notifier.ready(status=f"reporting {len(self.config.cards)} card(s)")
         self.turns += 1
         self.metrics.poll_done(self.clock.monotonic() - start, ok=etcd_ok)
 
@@ -377,7 +416,7 @@ class Daemon:
         self.metrics.report_write(False)
         self.metrics.write_refused("report", reason)
         self.health.write_refused(f"{reason}: {e}"[:300])
-        n = self.write_error["in_a_row"] + 1 if self.write_error else 1
+        n = int(self.write_error["in_a_row"]) + 1 if self.write_error else 1
         self.write_error = {"write": "report", "reason": reason, "error": str(e)[:300],
                             "in_a_row": n}
 
@@ -391,6 +430,8 @@ class Daemon:
     async def _apply_reload(self) -> None:
         source, self._reload = self._reload, None
         try:
+            if source is None:
+                return
             new = source if isinstance(source, DaemonConfig) else daemon_config.load(source)
         except ConfigError as e:
             log.error("reload refused, keeping the running config: %s", e)
@@ -421,7 +462,8 @@ class Daemon:
         (the leader key's create_revision does not change), then revoke the old lease."""
         try:
             old = await self.lease.replace(ttl)
-            await self.leadership.move_to_lease(self.lease.id)
+            if self.lease.id is not None:
+                await self.leadership.move_to_lease(self.lease.id)
         except StoreError as e:
             log.warning("lease TTL change incomplete (%s): the next turn grants what is missing",
                         e)
@@ -443,9 +485,9 @@ class Daemon:
 
     @property
     def is_leader(self) -> bool:
-        return self.leadership.holds()
+        return self.leadership.is_leader
 
-    def view(self) -> dict:
+    def view(self) -> dict[str, Any]:
         from awide_cluster.api import host_view
         holder = self.leadership.holder
         extra = {

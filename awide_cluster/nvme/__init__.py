@@ -4,8 +4,8 @@ sysfs discovery. See docs/cards.md. Public names::
     from awide_cluster.nvme import NvmeTarget, InvalidTarget, Runner, NvmeCli, Sysfs
 """
 
-from awide_cluster.nvme.cli import NvmeCli  # noqa: F401
-from awide_cluster.nvme.errors import (  # noqa: F401
+from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.errors import (
     AlreadyConnected,
     ConnectFailed,
     DisconnectFailed,
@@ -13,7 +13,7 @@ from awide_cluster.nvme.errors import (  # noqa: F401
     NvmeError,
     NvmeParseError,
 )
-from awide_cluster.nvme.parse import (  # noqa: F401
+from awide_cluster.nvme.parse import (
     Address,
     ControllerIdentity,
     ListedNamespace,
@@ -22,7 +22,7 @@ from awide_cluster.nvme.parse import (  # noqa: F401
     Subsystem,
     namespace_identity,
 )
-from awide_cluster.nvme.runner import (  # noqa: F401
+from awide_cluster.nvme.runner import (
     CommandRunner,
     CommandTimeout,
     Completed,
@@ -32,8 +32,8 @@ from awide_cluster.nvme.runner import (  # noqa: F401
     Runner,
     RunnerError,
 )
-from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs  # noqa: F401
-from awide_cluster.nvme.target import (  # noqa: F401
+from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs
+from awide_cluster.nvme.target import (
     InvalidDeviceName,
     InvalidIdentityString,
     InvalidTarget,
@@ -47,3 +47,14 @@ from awide_cluster.nvme.target import (  # noqa: F401
     validate_transport,
     validate_trsvcid,
 )
+
+__all__ = [
+    "Address", "AlreadyConnected", "clean_firmware", "clean_model", "clean_serial",
+    "CommandRunner", "CommandTimeout", "Completed", "ConnectFailed", "Controller",
+    "ControllerIdentity", "DisconnectFailed", "InvalidDeviceName", "InvalidIdentityString",
+    "InvalidTarget", "ListedNamespace", "Namespace", "namespace_identity", "NamespaceIdentity",
+    "NvmeCli", "NvmeCommandFailed", "NvmeError", "NvmeParseError", "NvmeTarget", "OutputTooLarge",
+    "ProgramNotFound", "ProgramNotRunnable", "Runner", "RunnerError", "SubsysPath", "Subsystem",
+    "Sysfs", "validate_device_name", "validate_nqn", "validate_traddr", "validate_transport",
+    "validate_trsvcid",
+]

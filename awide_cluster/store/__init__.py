@@ -6,8 +6,8 @@ See docs/store.md. Public names::
     from awide_cluster.store import errors, types
 """
 
-from awide_cluster.store.config import StoreConfig, TlsConfig  # noqa: F401
-from awide_cluster.store.errors import (  # noqa: F401
+from awide_cluster.store.config import StoreConfig, TlsConfig
+from awide_cluster.store.errors import (
     BadResponse,
     Conflict,
     Denied,
@@ -25,8 +25,8 @@ from awide_cluster.store.errors import (  # noqa: F401
     WatchCompacted,
     WatchMessageTooLarge,
 )
-from awide_cluster.store.etcd import EtcdStore  # noqa: F401
-from awide_cluster.store.types import (  # noqa: F401
+from awide_cluster.store.etcd import EtcdStore
+from awide_cluster.store.types import (
     Alarm,
     Compare,
     Delete,
@@ -43,4 +43,12 @@ from awide_cluster.store.types import (  # noqa: F401
     WatchBatch,
     WatchEvent,
 )
-from awide_cluster.store.watch import Watch  # noqa: F401
+from awide_cluster.store.watch import Watch
+
+__all__ = [
+    "Alarm", "BadResponse", "Compare", "Conflict", "Delete", "Denied", "EndpointStatus",
+    "EtcdStore", "Get", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired", "Member", "NoSpace",
+    "PrefixRead", "Put", "RangeResult", "Refusal", "RevisionWentBack", "StoreConfig", "StoreError",
+    "Timeout", "TlsConfig", "TooLarge", "TooManyKeys", "TxnResult", "Unavailable", "ValueTooLarge",
+    "Watch", "WatchBatch", "WatchCanceled", "WatchCompacted", "WatchEvent", "WatchMessageTooLarge",
+]

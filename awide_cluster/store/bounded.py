@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from awide_cluster.store import codec
-from awide_cluster.store.codec import b64, b64_size, prefix_end
+from awide_cluster.store.codec import b64, b64_size, prefix_end, range_body
 from awide_cluster.store.errors import BadResponse, Timeout, TooLarge, ValueTooLarge
 from awide_cluster.store.types import KeyValue, PrefixRead, RangeResult, Refusal
 
@@ -148,27 +148,6 @@ async def _call(store: EtcdStore, body: dict[str, Any], *, deadline: float, what
                    count=codec.as_int(answer, "count"), more=codec.as_bool(answer, "more"))
 
 
-def _range_body(start: bytes, end: bytes | None, *, limit: int = 0, revision: int | None = None,
-                min_mod_revision: int | None = None, keys_only: bool = False,
-                count_only: bool = False, serializable: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"key": b64(start)}
-    if end is not None:
-        body["range_end"] = b64(end)
-    if limit:
-        body["limit"] = str(limit)
-    if revision:
-        body["revision"] = str(revision)
-    if min_mod_revision:
-        body["min_mod_revision"] = str(min_mod_revision)
-    if keys_only:
-        body["keys_only"] = True
-    if count_only:
-        body["count_only"] = True
-    if serializable:
-        body["serializable"] = True
-    return body
-
-
 # ---------------------------------------------------------------------- one key
 
 # etcd's JSON gateway writes proto fields in declaration order: the header, then each kv's
@@ -199,9 +178,10 @@ async def get_one(store: EtcdStore, key: str, *, max_value_bytes: int, deadline:
     full = store.codec.key(key)
     what = f"get {key!r}"
     cap = ANSWER_OVERHEAD + kv_bound(store, max_value_bytes, max_key_bytes)
-    opts = dict(min_mod_revision=min_mod_revision, serializable=serializable)
     try:
-        a = await _call(store, _range_body(full, None, revision=revision, **opts),
+        a = await _call(store, range_body(full, None, revision=revision,
+                                          min_mod_revision=min_mod_revision,
+                                          serializable=serializable),
                         deadline=deadline, what=what, max_bytes=cap,
                         max_value_bytes=max_value_bytes, max_key_bytes=max_key_bytes)
         return (a.entries[0] if a.entries else None), a.count, a.revision
@@ -211,8 +191,9 @@ async def get_one(store: EtcdStore, key: str, *, max_value_bytes: int, deadline:
             rev, mod = seen
             return Refusal(key, mod, max_value_bytes + 1, max_value_bytes, exact=False), 1, rev
     # over the answer bound: the value is far over its bound. Which revision is it?
-    listing = await _call(store, _range_body(full, None, revision=revision, keys_only=True,
-                                             **opts),
+    listing = await _call(store, range_body(full, None, revision=revision, keys_only=True,
+                                            min_mod_revision=min_mod_revision,
+                                            serializable=serializable),
                           deadline=deadline, what=what, max_bytes=None,
                           max_value_bytes=max_value_bytes, max_key_bytes=max_key_bytes)
     if not listing.entries:
@@ -221,7 +202,9 @@ async def get_one(store: EtcdStore, key: str, *, max_value_bytes: int, deadline:
     if revision is None:
         # not pinned: confirm that the value at this mod_revision is the big one
         try:
-            a = await _call(store, _range_body(full, None, revision=listing.revision, **opts),
+            a = await _call(store, range_body(full, None, revision=listing.revision,
+                                       min_mod_revision=min_mod_revision,
+                                       serializable=serializable),
                             deadline=deadline, what=what, max_bytes=cap,
                             max_value_bytes=max_value_bytes, max_key_bytes=max_key_bytes)
             return (a.entries[0] if a.entries else None), a.count, a.revision
@@ -321,7 +304,7 @@ async def read_prefix(store: EtcdStore, prefix: str, *, max_keys: int, max_value
     if more:
         out = out[:max_keys]
         upto = out[-1].key
-        counted = await _call(store, _range_body(start, end, revision=pin, count_only=True,
+        counted = await _call(store, range_body(start, end, revision=pin, count_only=True,
                                                  serializable=serializable),
                               deadline=deadline, what=what, max_bytes=ANSWER_OVERHEAD * 4,
                               **bounds)
@@ -357,7 +340,7 @@ async def _page(store: EtcdStore, pos: bytes, seg_end: bytes, limit: int, *, pin
     loop = asyncio.get_running_loop()
     share = min(deadline, loop.time() + (deadline - loop.time()) * PAGE_SHARE)
     try:
-        return await _call(store, _range_body(pos, seg_end, limit=limit, revision=pin,
+        return await _call(store, range_body(pos, seg_end, limit=limit, revision=pin,
                                               serializable=serializable),
                            deadline=share, what=what,
                            max_bytes=ANSWER_OVERHEAD + limit * per_kv, **bounds)
@@ -370,7 +353,7 @@ async def _page(store: EtcdStore, pos: bytes, seg_end: bytes, limit: int, *, pin
     # one value (or more) far over the bound in this page: list the keys, read one by one
     while True:
         try:
-            listing = await _call(store, _range_body(pos, seg_end, limit=limit, revision=pin,
+            listing = await _call(store, range_body(pos, seg_end, limit=limit, revision=pin,
                                                      keys_only=True, serializable=serializable),
                                   deadline=deadline, what=what, max_bytes=None, **bounds)
             break

@@ -44,10 +44,6 @@ _CANCELLED, _UNKNOWN, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND = 1, 2, 
 _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _OUT_OF_RANGE = 7, 8, 9, 11
 _UNAVAILABLE, _UNAUTHENTICATED = 14, 16
 
-# etcd errors that prove a write was refused before it was proposed
-_NOT_PROPOSED = ("no leader", "too many requests", "not capable", "database space exceeded",
-                 "lease not found", "permission denied", "auth")
-
 _TARGETS = {"version": "VERSION", "create": "CREATE", "mod": "MOD", "value": "VALUE",
             "lease": "LEASE"}
 _TARGET_FIELDS = {"version": "version", "create": "create_revision", "mod": "mod_revision",
@@ -127,6 +123,28 @@ def header_revision(body: Mapping[str, Any]) -> int:
     return as_int(as_dict(header or {}, "header"), "revision")
 
 
+def range_body(start: bytes, end: bytes | None, *, limit: int = 0, revision: int | None = None,
+               min_mod_revision: int | None = None, keys_only: bool = False,
+               count_only: bool = False, serializable: bool = False) -> dict[str, Any]:
+    """A ``/v3/kv/range`` request for the full keys [start, end) (``end`` None: one key)."""
+    body: dict[str, Any] = {"key": b64(start)}
+    if end is not None:
+        body["range_end"] = b64(end)
+    if limit:
+        body["limit"] = str(int(limit))
+    if revision:
+        body["revision"] = str(int(revision))
+    if min_mod_revision:
+        body["min_mod_revision"] = str(int(min_mod_revision))
+    if keys_only:
+        body["keys_only"] = True
+    if count_only:
+        body["count_only"] = True
+    if serializable:
+        body["serializable"] = True
+    return body
+
+
 def to_bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
@@ -160,25 +178,12 @@ class Codec:
 
     def range_request(self, rel: str, *, prefix: bool = False, min_mod_revision: int | None = None,
                       serializable: bool = False, keys_only: bool = False,
-                      limit: int = 0, revision: int | None = None, count_only: bool = False,
-                      range_end: bytes | None = None) -> dict[str, Any]:
-        """``range_end`` (full key bytes, exclusive) instead of ``prefix``: any key range."""
-        body: dict[str, Any] = self.key_range(rel, prefix)
-        if range_end is not None:
-            body["range_end"] = b64(range_end)
-        if revision:
-            body["revision"] = str(int(revision))
-        if count_only:
-            body["count_only"] = True
-        if min_mod_revision:
-            body["min_mod_revision"] = str(int(min_mod_revision))
-        if serializable:
-            body["serializable"] = True
-        if keys_only:
-            body["keys_only"] = True
-        if limit:
-            body["limit"] = str(int(limit))
-        return body
+                      limit: int = 0, revision: int | None = None,
+                      count_only: bool = False) -> dict[str, Any]:
+        k = self.key(rel)
+        return range_body(k, prefix_end(k) if prefix else None, limit=limit, revision=revision,
+                          min_mod_revision=min_mod_revision, keys_only=keys_only,
+                          count_only=count_only, serializable=serializable)
 
     def put_request(self, rel: str, value: bytes | str, lease: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {"key": b64(self.key(rel)), "value": b64(to_bytes(value))}
@@ -254,7 +259,7 @@ class Codec:
             raise BadResponse(f"txn answered {len(raw) if isinstance(raw, list) else raw!r} "
                               f"responses for {len(ops)} ops")
         responses: list[RangeResult | None] = []
-        for op, r in zip(ops, raw):
+        for op, r in zip(ops, raw, strict=True):
             r = as_dict(r, "txn response")
             if isinstance(op, Get):
                 responses.append(self.range_result(as_dict(r.get("response_range", {}), "range"),
@@ -351,25 +356,49 @@ def error_from_body(body: Mapping[str, Any], status: int, *, write: bool = False
     return error_for(code, message, status, write=write)
 
 
+# etcd gives one gRPC code to errors that must be told apart. Under those codes only, etcd's
+# fixed error strings (its rpctypes table) say which error it is (docs/store.md, "Typed errors
+# only"): the first fragment found names the type.
+_BY_MESSAGE: dict[int, tuple[tuple[str, type[StoreError]], ...]] = {
+    _INVALID_ARGUMENT: (("authentication failed", Denied), ("user name is empty", Denied),
+                        ("revision of auth store is old", TokenRejected),
+                        ("revision in header is old", TokenRejected)),
+    _FAILED_PRECONDITION: (("authentication is not enabled", AuthNotEnabled),
+                           ("user name not found", Denied)),
+    _NOT_FOUND: (("lease not found", LeaseExpired),),
+    _RESOURCE_EXHAUSTED: (("database space exceeded", NoSpace),),
+}
+# Under Unavailable, the errors etcd raises before it proposes a write (never applied); the
+# others under that code ("leader changed", "request timed out", "server stopped") may have been.
+_NOT_PROPOSED = ("no leader", "not capable", "unhealthy cluster")
+_REFUSED_AS_SUCH = (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _NOT_FOUND, _OUT_OF_RANGE)
+
+
 def error_for(code: int, message: str, status: int, *, write: bool = False) -> StoreError:
+    """The typed error of an etcd error answer: decided by its gRPC code; etcd's own error
+    string is read only to tell apart the errors etcd gives one code (``_BY_MESSAGE``,
+    ``_NOT_PROPOSED``); without a code (a proxy's answer), by the HTTP status."""
     text = f"etcd: {message or 'HTTP ' + str(status)} (code {code})"
     low = message.lower()
-    maybe = write and not any(s in low for s in _NOT_PROPOSED)
-    if code == _UNAUTHENTICATED or "invalid auth token" in low or "revision in header is old" in low:
+    for fragment, kind in _BY_MESSAGE.get(code, ()):
+        if fragment in low:
+            return kind(text)
+    if code == _UNAUTHENTICATED:
         return TokenRejected(text)
-    if "authentication is not enabled" in low:
-        return AuthNotEnabled(text)
-    if code == _PERMISSION_DENIED or "authentication failed" in low or "permission denied" in low \
-            or "user name" in low or status in (401, 403):
+    if code == _PERMISSION_DENIED:
         return Denied(text)
-    if code == _NOT_FOUND and "lease not found" in low:
-        return LeaseExpired(text)
-    if "database space exceeded" in low:
-        return NoSpace(text)
-    if code in (_INVALID_ARGUMENT, _OUT_OF_RANGE, _FAILED_PRECONDITION, _NOT_FOUND):
+    if code in _REFUSED_AS_SUCH:
         return InvalidRequest(text)
     if code == _DEADLINE_EXCEEDED:
         return Timeout(text, maybe_applied=write)
-    if code in (_UNAVAILABLE, _RESOURCE_EXHAUSTED, _CANCELLED, _UNKNOWN) or code > 0 or status >= 500:
-        return Unavailable(text, maybe_applied=maybe)
+    if code == _RESOURCE_EXHAUSTED:             # "too many requests": refused, not proposed
+        return Unavailable(text)
+    if code == _UNAVAILABLE:
+        return Unavailable(text, maybe_applied=write and not any(s in low for s in _NOT_PROPOSED))
+    if code > 0:                                # cancelled, unknown, internal...: may have been
+        return Unavailable(text, maybe_applied=write)
+    if status in (401, 403):
+        return Denied(text)
+    if status >= 500:
+        return Unavailable(text, maybe_applied=write)
     return BadResponse(f"unexpected answer HTTP {status}: {message[:200]!r}")

@@ -66,7 +66,7 @@ class StoreConfig:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"StoreConfig.endpoints: not an http(s) URL: {e!r}")
             try:
-                parts.port
+                _ = parts.port          # raises for a port that is not a number in range
             except ValueError as exc:
                 raise ValueError(f"StoreConfig.endpoints: bad port in {e!r}") from exc
             if parts.path or parts.query:

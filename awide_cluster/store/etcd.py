@@ -27,13 +27,12 @@ from awide_cluster.store.errors import (
     Timeout,
 )
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
+from awide_cluster.store.port import Op
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
     Alarm,
     Compare,
-    Delete,
     EndpointStatus,
-    Get,
     KeyValue,
     Lease,
     Member,
@@ -45,7 +44,6 @@ from awide_cluster.store.types import (
 from awide_cluster.store.watch import Watch
 
 T = TypeVar("T")
-Op = Put | Delete | Get
 
 
 class EtcdStore:
@@ -71,7 +69,7 @@ class EtcdStore:
     def preferred_endpoint(self) -> str:
         return self.ring.preferred
 
-    def observe(self, revision: int) -> None:
+    def note_revision(self, revision: int) -> None:
         if revision > self._last_revision:
             self._last_revision = revision
 
@@ -81,7 +79,7 @@ class EtcdStore:
         if rev and rev < floor:
             raise RevisionWentBack(
                 f"{endpoint}: answered at revision {rev}, below revision {floor} already seen")
-        self.observe(rev)
+        self.note_revision(rev)
         return rev
 
     def deadline(self, timeout: float | None) -> float:
@@ -101,7 +99,8 @@ class EtcdStore:
             stale = self.transport.token
             if self.config.username is None:
                 if isinstance(exc, TokenRejected):
-                    raise Denied(f"etcd wants authentication, the store has no credentials: {exc}")
+                    raise Denied("etcd wants authentication, the store has no credentials: "
+                                 f"{exc}") from None
                 raise
             if not isinstance(exc, TokenRejected) and stale is not None:
                 raise  # a real refusal (wrong password, permission)
@@ -212,9 +211,13 @@ class EtcdStore:
                                          max_value_bytes=max_value_bytes, timeout=timeout,
                                          serializable=serializable, page_keys=page_keys)
 
-    async def get(self, key: str, **kw: Any) -> KeyValue | None:
-        """The key's KeyValue or None; keyword arguments as for ``range``."""
-        result = await self.range(key, **kw)
+    async def get(self, key: str, *, min_mod_revision: int | None = None,
+                  serializable: bool = False, max_value_bytes: int | None = None,
+                  timeout: float | None = None) -> KeyValue | None:
+        """The key's KeyValue or None (``range`` of one key, its keywords)."""
+        result = await self.range(key, min_mod_revision=min_mod_revision,
+                                  serializable=serializable, max_value_bytes=max_value_bytes,
+                                  timeout=timeout)
         return result.kvs[0] if result.kvs else None
 
     async def txn(self, compares: Iterable[Compare], success: Iterable[Op],
@@ -314,7 +317,7 @@ class EtcdStore:
                 answer = await self._authed(call, deadline)
         except TimeoutError:
             raise Timeout(f"{endpoint}: status: no answer within the deadline") from None
-        self.observe(codec.header_revision(answer))
+        self.note_revision(codec.header_revision(answer))
         return codec.endpoint_status(answer, endpoint)
 
     async def statuses(self, *, timeout: float | None = None
@@ -324,7 +327,7 @@ class EtcdStore:
         results = await asyncio.gather(
             *(self.endpoint_status(ep, timeout=timeout) for ep in eps), return_exceptions=True)
         out: dict[str, EndpointStatus | StoreError] = {}
-        for ep, res in zip(eps, results):
+        for ep, res in zip(eps, results, strict=True):
             if isinstance(res, (EndpointStatus, StoreError)):
                 out[ep] = res
             else:

@@ -26,7 +26,7 @@ from awide_cluster.store.errors import (
     TooLarge,
     Unavailable,
 )
-from awide_cluster.store.transport import ConnectFailed, SendState
+from awide_cluster.store.transport import EtcdUnreachable, SendState
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ def combine(errors: list[StoreError], what: str) -> StoreError:
     kinds = {type(e) for e in errors}
     if len(kinds) == 1:
         kind = kinds.pop()
-        if kind is ConnectFailed:
+        if kind is EtcdUnreachable:
             return Unavailable(f"{what}: no member reachable: {detail}")
         if kind is Timeout:
             return Timeout(f"{what}: {detail}", maybe_applied=any(e.maybe_applied for e in errors))
@@ -136,7 +136,7 @@ async def write_once(attempt: Callable[[str, SendState], Awaitable[T]], ring: En
             raise Timeout(f"{what}: no answer from {ep} within the deadline"
                           + (" (the write may have been applied)" if sent.connected else ""),
                           maybe_applied=sent.connected) from None
-        except ConnectFailed as exc:
+        except EtcdUnreachable as exc:
             ring.demote(ep)
             errors.append(exc)
             continue

@@ -34,7 +34,7 @@ class SendState:
         self.connected = False
 
 
-class ConnectFailed(Unavailable):
+class EtcdUnreachable(Unavailable):
     """The connection to the member failed before anything was sent: safe to try another."""
 
 
@@ -106,7 +106,7 @@ class Transport:
                 raw = await read_capped(resp, limit, f"{endpoint}: {what or path}", what or path,
                                         self)
         except aiohttp.ClientConnectorError as exc:
-            raise ConnectFailed(f"{endpoint}: cannot connect: {exc}") from exc
+            raise EtcdUnreachable(f"{endpoint}: cannot connect: {exc}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise Unavailable(f"{endpoint}: {type(exc).__name__}: {exc}",
                               maybe_applied=write) from exc
@@ -120,7 +120,7 @@ class Transport:
             resp = await session.post(endpoint + path, data=json.dumps(body).encode(),
                                       headers=self._headers())
         except aiohttp.ClientConnectorError as exc:
-            raise ConnectFailed(f"{endpoint}: cannot connect: {exc}") from exc
+            raise EtcdUnreachable(f"{endpoint}: cannot connect: {exc}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise Unavailable(f"{endpoint}: {type(exc).__name__}: {exc}") from exc
         if resp.status != 200:

@@ -150,7 +150,7 @@ class Watch:
             self._drop()
             self._closed = True
             raise self._cancel_error(frame)
-        self._store.observe(frame.revision)
+        self._store.note_revision(frame.revision)
         if frame.created:
             return None
         events = tuple(self._store.codec.event(e) for e in frame.events)
@@ -229,7 +229,7 @@ class Watch:
         if frame.revision and frame.revision < delivered:
             raise RevisionWentBack(f"{ep}: watch created at revision {frame.revision}, below "
                                    f"revision {delivered} already delivered")
-        store.observe(frame.revision)
+        store.note_revision(frame.revision)
         if self._next_rev is None:
             self._next_rev = frame.revision + 1
 

@@ -218,29 +218,3 @@ def test_parse_listen():
         with pytest.raises(ApiError):
             parse_listen(bad)
 
-
-async def test_instrumented_store_times_calls_and_counts_errors():
-    from awide_cluster.api.metrics import InstrumentedStore
-
-    class Unavailable(Exception):
-        pass
-
-    class Store:
-        last_revision = 42
-
-        async def get(self, key, *, timeout=None):
-            return key.upper()
-
-        async def put(self, key, value, *, lease=0, timeout=None):
-            raise Unavailable("no member answered")
-
-    m = DaemonMetrics(host="h1", role="storage", version="x")
-    s = InstrumentedStore(Store(), m)
-    assert await s.get("k") == "K"
-    with pytest.raises(Unavailable):
-        await s.put("k", b"v")
-    assert s.last_revision == 42
-    text = m.exposition().decode()
-    assert 'awide_etcd_call_duration_seconds_count{op="get"} 1.0' in text
-    assert 'awide_etcd_call_duration_seconds_count{op="put"} 1.0' in text
-    assert 'awide_etcd_call_errors_total{error="Unavailable",op="put"} 1.0' in text

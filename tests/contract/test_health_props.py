@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awide_cluster.contract.health import Hysteresis, observe
+from awide_cluster.contract.health import Hysteresis, tally
 
 obs = st.one_of(st.none(), st.booleans())
 
 
 def run(seq, n, m=1, h=Hysteresis()):
     for o in seq:
-        h = observe(h, o, sick_polls=n, healthy_polls=m, reason="" if o else "sick")
+        h = tally(h, o, sick_polls=n, healthy_polls=m, reason="" if o else "sick")
     return h
 
 
@@ -21,7 +21,7 @@ def run(seq, n, m=1, h=Hysteresis()):
 def test_out_after_exactly_n_bad(n) -> None:
     h = Hysteresis()
     for i in range(1, n + 1):
-        h = observe(h, False, sick_polls=n, reason=f"bad {i}")
+        h = tally(h, False, sick_polls=n, reason=f"bad {i}")
         assert h.up == (i < n)
     assert h.state == "out" and h.reason == f"bad {n}"
 
@@ -30,13 +30,13 @@ def test_out_after_exactly_n_bad(n) -> None:
 def test_back_after_one_good(n, history) -> None:
     h = run(history + [False] * n, n)
     assert h.state == "out"
-    assert observe(h, True, sick_polls=n).state == "in"
+    assert tally(h, True, sick_polls=n).state == "in"
 
 
 @given(st.integers(1, 10), st.integers(1, 5), st.lists(obs, max_size=30))
 def test_none_changes_nothing(n, m, history) -> None:
     h = run(history, n, m)
-    assert observe(h, None, sick_polls=n, healthy_polls=m) == h
+    assert tally(h, None, sick_polls=n, healthy_polls=m) == h
     without_none = run([o for o in history if o is not None], n, m)
     assert without_none == h
 
@@ -69,6 +69,6 @@ def test_state_is_a_function_of_the_streaks(n, m, history) -> None:
 
 def test_bad_parameters_refused() -> None:
     with pytest.raises(ValueError):
-        observe(Hysteresis(), True, sick_polls=0)
+        tally(Hysteresis(), True, sick_polls=0)
     with pytest.raises(ValueError):
-        observe(Hysteresis(), True, sick_polls=1, healthy_polls=0)
+        tally(Hysteresis(), True, sick_polls=1, healthy_polls=0)

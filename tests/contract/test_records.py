@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awide_cluster.contract import records as r
+from awide_cluster.contract import records
 
 from .strategies import names, printable
 
@@ -18,25 +18,25 @@ text = st.text(printable, min_size=1, max_size=40)
 @given(host=names, since=st.just("2026-11-30T14:00:00+00:00"),
        api=st.text(printable, max_size=20), run=st.text(printable, max_size=20))
 def test_leader_round_trip(host, since, api, run):
-    rec = r.LeaderRecord(host, since, api, run)
-    assert r.decode_leader(rec.encode()) == rec
+    rec = records.LeaderRecord(host, since, api, run)
+    assert records.decode_leader(rec.encode()) == rec
     assert rec.since_ts is not None
 
 
 @given(gen=st.integers(0, 2**40), engine=st.none() | text, stale=st.booleans())
 def test_gateway_round_trip_and_unknown_fields_ignored(gen, engine, stale):
-    rec = r.GatewayRecord("gw-1", "h", "p", "ns-1", "dialog", "Labc", gen, engine, "0.1", stale)
-    assert r.decode_gateway(rec.encode()) == rec
+    rec = records.GatewayRecord("gw-1", "h", "p", "ns-1", "dialog", "Labc", gen, engine, "0.1", stale)
+    assert records.decode_gateway(rec.encode()) == rec
     newer = json.loads(rec.encode())
     newer["added_in_a_later_version"] = {"x": 1}
-    assert r.decode_gateway(json.dumps(newer)) == rec
+    assert records.decode_gateway(json.dumps(newer)) == rec
 
 
 def test_layout_round_trip_and_describe_names_placement():
-    rec = r.LayoutRecord("ns-1", "stripe", created_by="gw-1")
-    back = r.decode_layout(rec.encode())
-    assert back == rec and back.same_layout(r.LayoutRecord("ns-1", "stripe"))
-    assert not back.same_layout(r.LayoutRecord("ns-1", "dialog"))
+    rec = records.LayoutRecord("ns-1", "stripe", created_by="gw-1")
+    back = records.decode_layout(rec.encode())
+    assert back == rec and back.same_layout(records.LayoutRecord("ns-1", "stripe"))
+    assert not back.same_layout(records.LayoutRecord("ns-1", "dialog"))
     assert "placement=stripe" in back.describe()
 
 
@@ -46,9 +46,9 @@ def test_layout_round_trip_and_describe_names_placement():
     (b'{"host": 3}', "host"),
 ])
 def test_leader_refusals_name_the_fault(raw, field):
-    with pytest.raises(r.RecordError, match=field):
-        r.decode_leader(raw)
-    assert r.LeaderRecord.decode(raw) is None
+    with pytest.raises(records.RecordError, match=field):
+        records.decode_leader(raw)
+    assert records.LeaderRecord.decode(raw) is None
 
 
 @pytest.mark.parametrize("doc,field", [
@@ -60,31 +60,31 @@ def test_leader_refusals_name_the_fault(raw, field):
       "generation": 1}, "host"),
 ])
 def test_gateway_refusals_name_the_field(doc, field):
-    with pytest.raises(r.RecordError, match=field):
-        r.decode_gateway(json.dumps(doc), "gw-1")
+    with pytest.raises(records.RecordError, match=field):
+        records.decode_gateway(json.dumps(doc), "gw-1")
 
 
 def test_intent_actions_are_checked_both_ways():
-    assert r.decode_intent(r.IntentRecord("drain", by="ops").encode()).action == "drain"
-    with pytest.raises(r.RecordError, match="action"):
-        r.decode_intent(b'{"action": "wipe"}', "c1")
-    with pytest.raises(r.RecordError):
-        r.IntentRecord("wipe").encode()
+    assert records.decode_intent(records.IntentRecord("drain", by="ops").encode()).action == "drain"
+    with pytest.raises(records.RecordError, match="action"):
+        records.decode_intent(b'{"action": "wipe"}', "c1")
+    with pytest.raises(records.RecordError):
+        records.IntentRecord("wipe").encode()
 
 
 def test_intent_reason_is_bounded_clean_and_optional():
-    rec = r.IntentRecord("forget", by="alice@ops1", at="2026-11-30T14:01:00+00:00",
+    rec = records.IntentRecord("forget", by="alice@ops1", at="2026-11-30T14:01:00+00:00",
                          reason="card replaced (RMA 4411)")
-    assert r.decode_intent(rec.encode(), "c1") == rec
+    assert records.decode_intent(rec.encode(), "c1") == rec
     # older writers have no reason: read as ""
-    old = r.decode_intent(b'{"action": "drain", "by": "ops", "at": ""}', "c1")
-    assert old.reason == "" and b"reason" not in r.IntentRecord("drain").encode()
+    old = records.decode_intent(b'{"action": "drain", "by": "ops", "at": ""}', "c1")
+    assert old.reason == "" and b"reason" not in records.IntentRecord("drain").encode()
     # the writer cleans what the reader would refuse, and bounds it
-    dirty = r.IntentRecord("drain", reason="a\nb\x1b[2J" + "x" * 400)
+    dirty = records.IntentRecord("drain", reason="a\nb\x1b[2J" + "x" * 400)
     assert "\n" not in dirty.reason and "\x1b" not in dirty.reason and len(dirty.reason) == 256
-    assert r.decode_intent(dirty.encode(), "c1") == dirty
+    assert records.decode_intent(dirty.encode(), "c1") == dirty
     # the reader refuses a reason with a control character or over its bound, naming it
-    with pytest.raises(r.IntentRecordError, match="field reason"):
-        r.decode_intent(b'{"action": "drain", "reason": "a\\u001b[2Jb"}', "c1")
-    with pytest.raises(r.IntentRecordError, match="field reason"):
-        r.decode_intent(('{"action": "drain", "reason": "%s"}' % ("x" * 257)).encode(), "c1")
+    with pytest.raises(records.IntentRecordError, match="field reason"):
+        records.decode_intent(b'{"action": "drain", "reason": "a\\u001b[2Jb"}', "c1")
+    with pytest.raises(records.IntentRecordError, match="field reason"):
+        records.decode_intent(('{"action": "drain", "reason": "%s"}' % ("x" * 257)).encode(), "c1")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.contract import registry as reg
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import RegistryError, UnknownSchema, slot_table
 
 from .strategies import registries, states
@@ -17,11 +17,11 @@ from .strategies import registries, states
 
 @given(registries())
 def test_round_trip(r) -> None:
-    back = reg.decode(reg.encode(r))
+    back = regdoc.decode(regdoc.encode(r))
     assert back == r
     assert back.content() == r.content()
-    assert reg.encode(back) == reg.encode(r)
-    assert reg.check_slots(back) is None
+    assert regdoc.encode(back) == regdoc.encode(r)
+    assert regdoc.check_slots(back) is None
 
 
 # integers within what any value read from etcd may hold (|n| < 2**53, contract/untrusted.py);
@@ -29,36 +29,36 @@ def test_round_trip(r) -> None:
 @given(registries(), st.one_of(st.none(), st.integers(-(2**53) + 1, 2**53 - 1),
                                st.text(max_size=3)))
 def test_unknown_schema_refused(r, schema) -> None:
-    doc = json.loads(reg.encode(r))
-    if schema == reg.SCHEMA_VERSION:
+    doc = json.loads(regdoc.encode(r))
+    if schema == regdoc.SCHEMA_VERSION:
         return
     doc["schema"] = schema
     with pytest.raises(UnknownSchema):
-        reg.decode(json.dumps(doc))
+        regdoc.decode(json.dumps(doc))
 
 
 @settings(max_examples=200)
 @given(registries(max_cards=3), st.data())
 def test_corruption_is_refused_or_still_valid(r, data) -> None:
-    raw = bytearray(reg.encode(r))
+    raw = bytearray(regdoc.encode(r))
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(raw) - 1))
         raw[i] = data.draw(st.integers(0, 255))
     try:
-        back = reg.decode(bytes(raw))
+        back = regdoc.decode(bytes(raw))
     except RegistryError as e:
         assert str(e)
         return
     # a mutation that still decodes gives a document that encodes and decodes again
-    assert reg.decode(reg.encode(back)) == back
+    assert regdoc.decode(regdoc.encode(back)) == back
 
 
 @given(registries(max_cards=3), st.sampled_from(["cards", "slots", "generation", "cluster"]))
 def test_missing_or_wrong_type_field_named(r, name) -> None:
-    doc = json.loads(reg.encode(r))
+    doc = json.loads(regdoc.encode(r))
     doc[name] = {"wrong": "type"}
     with pytest.raises(RegistryError) as e:
-        reg.decode(json.dumps(doc))
+        regdoc.decode(json.dumps(doc))
     assert name in str(e.value)
 
 

@@ -33,12 +33,11 @@ from awide_cluster.cards.model import (
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.report import HostReport, ProbeLine, ReportedCard
 from awide_cluster.daemon import reporter
 from awide_cluster.nvme.target import NvmeTarget
-from awide_gateway_cluster import layout as lay
 
 from .strategies import names, printable, registries
 
@@ -65,7 +64,7 @@ class Decoder:
 DECODERS = (
     Decoder("registry", lambda raw: regdoc.decode(raw), regdoc.RegistryError,
             u.REGISTRY_CORRUPT, "registry"),
-    Decoder("report", lambda raw: repdoc.decode(raw, key="members/h1"), repdoc.ReportError,
+    Decoder("report", lambda raw: reportdoc.decode(raw, key="members/h1"), reportdoc.ReportError,
             u.REPORT_CORRUPT, "members/h1"),
     Decoder("leader", lambda raw: records.decode_leader(raw), records.LeaderRecordError,
             u.LEADER_CORRUPT, "leader"),
@@ -75,8 +74,8 @@ DECODERS = (
             records.GatewayRecordError, u.GATEWAY_RECORD_CORRUPT, ""),
     Decoder("layout", lambda raw: records.decode_layout(raw, "ns-1"),
             records.LayoutRecordError, u.LAYOUT_CORRUPT, "layouts/ns-1"),
-    Decoder("gateway layout", lambda raw: lay.decode_record(raw, key="layouts/ns-1"),
-            lay.LayoutError, u.LAYOUT_CORRUPT, "layouts/ns-1"),
+    Decoder("gateway layout", lambda raw: records.decode_layout(raw, key="layouts/ns-1"),
+            records.LayoutRecordError, u.LAYOUT_CORRUPT, "layouts/ns-1"),
     Decoder("intent", lambda raw: records.decode_intent(raw, "c0123456789a"),
             records.IntentRecordError, u.INTENT_CORRUPT, "intents/c0123456789a"),
 )
@@ -161,7 +160,7 @@ def intent_records() -> st.SearchStrategy[records.IntentRecord]:
 
 VALID: dict[str, st.SearchStrategy[bytes]] = {
     "registry": registries(max_cards=3).map(regdoc.encode),
-    "report": host_reports().map(repdoc.encode),
+    "report": host_reports().map(reportdoc.encode),
     "leader": leader_records().map(lambda r: r.encode()),
     "gateway": gateway_records().map(lambda r: r.encode()),
     "gateway without id": gateway_records().map(lambda r: r.encode()),
@@ -381,10 +380,10 @@ def test_report_fields_with_a_newline_are_refused(field) -> None:
     r = HostReport(host="h1", role="storage", version="0.1.0", api="", run="r1", seq=1,
                    cards=(ReportedCard("card0", "dir", True, "SN1", "M", "label:u", "/srv/c",
                                        "live", True, "", path="/srv/c"),))
-    doc = json.loads(repdoc.encode(r))
+    doc = json.loads(reportdoc.encode(r))
     doc["cards"][0][field] = "x\ny"
-    with pytest.raises(repdoc.ReportError, match=field):
-        repdoc.decode(json.dumps(doc))
+    with pytest.raises(reportdoc.ReportError, match=field):
+        reportdoc.decode(json.dumps(doc))
 
 
 def test_names_with_a_trailing_newline_are_not_names() -> None:
@@ -396,12 +395,12 @@ def test_names_with_a_trailing_newline_are_not_names() -> None:
 
 
 def test_error_names_key_reason_and_problem() -> None:
-    e = repdoc.ReportError("field x: bad", key="members/h\x1b1")
+    e = reportdoc.ReportError("field x: bad", key="members/h\x1b1")
     assert (e.key, e.reason, e.problem) == ("members/h?1", "field x: bad", u.REPORT_CORRUPT)
     assert str(e) == "host report (key members/h?1): field x: bad"
     assert isinstance(regdoc.UnknownSchema("s"), regdoc.RegistryError)
-    for cls in (regdoc.RegistryError, repdoc.ReportError, records.RecordError,
-                records.LeaderRecordError, lay.LayoutError):
+    for cls in (regdoc.RegistryError, reportdoc.ReportError, records.RecordError,
+                records.LeaderRecordError, records.LayoutRecordError):
         assert issubclass(cls, u.BadValue) and issubclass(cls, ValueError)
     with pytest.raises(regdoc.UnknownSchema) as s:
         regdoc.decode(b'{"schema": 2}')
@@ -487,7 +486,7 @@ def test_host_report_written_from_any_probe_text_decodes(reason, probe_reason, h
     r = reporter.build_report(host="h1", role="storage", version="0.1.0\n",
                               api="http://127.0.0.1:9700", run="r1", seq=1,
                               dev_cluster=False, specs=specs, observations=obs)
-    back = repdoc.decode(repdoc.encode(r), key="members/h1")
+    back = reportdoc.decode(reportdoc.encode(r), key="members/h1")
     assert back == r
 
 
@@ -501,15 +500,15 @@ def test_largest_host_report_the_writer_can_make_fits() -> None:
     obs = [observation(s.name, "dir", False, worst, worst, str(s.path)) for s in specs]
     r = reporter.build_report(host="h1", role="storage", version="0.1.0", api="", run="r1",
                               seq=1, dev_cluster=False, specs=specs, observations=obs)
-    raw = repdoc.encode(r)
+    raw = reportdoc.encode(r)
     assert len(raw) <= u.REPORT_LIMITS.max_bytes
-    assert repdoc.decode(raw) == r
+    assert reportdoc.decode(raw) == r
     assert all(c.reason for c in r.cards)              # each card still says what is wrong
     assert len(r.cards[0].reason) in (256, 64)          # a shrink step made it fit
     # the last step (reasons of 64 characters, no probe lines) is what the bound relies on
     last = reporter.fit(r, max_bytes=1)
     assert all(len(c.reason) == 64 and not c.probes for c in last.cards)
-    assert len(repdoc.encode(last)) <= u.REPORT_LIMITS.max_bytes
+    assert len(reportdoc.encode(last)) <= u.REPORT_LIMITS.max_bytes
 
 
 def test_card_spec_refuses_paths_readers_would_refuse() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,8 @@ import yaml
 
 from awide_cluster.cards.directory import read_label
 from awide_cluster.contract import keys
+from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import card_id
-from awide_cluster.daemon.lease import LeaderRecord
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import config_dict, make_config, registry, store_of, wait_for

@@ -9,26 +9,15 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
-from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.service import Daemon
-from awide_cluster.store import EtcdStore, StoreConfig
 
 from .conftest import FakeClock, make_config, registry, store_of
+from .stores import HeldTxn, Severable
 
 
 def cid_of(path) -> str:
     lab = read_label(path)
     return card_id(lab.serial, lab.model, lab.identity)
-
-
-class Gated:
-    """The leader's store with its transactions held at a gate (the leader 'freezes')."""
-
-    def __init__(self, store, txn) -> None:
-        self.store, self.txn = store, txn
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
 
 
 def daemon(etcd, cluster, host, specs, **kw) -> Daemon:
@@ -84,44 +73,39 @@ async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards
     """A leader frozen between its reads and its write: another took over meanwhile; etcd
     refuses the old leader's transaction (fencing on the leader key's create_revision)."""
     cards.make("c0", "SN1")
-    a = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    cfg_a = make_config(etcd, cluster_name, "h1", [cards.spec("c0")])
+    held = HeldTxn(cfg_a.etcd.store_config(cluster_name))     # the old leader "freezes"
+    a = Daemon(cfg_a, store=held, serve_api=False)             # before its write
     b = daemon(etcd, cluster_name, "h2", [])
     store = store_of(etcd, cluster_name)
-    gate = asyncio.Event()
-    reads_done = asyncio.Event()
-    real_txn = a.store.txn
-
-    async def gated_txn(*args, **kw):          # the old leader "freezes" before its write
-        reads_done.set()
-        await gate.wait()
-        return await real_txn(*args, **kw)
-
     try:
         await a.turn()
         assert a.is_leader
         gen = (await registry(store)).generation
         cards.make("c1", "SN2")
-        a.config = make_config(etcd, cluster_name, "h1", [cards.spec("c0"), cards.spec("c1")])
-        a.leader_loop.store = Gated(a.store, gated_txn)
+        a.request_reload(make_config(etcd, cluster_name, "h1",
+                                     [cards.spec("c0"), cards.spec("c1")]))
+        held.hold = True
         cycle = asyncio.ensure_future(a.turn())
-        await asyncio.wait_for(reads_done.wait(), 5)
+        await asyncio.wait_for(held.reached.wait(), 5)
         # meanwhile: a's lease is revoked (as if it expired) and b takes the leader key
         await store.revoke(a.lease.id)
         await b.turn()
         assert b.is_leader
-        assert a.lease.valid() and a.leadership.leading          # a still believes it leads
-        gate.set()
+        assert a.lease.valid() and a.leadership.has_key          # a still believes it leads
+        held.gate.set()
         await asyncio.wait_for(cycle, 5)
         # a had decided to admit c1 (generation gen + 1): etcd refused the transaction
-        assert a.outcomes[-1] is Outcome.DEPOSED and not a.leadership.leading
+        assert a.outcomes[-1] is Outcome.DEPOSED and not a.leadership.has_key
         assert 'awide_registry_writes_total{result="conflict"} 1.0' in \
             a.metrics.exposition().decode()
         after = await registry(store)
         assert after.generation == gen and len(after.cards) == 1
     finally:
-        gate.set()
+        held.gate.set()
         await a.stop()
         await b.stop()
+        await held.close()
         await store.close()
 
 
@@ -137,7 +121,7 @@ async def test_leader_steps_down_when_its_lease_is_not_confirmed(etcd, cluster_n
         clock.advance(cfg.timing.lease_ttl - cfg.etcd.call_timeout + 0.01)
         assert not d.is_leader
         assert await d.leader_loop.cycle() is Outcome.DEPOSED
-        assert not d.leadership.leading
+        assert not d.leadership.has_key
     finally:
         await d.stop()
         await store.close()
@@ -145,30 +129,29 @@ async def test_leader_steps_down_when_its_lease_is_not_confirmed(etcd, cluster_n
 
 async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
     cards.make("c0", "SN1")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")], timing={
+    cfg = make_config(etcd, cluster_name, "h1", [cards.spec("c0")], timing={
         "poll_interval": 0.2, "lease_ttl": 1, "sick_polls": 2, "healthy_polls": 1})
-    dead = EtcdStore(StoreConfig(endpoints=("http://127.0.0.1:9",), prefix="/awide/x/",
-                                 call_timeout=0.2))
+    severable = Severable(cfg.etcd.store_config(cluster_name))
+    d = Daemon(cfg, store=severable, serve_api=False)
     try:
         await d.turn()
         cards.set_healthy("c0", False)
         await d.turn()                          # bad 1 of 2
         memory = d.leader_loop.memory
-        live = d.leader_loop.store
-        d.leader_loop.store = MeteredStore(dead, d.metrics)   # its reads fail for a while
+        severable.severed = True                # its reads fail for a while
         for _ in range(3):
             assert await d.leader_loop.cycle() is Outcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
         text = d.metrics.exposition().decode()
         assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_prefix"}' in text or \
             'awide_etcd_call_errors_total{error="Timeout",op="read_prefix"}' in text
-        d.leader_loop.store = live
+        severable.severed = False
         assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "in"
         await d.turn()                          # bad 2 of 2
         assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "out"
     finally:
         await d.stop()
-        await dead.close()
+        await severable.close()
 
 
 async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, cards):

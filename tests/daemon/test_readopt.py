@@ -29,7 +29,7 @@ async def test_leader_that_stepped_down_on_its_own_live_key_leads_again(
         # while etcd still has its lease and its leader key
         clock.advance(cfg.timing.lease_ttl - cfg.etcd.call_timeout + 0.01)
         assert await d.leader_loop.cycle() is Outcome.DEPOSED
-        assert not d.leadership.leading
+        assert not d.leadership.has_key
         assert (await store.get(keys.LEADER)).create_revision == key.create_revision
         # etcd answers again: the lease is renewed, the key is still ours -> it leads again
         await d.turn()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awide_cluster.contract import registry as reg
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.daemon.reconcile import Intent
 
 from .builders import Leader, card, cid, report
@@ -18,7 +18,7 @@ def test_first_cycle_admits_and_writes_generation_1() -> None:
     assert (c.state, c.health, c.host, c.name, c.admitted) == ("in", "ok", "h2", "card0", 1)
     assert d.registry.slots.slot_of(A) == 0
     assert any("admitted as in" in line and A in line for line in d.log)
-    assert reg.decode(reg.encode(d.registry)) == d.registry
+    assert regdoc.decode(regdoc.encode(d.registry)) == d.registry
 
 
 def test_empty_cluster_writes_an_empty_registry_once() -> None:

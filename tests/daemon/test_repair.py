@@ -154,17 +154,17 @@ async def test_new_leader_repairs_from_the_registry_it_followed(etcd, cluster_na
 
 async def test_report_from_a_host_outside_the_cluster_is_never_admitted(
         etcd, cluster_name, cards):
-    from awide_cluster.contract import report as repdoc
+    from awide_cluster.contract import report as reportdoc
     cards.make("c0", "SN0")
     d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
     store = store_of(etcd, cluster_name)
     try:
         await d.turn()
-        mine = repdoc.decode((await store.get(keys.member("h1"))).value)
+        mine = reportdoc.decode((await store.get(keys.member("h1"))).value)
         # a well-formed report of another host, listing a card nobody configured
         evil = replace(mine, host="intruder", run="r-evil", cards=tuple(
             replace(c, name="x0", serial="EVIL", identity="uuid:evil") for c in mine.cards))
-        await store.put(keys.member("intruder"), repdoc.encode(evil))
+        await store.put(keys.member("intruder"), reportdoc.encode(evil))
         for _ in range(3):
             await d.turn()
         reg = await registry(store)

@@ -17,9 +17,9 @@ from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.errors import NoSpace
 
 from .conftest import make_config, registry, store_of
+from .stores import RefusingTxn
 
 
 def cid_of(path) -> str:
@@ -113,27 +113,15 @@ async def test_refused_writes_are_an_outage_not_a_card_failure(etcd, cluster_nam
         await store.close()
 
 
-class RefusingTxn:
-    """The leader's store with its registry transactions refused (etcd's NoSpace)."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
-
-    async def txn(self, *args, **kw):
-        raise NoSpace("etcd: etcdserver: mvcc: database space exceeded (code 8)")
-
-
 async def test_a_refused_registry_write_makes_the_next_cycle_an_outage(etcd, cluster_name,
                                                                       cards):
     cards.make("c0", "SN1")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    cfg = make_config(etcd, cluster_name, "h1", [cards.spec("c0")])
+    refusing = RefusingTxn(cfg.etcd.store_config(cluster_name))
+    d = Daemon(cfg, store=refusing, serve_api=False)
     try:
         await d.turn()
-        live = d.leader_loop.store
-        d.leader_loop.store = RefusingTxn(live)
+        refusing.refuse = True
         cards.set_healthy("c0", False)              # a change to write: the txn is refused
         await d.turn()
         assert d.outcomes[-1] is Outcome.ERROR
@@ -142,8 +130,9 @@ async def test_a_refused_registry_write_makes_the_next_cycle_an_outage(etcd, clu
                          r'write="registry"\}') == 1
         await d.turn()                              # told of the failed write: an outage
         assert "registry write" in d.leader_loop.outage
-        d.leader_loop.store = live
+        refusing.refuse = False
         await d.turn()                              # written: the failure is not kept
         assert d.outcomes[-1] is Outcome.WROTE and d.leader_loop.txn_failure == ""
     finally:
         await d.stop()
+        await refusing.close()

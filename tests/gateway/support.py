@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
-from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
 from awide_harness.fakes import FakeNvmeWorld
@@ -53,17 +54,18 @@ def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -
 class RegistryWriter:
     """Plays the leader: writes registry documents (generation + 1 each time)."""
 
-    def __init__(self, store: Any, cluster: str) -> None:
+    def __init__(self, store: Store, cluster: str, *, after: Registry | None = None) -> None:
+        """``after``: the registry last published (another writer's), to continue from."""
         self.store, self.cluster = store, cluster
-        self.reg: Registry | None = None
+        self.reg: Registry | None = after
 
     async def publish(self, cards: list[CardEntry]) -> Registry:
         prev = self.reg
         gen = (prev.generation if prev else 0) + 1
-        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
                        slots=table)
-        await self.put_raw(regmod.encode(reg))
+        await self.put_raw(regdoc.encode(reg))
         self.reg = reg
         return reg
 
@@ -84,10 +86,10 @@ class RegistryWriter:
     def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
         """The JSON document of the next generation, for tests that corrupt it."""
         prev = self.reg
-        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=(prev.generation if prev else 0) + 1,
                        leader="s1", cards=tuple(cards), slots=table)
-        return regmod.to_dict(reg)
+        return regdoc.to_dict(reg)
 
 
 def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,

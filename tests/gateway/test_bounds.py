@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from awide_cluster.contract import bounds, keys
-from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig, ValueTooLarge
-from awide_gateway_cluster.follower import FollowState, decide
+from awide_gateway_cluster.follower import FollowState, step
 from tests.gateway.support import in_service, make_card, serving_gateway, wait_for
 from tests.gateway.test_pure import _reg, _rr
 
@@ -18,17 +18,17 @@ pytestmark = pytest.mark.timeout(60)
 NEAR_LIMIT = 1536 * 1024 - 8 * 1024
 
 
-def test_decide_refuses_a_registry_over_its_bound_and_remembers_its_revision():
+def test_follow_step_refuses_a_registry_over_its_bound_and_remembers_its_revision():
     reg = _reg([make_card(1)])
-    st, d = decide(FollowState(), _rr(regmod.encode(reg)), 10.0, cluster="c1")
+    st, d = step(FollowState(), _rr(regdoc.encode(reg)), 10.0, cluster="c1")
     assert d.outcome == "applied"
     big = ValueTooLarge("'registry': value over 524288 bytes", key="registry", limit=524288,
                         size=524289, mod_revision=9)
-    st2, d = decide(st, big, 11.0, cluster="c1")
+    st2, d = step(st, big, 11.0, cluster="c1")
     assert d.outcome == "rejected" and st2.registry == reg and st2.seen_revision == 9
     assert st2.rejected == 1 and st2.failures == 0 and st2.last_ok == 11.0
     assert "value over 524288 bytes" in st2.problem and "keeping generation 1" in st2.problem
-    st3, d = decide(st2, _rr(None, mod=9), 12.0, cluster="c1")
+    st3, d = step(st2, _rr(None, mod=9), 12.0, cluster="c1")
     assert d.outcome == "unchanged" and st3.problem and st3.rejected == 1
 
 

@@ -130,14 +130,12 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
     serve(world, a)
     serve(world, b)
 
-    async def publish(cards, writer):
+    async def publish(cards, after=None):
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints,
                                          prefix=keys.prefix(cluster_name))) as s:
-            writer.store = s
-            await writer.publish(cards)
+            return await RegistryWriter(s, cluster_name, after=after).publish(cards)
 
-    writer = RegistryWriter(None, cluster_name)
-    asyncio.run(publish([a], writer))
+    first = asyncio.run(publish([a]))
     cfg = config(cluster_name, etcd.endpoints, world, pod="watch")
     doc = json.loads(cfg.model_dump_json())
     doc["nvme"]["sysfs_root"] = str(world.sysfs_root)
@@ -161,7 +159,7 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
             raise AssertionError("watch output lacks the line; got:\n" + "\n".join(lines))
 
         read_until(lambda l: f"slot 0: IN  {a.id}" in l)
-        asyncio.run(publish([a, b], writer))
+        asyncio.run(publish([a, b], after=first))
         read_until(lambda l: l.startswith("event joined") and b.id in l)
         read_until(lambda l: f"slot 1: IN  {b.id}" in l)
         proc.send_signal(signal.SIGTERM)

@@ -16,8 +16,9 @@ from awide_cluster.nvme.sysfs import Sysfs
 from awide_cluster.nvme.target import NvmeTarget
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
-from awide_gateway_cluster.view import LocalCard
+from awide_gateway_cluster.view import CardPath
 from tests.gateway.support import (
+    RegistryWriter,
     argv_text,
     config,
     gateway,
@@ -114,8 +115,7 @@ async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, clust
         # retried on another member); the gateway keeps all three endpoints
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints[1:],
                                          prefix=keys.prefix(cluster_name))) as s:
-            leader.store = s
-            reg = await leader.publish([a, b])
+            reg = await RegistryWriter(s, cluster_name, after=leader.reg).publish([a, b])
         try:
             await wait_for(lambda: gw.snapshot().generation == reg.generation
                            and in_service(gw, b.id), what="change through two members")
@@ -210,6 +210,6 @@ async def test_connector_refuses_a_forged_target_before_any_subprocess(world):
     from dataclasses import replace
     card = replace(make_card(1), target=forged)
     conn = Connector(NvmeCli(Runner(env=world.env())), Sysfs(world.sysfs_root))
-    probe = await conn.probe(card, LocalCard(card.id, health=Hysteresis()))
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
     assert probe.hostile and "traddr" in probe.refused
     assert world.calls() == []

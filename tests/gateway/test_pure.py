@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import records
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.health import Hysteresis
 from awide_cluster.store.errors import Timeout
@@ -15,8 +16,8 @@ from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import ConfigError, load_config, parse_config
 from awide_gateway_cluster.events import diff
-from awide_gateway_cluster.follower import FollowState, decide
-from awide_gateway_cluster.view import LocalCard, build
+from awide_gateway_cluster.follower import FollowState, step
+from awide_gateway_cluster.view import CardPath, build
 from tests.gateway.support import make_card
 
 BASE = {
@@ -102,13 +103,13 @@ def test_fingerprint_covers_namespace_placement_and_table():
 
 
 def test_layout_record_roundtrip_and_compare():
-    mine = lay.LayoutRecord("ns", "dialog", created_by="g1")
-    assert lay.decode_record(lay.encode_record(mine)) == mine
-    assert lay.compare(mine, lay.LayoutRecord("ns", "dialog", created_by="g2")) is None
-    m = lay.compare(mine, lay.LayoutRecord("ns", "dialog", algorithm=2, created_by="g2"))
+    mine = records.LayoutRecord("ns", "dialog", created_by="g1")
+    assert records.decode_layout(mine.encode()) == mine
+    assert lay.compare(mine, records.LayoutRecord("ns", "dialog", created_by="g2")) is None
+    m = lay.compare(mine, records.LayoutRecord("ns", "dialog", algorithm=2, created_by="g2"))
     assert m is not None and "placement-algorithm=1" in str(m) and "placement-algorithm=2" in str(m)
-    with pytest.raises(lay.LayoutError):
-        lay.decode_record(b"[]")
+    with pytest.raises(records.LayoutRecordError):
+        records.decode_layout(b"[]")
 
 
 def _rr(value: bytes | None, mod: int = 5, count: int = 1) -> RangeResult:
@@ -117,40 +118,40 @@ def _rr(value: bytes | None, mod: int = 5, count: int = 1) -> RangeResult:
 
 
 def _reg(cards, gen=1, prev=slotfn.EMPTY):
-    return regmod.Registry(cluster="c1", generation=gen, leader="s1", cards=tuple(cards),
-                           slots=regmod.slot_table(tuple(cards), prev))
+    return regdoc.Registry(cluster="c1", generation=gen, leader="s1", cards=tuple(cards),
+                           slots=regdoc.slot_table(tuple(cards), prev))
 
 
-def test_decide_applies_keeps_and_never_empties():
+def test_follow_step_applies_keeps_and_never_empties():
     a = make_card(1)
     reg = _reg([a])
-    st, d = decide(FollowState(), _rr(regmod.encode(reg)), 10.0, cluster="c1")
+    st, d = step(FollowState(), _rr(regdoc.encode(reg)), 10.0, cluster="c1")
     assert d.outcome == "applied" and st.registry == reg and st.seen_revision == 5
-    st2, d = decide(st, _rr(None), 11.0, cluster="c1")
+    st2, d = step(st, _rr(None), 11.0, cluster="c1")
     assert d.outcome == "unchanged" and st2.registry == reg and st2.last_ok == 11.0
-    st3, d = decide(st2, Timeout("frozen"), 12.0, cluster="c1")
+    st3, d = step(st2, Timeout("frozen"), 12.0, cluster="c1")
     assert d.outcome == "failed" and st3.registry == reg and st3.last_ok == 11.0
     assert "frozen" in st3.problem
-    st4, d = decide(st3, _rr(None, count=0), 13.0, cluster="c1")
+    st4, d = step(st3, _rr(None, count=0), 13.0, cluster="c1")
     assert d.outcome == "failed" and st4.registry == reg and "absent" in st4.problem
-    st5, d = decide(st4, _rr(b"garbage", mod=9), 14.0, cluster="c1")
+    st5, d = step(st4, _rr(b"garbage", mod=9), 14.0, cluster="c1")
     assert d.outcome == "rejected" and st5.registry == reg and st5.seen_revision == 9
     assert st5.applied_revision == 5 and "keeping generation 1" in st5.problem
-    st6, d = decide(st5, _rr(None, mod=9), 15.0, cluster="c1")
+    st6, d = step(st5, _rr(None, mod=9), 15.0, cluster="c1")
     assert d.outcome == "unchanged" and st6.problem        # still on the refused document
 
 
 def test_view_reasons_in_order():
     a = make_card(1)
     reg = _reg([a])
-    up = LocalCard(a.id, device="/dev/nvme0n1", verified=True, note="")
+    up = CardPath(a.id, device="/dev/nvme0n1", verified=True, note="")
     v = build(reg, {a.id: up}, namespace="n", placement="dialog", fingerprint="f",
               layout_ok=True)
     assert v.card(a.id).in_service and v.card(a.id).why == ""
     assert "layout" in build(reg, {a.id: up}, namespace="n", placement="dialog",
                              fingerprint="f", layout_ok=False,
                              layout_problem="layout mismatch").card(a.id).why
-    sick = LocalCard(a.id, device="/dev/nvme0n1", verified=True,
+    sick = CardPath(a.id, device="/dev/nvme0n1", verified=True,
                      health=Hysteresis(up=False, bad=3, reason="state resetting"))
     why = build(reg, {a.id: sick}, namespace="n", placement="dialog", fingerprint="f",
                 layout_ok=True).card(a.id).why
@@ -158,7 +159,7 @@ def test_view_reasons_in_order():
 
 
 def test_advance_uses_hysteresis_and_refusal_is_immediate():
-    loc = LocalCard("c", device="/dev/nvme0n1", verified=True)
+    loc = CardPath("c", device="/dev/nvme0n1", verified=True)
     bad = Probe(device="/dev/nvme0n1", verified=True, good=False, reason="io")
     loc = advance(loc, bad, sick_polls=2, healthy_polls=1)
     assert loc.health.up
@@ -173,12 +174,12 @@ def test_advance_uses_hysteresis_and_refusal_is_immediate():
 
 def test_diff_moves_name_both_cards_and_both_slots():
     a, b, c = make_card(1), make_card(2, admitted=2), make_card(3, admitted=3)
-    up = {x.id: LocalCard(x.id, device="/dev/x", verified=True) for x in (a, b, c)}
+    up = {x.id: CardPath(x.id, device="/dev/x", verified=True) for x in (a, b, c)}
     kw = dict(namespace="n", placement="dialog", fingerprint="f", layout_ok=True)
     t_old = slotfn.SlotTable((a.id, b.id) + (None,) * 6)
     t_new = slotfn.SlotTable((c.id, a.id) + (None,) * 6)
-    old = build(regmod.Registry("c1", 1, "s1", (a, b), t_old), up, **kw)
-    new = build(regmod.Registry("c1", 2, "s1", (a, c), t_new), up, **kw)
+    old = build(regdoc.Registry("c1", 1, "s1", (a, b), t_old), up, **kw)
+    new = build(regdoc.Registry("c1", 2, "s1", (a, c), t_new), up, **kw)
     evs = diff(old, new)
     kinds = [(e.kind, e.card_id) for e in evs]
     assert ("moved", a.id) in kinds and ("moved", b.id) in kinds and ("joined", c.id) in kinds
@@ -190,24 +191,24 @@ def test_diff_moves_name_both_cards_and_both_slots():
     assert left.slot is None and "no slot" in left.detail
 
 
-def test_decide_refuses_a_registry_that_went_back_and_says_why():
+def test_follow_step_refuses_a_registry_that_went_back_and_says_why():
     from dataclasses import replace
     a, b = make_card(1), make_card(2, admitted=2)
     reg5 = replace(_reg([a]), generation=5, lineage="L1")
-    st, d = decide(FollowState(), _rr(regmod.encode(reg5), mod=5), 1.0, cluster="c1")
+    st, d = step(FollowState(), _rr(regdoc.encode(reg5), mod=5), 1.0, cluster="c1")
     assert d.outcome == "applied"
     # a lower generation of the same lineage (a registry re-created from scratch at 1, or an
     # old copy written back): refused, the applied one kept
     low = replace(_reg([a, b]), generation=1, lineage="L1")
-    st2, d = decide(st, _rr(regmod.encode(low), mod=6), 2.0, cluster="c1")
+    st2, d = step(st, _rr(regdoc.encode(low), mod=6), 2.0, cluster="c1")
     assert d.outcome == "rejected" and st2.registry == reg5
     assert "went back" in d.detail and "keeping generation 5" in d.detail
     # the same number with another content: refused too
     same = replace(_reg([a, b]), generation=5, lineage="L1")
-    st3, d = decide(st2, _rr(regmod.encode(same), mod=7), 3.0, cluster="c1")
+    st3, d = step(st2, _rr(regdoc.encode(same), mod=7), 3.0, cluster="c1")
     assert d.outcome == "rejected" and st3.registry == reg5
     # a higher generation applies; another lineage applies whatever its number, and says so
     other = replace(_reg([a, b]), generation=1, lineage="L2")
-    st4, d = decide(st3, _rr(regmod.encode(other), mod=8), 4.0, cluster="c1")
+    st4, d = step(st3, _rr(regdoc.encode(other), mod=8), 4.0, cluster="c1")
     assert d.outcome == "applied" and st4.registry == other
     assert "lineage changed from L1 to L2" in d.detail

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from awide_cluster.contract import keys
+from awide_cluster.contract.records import decode_gateway
 from awide_gateway_cluster import EngineRefused, LayoutMismatch, WipeRefused
 from awide_gateway_cluster.layout import namespace
-from awide_gateway_cluster.registration import decode_gateway
 from tests.gateway.support import config, gateway, in_service, make_card, serve, wait_for
 
 pytestmark = pytest.mark.timeout(60)

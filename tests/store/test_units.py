@@ -17,6 +17,7 @@ from awide_cluster.store import (
     Unavailable,
 )
 from awide_cluster.store.codec import (
+    AuthNotEnabled,
     Codec,
     TokenRejected,
     alarms,
@@ -82,6 +83,14 @@ def test_keys_outside_the_prefix_and_junk_are_bad_responses():
     ({"error": "context deadline exceeded", "code": 4}, True, Timeout, True),
     ({"error": {"grpc_code": 14, "message": "etcdserver: leader changed"}}, True, Unavailable, True),
     ({"error": "etcdserver: mvcc: database space exceeded", "code": 8}, True, NoSpace, False),
+    ({"error": "etcdserver: too many requests", "code": 8}, True, Unavailable, False),
+    ({"error": "etcdserver: authentication is not enabled", "code": 9}, False, AuthNotEnabled,
+     False),
+    ({"error": "etcdserver: user name not found", "code": 9}, False, Denied, False),
+    # etcd's strings are read only under the code etcd gives them: elsewhere the code decides
+    ({"error": "etcdserver: no leader", "code": 2}, True, Unavailable, True),
+    ({"error": "permission denied by a proxy", "code": 3}, True, InvalidRequest, False),
+    ({"error": "etcdserver: server stopped", "code": 14}, True, Unavailable, True),
 ])
 def test_grpc_errors_map_to_types(body, write, kind, maybe):
     err = error_from_body(body, 500, write=write)
