@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 b1 = cpu_ticks()
                 loads.append({"module": mod_name, "seconds": round(time.monotonic() - t0, 1),
                               "loadavg_1m_start": la0[0] if la0 else None,
-                              "loadavg_1m_end": (loadavg() or [None])[0],
+                              "loadavg_1m_end": next(iter(loadavg()), None),
                               "cpu_busy_pct": round(100.0 * (b1[0] - b0[0]) / (b1[1] - b0[1]), 1)
                               if b1[1] > b0[1] else None})
             rows.extend(got)
@@ -126,13 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     for mod_name, err in errors.items():
         print(f"ERROR {mod_name}: {err}")
+    end_load = loadavg()
     doc = {
         "command": "python -m bench" + (" --quick" if args.quick else "")
                    + (f" --only {args.only}" if args.only else ""),
         "mode": "quick" if args.quick else "full",
         "date": when,
         "elapsed_s": round(elapsed, 1),
-        "machine": {**info, "loadavg_end": loadavg(),
+        "machine": {**info, "loadavg_end": end_load,
                     "cpu_busy_pct_during_run": busy},   # the bench's own processes included
         "etcd_binary": ctx.etcd_binary,
         "figure_load": loads,
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"machine: {info['nproc']} cores, {info['cpu']}; load average "
           f"{' '.join(info['loadavg_start'])} at start, "
-          f"{' '.join(doc['machine']['loadavg_end'])} at end; CPU busy {busy} % "
+          f"{' '.join(end_load)} at end; CPU busy {busy} % "
           "during the run (the bench included)")
     for ld in loads:
         print(f"  {ld['module']}: {ld['seconds']} s, load average (1 min) "

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ def emit(kind: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-async def stdin_lines():  # type: ignore[no-untyped-def]
+async def stdin_lines() -> AsyncIterator[dict[str, Any]]:
     """Async iterator of JSON commands from stdin (ends at EOF)."""
     import asyncio
     loop = asyncio.get_running_loop()

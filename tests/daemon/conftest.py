@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ def cards(tmp_path) -> Cards:
 TEST_HOSTS = ("h1", "h2", "h3")
 
 
-def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: list[dict] = (), *,
+def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: Sequence[dict] = (), *,
                 role: str = "storage", timing: dict | None = None, dev: bool = False,
                 **extra: Any) -> dict[str, Any]:
     # the cluster's hosts: the test host names in use (h1..h3, the ones named here)

@@ -160,4 +160,5 @@ async def _gone(store, key) -> bool:
 
 async def _reason_has(store, cid, text) -> bool:
     r = await registry(store)
-    return text in r.card(cid).reason
+    entry = r.card(cid) if r is not None else None
+    return entry is not None and text in entry.reason

@@ -41,9 +41,9 @@ def test_resolve_by_id_serial_or_host_name() -> None:
     with pytest.raises(AmbiguousCard) as e:
         resolve(reg, "S2")
     assert b.id in str(e.value) and c.id in str(e.value)
-    with pytest.raises(UnknownCard) as e:
+    with pytest.raises(UnknownCard) as unknown:
         resolve(reg, "h3/c0")
-    assert a.id in str(e.value)          # the message lists the cards there are
+    assert a.id in str(unknown.value)          # the message lists the cards there are
 
 
 async def test_drain_undrain_forget(etcd, cluster_name, cards, tmp_path):
@@ -118,4 +118,5 @@ async def _n_in(store, n) -> bool:
 
 async def _state(store, cid, state) -> bool:
     r = await registry(store)
-    return r is not None and r.card(cid) is not None and r.card(cid).state == state
+    entry = r.card(cid) if r is not None else None
+    return entry is not None and entry.state == state

@@ -58,7 +58,8 @@ def _config(etcd: EtcdCluster, pki, tmp: Path, password: str, port: int) -> dict
     pw_file = tmp / "etcd-password"
     pw_file.write_text(password + "\n")
     pw_file.chmod(0o600)
-    return {"cluster": f"sec{secrets.token_hex(3)}", "host": "h1", "hosts": ["h1"], "role": "witness",
+    return {"cluster": f"sec{secrets.token_hex(3)}", "host": "h1", "hosts": ["h1"],
+            "role": "witness",
             "dev_cluster": True,
             "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 3.0, "hedge_after": 0.5,
                      "tls": {"ca_file": pki.ca_file},
@@ -143,7 +144,8 @@ def test_the_password_is_in_no_log_answer_or_error(secured, tmp_path) -> None:
                                     for e in cfg["etcd"]["endpoints"]]
         config.write_text(yaml.safe_dump(bad))
         proc.send_signal(signal.SIGHUP)
-        _wait(lambda: "reload refused" in log.read_text(errors="replace"), "the refused reload", log)
+        _wait(lambda: "reload refused" in log.read_text(errors="replace"), "the refused reload",
+              log)
         r = _cli("check-config", str(config))
         assert r.returncode == 2 and "etcd.endpoints" in r.stderr and "***@" in r.stderr, r.stderr
         seen += [r.stdout, r.stderr]

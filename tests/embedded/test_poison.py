@@ -102,7 +102,8 @@ def test_poison_at_every_key_kind(tmp_path: Path) -> None:
         assert after is not None and after.slots.slots == before.slots.slots
         assert after.generation > before.generation and after.lineage == before.lineage
         assert {x.id for x in after.cards} == {x.id for x in before.cards}
-        assert after.card(c.card_id(victim)).state == "out"
+        entry = after.card(c.card_id(victim))
+        assert entry is not None and entry.state == "out"
         # status names the bad keys, exit 1, no traceback
         eps = ",".join(c.etcd.endpoints)
         p = subprocess.run([*CLI, "status", "--endpoints", eps, "--cluster", spec.cluster,

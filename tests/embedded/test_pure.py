@@ -4,6 +4,7 @@ judgement and report, bounds from timing."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -78,9 +79,9 @@ def test_stayed_looks_at_every_view_of_the_window():
     assert stayed(h, card_in("A"), 0.0, 1.9)
 
 
-def outcome(**kw) -> EventOutcome:
-    base = dict(name="card_sick", what="w", expect="x", at=1.0, bound=2.0,
-                seen={"g1": 0.5, "g2": 1.0}, agreed=True, figure="detection")
+def outcome(**kw: Any) -> EventOutcome:
+    base: dict[str, Any] = dict(name="card_sick", what="w", expect="x", at=1.0, bound=2.0,
+                                seen={"g1": 0.5, "g2": 1.0}, agreed=True, figure="detection")
     base.update(kw)
     return EventOutcome(**base)
 

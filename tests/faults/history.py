@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +247,15 @@ class History:
                 writes=tuple(self.writes))
 
 
-def at(rows: tuple, t: float) -> object | None:
+class _Timed(Protocol):
+    @property
+    def t(self) -> float: ...
+
+
+T = TypeVar("T", bound=_Timed)
+
+
+def at(rows: Sequence[T], t: float) -> T | None:
     """The last row (sorted by ``.t``) at or before ``t``, or None."""
     i = bisect.bisect_right([r.t for r in rows], t)
     return rows[i - 1] if i else None
@@ -281,7 +291,7 @@ class Truth:
         if not rows:
             return True
         last = at(rows, t)
-        return last.present if last is not None else True   # type: ignore[union-attr]
+        return last.present if last is not None else True
 
     def present_during(self, card: str, a: float, b: float) -> bool:
         """Present at some moment of [a, b]."""

@@ -298,9 +298,9 @@ def check_forged_unused(rec: Recorded, bounds: Bounds) -> Result:
             state = at(rows, deadline)
             candidates = ([state] if state is not None else []) + [
                 r for r in rows if r.t > deadline]
-            late = [r for r in candidates if r.in_service & fakes]    # type: ignore[union-attr]
+            late = [r for r in candidates if r.in_service & fakes]
             if late:
-                row: GatewayTable = late[0]                             # type: ignore[assignment]
+                row: GatewayTable = late[0]
                 res.fail("registry", max(row.t, deadline),
                          f"gateway {g} had forged card(s) {sorted(row.in_service & fakes)} in "
                          f"service {max(row.t, deadline) - deadline + bounds.forged:.2f} s "
@@ -360,7 +360,7 @@ def settled_at(rec: Recorded, t_from: float, t_until: float,
     revs = _good(rec.registry)
     reg = at(revs, t_from)
     tabs = {g: at(rec.tables.get(g, ()), t_from) for g in rec.gateways}
-    changes: list[tuple[float, int, object]] = []
+    changes: list[tuple[float, int, RegistryRev | GatewayTable]] = []
     rev_times = [r.t for r in revs]
     lo, hi = bisect.bisect_right(rev_times, t_from), bisect.bisect_right(rev_times, t_until)
     changes.extend((r.t, 0, r) for r in revs[lo:hi])
@@ -370,16 +370,15 @@ def settled_at(rec: Recorded, t_from: float, t_until: float,
         lo, hi = bisect.bisect_right(times, t_from), bisect.bisect_right(times, t_until)
         changes.extend((row.t, 1, row) for row in rows[lo:hi])
     changes.sort(key=lambda c: (c[0], c[1]))
-    ahead = {r.generation: r for r in revs}
-    ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed, ahead)  # type: ignore[arg-type]
+    ahead = {r.generation: r for r in revs if r.generation is not None}
+    ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed, ahead)
     since: float | None = t_from if ok else None
     for t, _, item in changes:
         if isinstance(item, RegistryRev):
             reg = item
         else:
-            tabs[item.gateway] = item                                    # type: ignore[union-attr]
-        ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed,  # type: ignore[arg-type]
-                        ahead)
+            tabs[item.gateway] = item
+        ok = not agreed(reg, tabs, rec.gateways, rec.expected_in, renamed, ahead)
         if not ok:
             since = None
         elif since is None:
@@ -433,13 +432,13 @@ def check_out_bound(rec: Recorded, bounds: Bounds) -> Result:
                 state = at(rows, deadline)
                 candidates = ([state] if state is not None else []) + list(rows[lo:hi])
                 late = [row for row in candidates
-                        if card in row.in_service                           # type: ignore[union-attr]
-                        and (back_gen is None or row.generation < back_gen)]  # type: ignore[union-attr]
+                        if card in row.in_service
+                        and (back_gen is None or row.generation < back_gen)]
                 if late:
                     first = late[0]
                     res.fail("no_partial_restore", deadline,
                              f"gateway {g} still had card {card} in service at generation "
-                             f"{first.generation} {max(first.t, deadline) - t_r:.2f} s after "  # type: ignore[union-attr]
+                             f"{first.generation} {max(first.t, deadline) - t_r:.2f} s after "
                              f"registry generation {revs[i].generation} took it out (bound "
                              f"{bounds.out:.2f} s)")
     return res
@@ -473,7 +472,7 @@ def check_identity(rec: Recorded, truth: Truth, bounds: Bounds, end: float) -> R
                     continue
                 rows = rec.tables.get(g, ())
                 state = at(rows, deadline)
-                bad = state is not None and card in state.in_service         # type: ignore[union-attr]
+                bad = state is not None and card in state.in_service
                 bad = bad or any(deadline < row.t < b and card in row.in_service for row in rows)
                 if bad:
                     res.fail("identity", deadline,
@@ -513,7 +512,7 @@ def check_last_known(rec: Recorded, truth: Truth) -> Result:
             res.count("last_known_state")
             rows = rec.tables.get(g, ())
             base = at(rows, f.t_inject)
-            had = base.in_service if base is not None else frozenset()      # type: ignore[union-attr]
+            had = base.in_service if base is not None else frozenset()
             for row in rows:
                 if not f.t_inject < row.t <= end:
                     continue
@@ -555,7 +554,7 @@ def check_detection(rec: Recorded, bounds: Bounds) -> Result:
                 gone = seen[0] + bounds.out
                 rows = rec.tables.get(g, ())
                 state = at(rows, f.t_inject)
-                out = state is not None and card not in state.in_service     # type: ignore[union-attr]
+                out = state is not None and card not in state.in_service
                 out = out or any(f.t_inject <= row.t <= gone and card not in row.in_service
                                  for row in rows)
                 if not out:
@@ -577,7 +576,7 @@ def check_write_outage(rec: Recorded, bounds: Bounds, end: float) -> Result:
         later = [t for t in injected if t > f.t_inject]
         until = min([f.t_heal + bounds.detect, end] + later[:1])   # not the next fault's effect
         base = at(revs, f.t_inject)
-        had = base.usable if base is not None else frozenset()     # type: ignore[union-attr]
+        had = base.usable if base is not None else frozenset()
         res.count("write_outage")
         for r in revs:
             if f.t_inject < r.t <= until and had - r.usable:
@@ -589,7 +588,7 @@ def check_write_outage(rec: Recorded, bounds: Bounds, end: float) -> Result:
         for g in rec.gateways:
             res.count("write_outage")
             rows = rec.tables.get(g, ())
-            row0: GatewayTable | None = at(rows, f.t_inject)              # type: ignore[assignment]
+            row0: GatewayTable | None = at(rows, f.t_inject)
             using = row0.in_service if row0 is not None else frozenset()
             for row in rows:
                 if f.t_inject < row.t <= until and using - row.in_service:

@@ -111,13 +111,13 @@ def poison(pick: int, *, cluster: str, hosts: tuple[str, ...], leader: str | Non
         return Poison(keys.layout("ns-evil"), b"\x00\xff" * 100,
                       "layout record: NUL and 0xff bytes", own=False)
     if kind == "unknown":
-        values = [
+        unknown: list[tuple[str, bytes, str]] = [
             ("zzz/unknown", json.dumps({"note": MARK}).encode(), "a key nobody knows"),
             ("zzz/\udcff\udcfe", b"\xff" * 10, "a key nobody knows, its name not UTF-8"),
             (keys.MEMBERS + "\udcff\udcfe", b"\xff" * 10,
              "a report under a host name that is not UTF-8"),
         ]
-        key, value, what = values[v % len(values)]
+        key, value, what = unknown[v % len(unknown)]
         return Poison(key, value, what, own=False)
     # huge: near etcd's request limit, at a key of each size bound
     value = b'{"schema": 1, "pad": "' + b"x" * BIG + b'"}'

@@ -285,17 +285,19 @@ class Campaign:
             if t_ok is None:
                 self.say(f"not settled before fault #{fault.index}: {why}")
             self.say(f"inject {fault.describe()}")
-            rec = inject(ctx, fault)
-            self.history.add(rec)
-            if rec.skipped:
+            made = inject(ctx, fault)
+            self.history.add(made)
+            if made.skipped:
                 continue
-            t_agreed, why = self.settle(rec.t_heal, cap, rec.renamed)
-            rec.t_agreed = t_agreed
-            rec.leader_ok = self.leader_ok
+            assert made.t_heal is not None, f"fault #{fault.index} was injected but not healed"
+            t_agreed, why = self.settle(made.t_heal, cap, made.renamed)
+            made.t_agreed = t_agreed
+            made.leader_ok = self.leader_ok
             if t_agreed is None:
                 self.say(f"#{fault.index} NOT agreed {cap:.1f} s after healing: {why}")
             else:
-                self.say(f"#{fault.index} healed and agreed after {t_agreed - rec.t_heal:.2f} s")
+                self.say(f"#{fault.index} healed and agreed after "
+                         f"{t_agreed - made.t_heal:.2f} s")
             if not args.quick or fault.index == len(schedule) - 1:
                 self.continuous()
         # the last fault's late effects: settle once more, then read etcd's history again

@@ -38,13 +38,13 @@ GWS = ("g1", "g2")
 
 # ---------------------------------------------------------------- builders
 
-def card(cid: str, state: str = "in") -> CardEntry:
+def card(cid: str, state: regdoc.State = "in") -> CardEntry:
     return CardEntry(id=cid, serial=f"SN-{cid}", model="m", identity=f"label:{cid}", host="s1",
                      name=cid, kind="dir", state=state, health="ok", reason="", admitted=1,
                      changed_generation=1, path=f"/x/{cid}")
 
 
-def reg_value(gen: int, leader: str, states: dict[str, str]) -> bytes:
+def reg_value(gen: int, leader: str, states: dict[str, regdoc.State]) -> bytes:
     cards = tuple(card(c, s) for c, s in states.items())
     return regdoc.encode(regdoc.with_slots(Registry(cluster="c", generation=gen, leader=leader,
                                                     cards=cards)))
@@ -54,7 +54,7 @@ def leader_put(rev: int, host: str, t: float = 0.0) -> KeyEvent:
     return KeyEvent(rev, "leader", "put", LeaderRecord(host=host, since="").encode(), rev, 7, t)
 
 
-def registry_put(rev: int, gen: int, leader: str, states: dict[str, str],
+def registry_put(rev: int, gen: int, leader: str, states: dict[str, regdoc.State],
                  t: float = 0.0) -> KeyEvent:
     return KeyEvent(rev, "registry", "put", reg_value(gen, leader, states), 2, 0, t)
 
@@ -81,7 +81,7 @@ def record(*, events=(), tables=None, faults=(), truth=(), polls=(), access=(),
     return h.frozen()
 
 
-BOTH = {"a": "in", "b": "in"}
+BOTH: dict[str, regdoc.State] = {"a": "in", "b": "in"}
 
 
 # ---------------------------------------------------------------- schedule

@@ -40,7 +40,8 @@ def test_member_faults_restart_and_no_orphans(etcd_binary, tmp_path):
     with cluster:
         infos = [cluster.member(i) for i in range(3)]
         assert [m.state for m in infos] == ["running"] * 3
-        assert len({m.client_url for m in infos}) == 3 and cluster.client_urls == [m.client_url for m in infos]
+        urls = [m.client_url for m in infos]
+        assert len(set(urls)) == 3 and cluster.client_urls == urls
         pids += [m.pid for m in infos]
         cluster.freeze(1)
         assert cluster.member(1).state == "frozen" and proc_state(pids[1]) == "T"
@@ -54,7 +55,8 @@ def test_member_faults_restart_and_no_orphans(etcd_binary, tmp_path):
         cluster.restart(2)
         assert cluster.member(2).state == "running"
         pids.append(cluster.member(2).pid)
-        got = admin(cluster.endpoints[2], "/v3/kv/range", {"key": b64("kept"), "serializable": True})
+        got = admin(cluster.endpoints[2], "/v3/kv/range",
+                    {"key": b64("kept"), "serializable": True})
         assert got.get("count") == "1", json.dumps(got)  # same data dir
 
         cluster.freeze(0)  # stop() must also end frozen members

@@ -72,7 +72,8 @@ async def test_writes_with_a_frozen_member_are_bounded_and_typed(cluster, make_s
     assert store.preferred_endpoint != frozen
 
 
-async def test_frozen_leader_serializable_reads_answer_and_linearizable_are_bounded(cluster, make_store):
+async def test_frozen_leader_serializable_reads_answer_and_linearizable_are_bounded(
+        cluster, make_store):
     leader, _ = await leader_and_followers(cluster, make_store)
     store = make_store(cluster.endpoints)
     await store.put("k", b"v", timeout=SETUP)  # precondition, not under test

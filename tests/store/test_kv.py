@@ -20,7 +20,8 @@ async def test_put_get_range_relative_to_prefix(store):
     assert rev > 0 and store.last_revision >= rev
     kv = await store.get("a")
     assert kv is not None
-    assert (kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.version) == ("a", b"1", rev, rev, 1)
+    got = (kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.version)
+    assert got == ("a", b"1", rev, rev, 1)
     assert await store.get("missing") is None
 
     await store.put("dir/x", "text is utf-8")
@@ -28,8 +29,10 @@ async def test_put_get_range_relative_to_prefix(store):
     await store.put("dirz", b"not under dir/")
     result = await store.range("dir/", prefix=True)
     assert isinstance(result, RangeResult)
-    assert [(k.key, k.value) for k in result.kvs] == [("dir/x", b"text is utf-8"), ("dir/y", b"\x00\xff")]
-    assert result.count == 2 and result.revision >= rev and result.endpoint in store.config.endpoints
+    assert [(k.key, k.value) for k in result.kvs] == [("dir/x", b"text is utf-8"),
+                                                      ("dir/y", b"\x00\xff")]
+    assert result.count == 2 and result.revision >= rev
+    assert result.endpoint in store.config.endpoints
 
     everything = await store.range("", prefix=True)
     assert [k.key for k in everything.kvs] == ["a", "dir/x", "dir/y", "dirz"]
@@ -85,8 +88,10 @@ async def test_txn_branches_and_get_responses(store):
     assert [r.kvs[0].value for r in fenced.responses] == [b"other", b"gen1"]
     assert (await store.get("registry")).value == b"gen1"
 
-    for target, result, value, expect in [("version", "greater", 1, True), ("create", "less", 0, False),
-                                          ("lease", "equal", 0, True), ("mod", "not_equal", 0, True)]:
+    for target, result, value, expect in [("version", "greater", 1, True),
+                                          ("create", "less", 0, False),
+                                          ("lease", "equal", 0, True),
+                                          ("mod", "not_equal", 0, True)]:
         r = await store.txn([Compare("leader", target, result, value)], [], [])
         assert r.succeeded is expect, (target, result, value)
 

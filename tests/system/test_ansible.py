@@ -56,7 +56,8 @@ def ansible_tools() -> Path:
     return BIN
 
 
-def _run(argv: list[str], *, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
+         **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=_env(**env))
 

@@ -199,7 +199,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     nets = [ipaddress.ip_network(m, strict=False)
             for m in re.findall(r"(\d+\.\d+\.\d+\.\d+/\d+)", used)]
     for third in range(200, 255):
-        cand = ipaddress.ip_network(f"10.251.{third}.0/24")
+        cand = ipaddress.IPv4Network(f"10.251.{third}.0/24")
         if not any(cand.overlaps(n) for n in nets):
             return cand
     raise AssertionError("no free /24 under 10.251.200.0-10.251.254.0")
@@ -472,7 +472,7 @@ def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | Non
 
 def _inventory(lab: Lab, tmp: Path, source: Path) -> Path:
     import yaml
-    hosts = {h: {"ansible_host": lab.addr(h)} for h in HOSTS}
+    hosts: dict[str, dict[str, object]] = {h: {"ansible_host": lab.addr(h)} for h in HOSTS}
     for h in STORAGE:
         hosts[h]["awide_cards"] = [{"name": "dev0", "kind": "dir", "path": "/srv/awide/dev0"}]
     inv = {"all": {
@@ -511,7 +511,8 @@ def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
     if not expect_ok:
         assert r.returncode != 0, f"{playbook} should have failed:\n{r.stdout[-6000:]}"
         return r
-    assert r.returncode == 0, f"{playbook} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, (f"{playbook} exited {r.returncode}:\n{r.stdout[-6000:]}\n"
+                               f"{r.stderr[-3000:]}")
     return r
 
 

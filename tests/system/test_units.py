@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
 
 def _unit(name: str) -> configparser.ConfigParser:
     cp = configparser.ConfigParser(strict=False, interpolation=None)
-    cp.optionxform = str
+    cp.optionxform = str  # type: ignore[assignment,method-assign]  # keep keys' case
     cp.read(UNITS / name)
     return cp
 
@@ -34,6 +34,7 @@ def _install(tmp_path: Path) -> Path:
     out = tmp_path / "units"
     out.mkdir()
     true = shutil.which("true")
+    assert true is not None, "no true(1) on PATH"
     for unit in UNITS.glob("*.service"):
         text = unit.read_text()
         for prog in ("/usr/local/bin/awide-cluster", "/usr/local/bin/adp-store",
@@ -54,8 +55,8 @@ def test_units_verify_cleanly(tmp_path: Path, name: str) -> None:
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
     # unknown keys only warn: any output at all is a failure
-    noise = [l for l in r.stderr.splitlines() if "awide" in l or "Unknown" in l
-             or "Failed" in l or "Invalid" in l]
+    noise = [line for line in r.stderr.splitlines() if "awide" in line or "Unknown" in line
+             or "Failed" in line or "Invalid" in line]
     assert r.returncode == 0 and not noise, r.stderr
 
 
