@@ -10,10 +10,10 @@ from dataclasses import replace
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
+from awide_cluster.contract.records import iso
 from awide_cluster.contract.registry import CardEntry, Registry, card_id, with_slots
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.nvme.target import NvmeTarget
-from awide_cluster.operator.records import iso
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.etcd import EtcdStore
 

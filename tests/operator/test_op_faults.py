@@ -15,7 +15,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import report as repdoc
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render
-from awide_cluster.operator.status import StatusPolicy
+from awide_cluster.operator.snapshot import StatusPolicy
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 
@@ -23,7 +23,10 @@ CLI = [sys.executable, "-m", "awide_cluster.cli.main"] if False else [
     str(Path(sys.executable).with_name("awide-cluster"))]
 
 
-async def _status(etcd, cluster, policy=StatusPolicy()):
+DEFAULT_POLICY = StatusPolicy()
+
+
+async def _status(etcd, cluster, policy=DEFAULT_POLICY):
     store = state.store_for(etcd.endpoints, cluster)
     try:
         reader = StatusReader(store, cluster=cluster, endpoints=etcd.endpoints, policy=policy)
