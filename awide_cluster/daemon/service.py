@@ -63,7 +63,9 @@ class Daemon:
     def __init__(self, config: DaemonConfig, *, store=None, observer: CardObserver | None = None,
                  runner=None, clock: Clock | None = None, config_path: str | Path | None = None,
                  serve_api: bool = True, notifier=None, version: str = __version__) -> None:
-        from awide_cluster.api import DaemonHealth, DaemonMetrics, Notifier
+        from awide_cluster.api.health import DaemonHealth
+        from awide_cluster.api.metrics import DaemonMetrics
+        from awide_cluster.api.notify import Notifier
         self.config = config
         self.config_path = config_path
         self.clock = clock or SystemClock()
@@ -112,7 +114,7 @@ class Daemon:
     async def start(self) -> None:
         """Start the API (if asked) and the main loop; returns at once."""
         if self.serve_api and self.api is None:
-            from awide_cluster.api import DaemonApi
+            from awide_cluster.api.server import DaemonApi
             self.api = DaemonApi(health=self.health, metrics=self.metrics, view=self.view,
                                  listen=self.config.api.listen)
             await self.api.start()
@@ -446,7 +448,7 @@ class Daemon:
         return self.leadership.holds()
 
     def view(self) -> dict:
-        from awide_cluster.api import host_view
+        from awide_cluster.api.view import host_view
         holder = self.leadership.holder
         extra = {
             "cluster": self.config.cluster,

@@ -8,8 +8,9 @@ import asyncio
 
 import pytest
 
-from awide_cluster.api import DaemonApi, DaemonHealth, DaemonMetrics
-from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE
+from awide_cluster.api.health import DaemonHealth
+from awide_cluster.api.metrics import DaemonMetrics
+from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE, DaemonApi
 
 HEADER_TIMEOUT = 0.5
 BOUND = 10.0          # generous: the close must come, on a loaded machine too
@@ -81,8 +82,8 @@ async def test_a_request_line_over_the_limit_is_refused_and_the_connection_close
 
 
 async def test_a_header_field_over_the_limit_is_refused_and_the_connection_closed(api):
-    status, head, closed = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE + 1))],
-                                                     close=False))
+    big = [("X-Big", "b" * (MAX_FIELD_SIZE + 1))]
+    status, head, closed = await _exchange(api, _get(headers=big, close=False))
     assert status in (400, 431), head
     assert closed
     status, _, _ = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE // 2))]))
