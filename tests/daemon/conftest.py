@@ -19,6 +19,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.embedded import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
+from tests.timing import bound
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
@@ -107,7 +108,9 @@ async def registry(store: EtcdStore) -> regdoc.Registry | None:
 
 
 async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Poll an (async or plain) predicate until truthy; its value. Generous bound."""
+    """Poll an (async or plain) predicate until truthy; its value. Generous bound (scaled by
+    the tests' time factor, tests/timing.py)."""
+    timeout = bound(timeout)
     deadline = time.monotonic() + timeout
     last = None
     while True:
