@@ -5,6 +5,7 @@ time is closed. Raw sockets, so that nothing between the test and the server fix
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -32,6 +33,7 @@ async def _exchange(server: DaemonApi, raw: bytes, *, body: bool = True
                     ) -> tuple[int, bytes, bool]:
     """Send raw bytes; (status, head, closed): the answer's status and headers, and whether the
     server then closed the connection."""
+    assert server.bound is not None
     host, port = server.bound
     reader, writer = await asyncio.open_connection(host, port)
     try:
@@ -48,7 +50,8 @@ async def _exchange(server: DaemonApi, raw: bytes, *, body: bool = True
         writer.close()
 
 
-def _get(path: str = "/healthz", headers: list[tuple[str, str]] = (), close: bool = True) -> bytes:
+def _get(path: str = "/healthz", headers: Sequence[tuple[str, str]] = (),
+         close: bool = True) -> bytes:
     lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1"]
     lines += [f"{k}: {v}" for k, v in headers]
     if close:

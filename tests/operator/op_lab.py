@@ -96,6 +96,7 @@ class Lab:
                 CLI, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             out, err = await asyncio.wait_for(p.communicate(), 60)
+            assert p.returncode is not None
             return p.returncode, out.decode(), err.decode()
         master, slave = pty.openpty()
         try:
@@ -105,6 +106,7 @@ class Lab:
             os.close(slave)
             slave = -1
             err = b""
+            assert p.stderr is not None
             for prompt, answer in tty_answers:
                 while prompt.encode() not in err:
                     chunk = await asyncio.wait_for(p.stderr.read(4096), 60)
@@ -112,6 +114,7 @@ class Lab:
                     err += chunk
                 os.write(master, answer.encode() + b"\n")
             out, rest = await asyncio.wait_for(p.communicate(), 60)
+            assert p.returncode is not None
             return p.returncode, out.decode(), (err + rest).decode()
         finally:
             if slave >= 0:
