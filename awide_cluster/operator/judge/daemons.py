@@ -96,21 +96,11 @@ def judge_hosts(
         if reg is not None and reg.hosts and host not in reg.hosts:
             problems.append(_unknown_host(key, host, reg.hosts))
             continue
-        age = seen.age(key, mono)
-        try:
-            r = repdoc.decode(item.value)
-        except repdoc.ReportError as e:
-            problems.append(Problem("error", "report_corrupt", host,
-                                    f"report of host {host} refused: {e}"))
-            views.append(_host_view(host, lead, age, error=str(e)))
-            continue
-        reports[host] = r
-        views.append(_host_view(host, lead, age, report=r))
-        if age is not None and age.at_least >= policy.stale_after:
-            problems.append(Problem(
-                "error", "report_stale", host,
-                f"report of host {host} unchanged for {age.at_least:.1f} s: its daemon's loop "
-                "is stuck (its lease is still kept alive)"))
+        report, view, found = judge_report(host, item, seen.age(key, mono), lead, policy)
+        if report is not None:
+            reports[host] = report
+        views.append(view)
+        problems += found
     registry_hosts = {c.host for c in reg.cards} if reg is not None else set()
     known = {v.host for v in views}
     for host in sorted(registry_hosts - known):
@@ -128,6 +118,23 @@ def judge_hosts(
                                 f"daemons run different versions: {', '.join(versions)}"))
     views.sort(key=lambda v: v.host)
     return HostsRead(reports=reports, views=tuple(views)), problems
+
+
+def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: StatusPolicy
+                 ) -> tuple[HostReport | None, HostView, list[Problem]]:
+    """One host's report: refused when it does not decode, stale when unchanged too long."""
+    try:
+        report = repdoc.decode(item.value)
+    except repdoc.ReportError as e:
+        return None, _host_view(host, lead, age, error=str(e)), [Problem(
+            "error", "report_corrupt", host, f"report of host {host} refused: {e}")]
+    problems = []
+    if age is not None and age.at_least >= policy.stale_after:
+        problems.append(Problem(
+            "error", "report_stale", host,
+            f"report of host {host} unchanged for {age.at_least:.1f} s: its daemon's loop "
+            "is stuck (its lease is still kept alive)"))
+    return report, _host_view(host, lead, age, report=report), problems
 
 
 def _host_view(host: str, lead: str, age: Age | None, *, report: HostReport | None = None,
