@@ -19,7 +19,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.embedded import EtcdCluster
 from awide_cluster.store import EtcdStore, StoreConfig
-from tests.timing import bound
+from tests.timing import wait_until
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
@@ -109,19 +109,8 @@ async def registry(store: EtcdStore) -> regdoc.Registry | None:
 
 async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
     """Poll an (async or plain) predicate until truthy; its value. Generous bound (scaled by
-    the tests' time factor, tests/timing.py)."""
-    timeout = bound(timeout)
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = pred()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or pred}")
-        await asyncio.sleep(0.05)
+    the tests' time factor: ``tests.timing.wait_until``)."""
+    return await wait_until(pred, timeout, what)
 
 
 async def card_state(store: EtcdStore, card_id: str) -> str | None:
