@@ -1,6 +1,9 @@
 """The daemon's operator surface: HTTP API, Prometheus metrics, systemd notification.
 
-How the daemon wires it (see docs/operations.md, "Daemon HTTP API")::
+Modules: ``health`` (``DaemonHealth``: liveness and readiness), ``metrics``
+(``DaemonMetrics``), ``notify`` (``Notifier``: sd_notify), ``server`` (``DaemonApi``),
+``view`` (``host_view``: the ``/v1/status`` document). How the daemon wires them (see
+docs/operations.md, "Daemon HTTP API")::
 
     health = DaemonHealth.for_timing(cfg.timing.poll_interval, cfg.etcd.call_timeout)
     metrics = DaemonMetrics(host=cfg.host, role=cfg.role, version=__version__)
@@ -15,9 +18,3 @@ How the daemon wires it (see docs/operations.md, "Daemon HTTP API")::
         health.beat(); notifier.watchdog()
     notifier.stopping(); await api.stop()
 """
-
-from awide_cluster.api.health import DaemonHealth, HealthMarks, Verdict  # noqa: F401
-from awide_cluster.api.metrics import DaemonMetrics  # noqa: F401
-from awide_cluster.api.notify import Notifier, NotifyError  # noqa: F401
-from awide_cluster.api.server import DEFAULT_LISTEN, ApiError, DaemonApi, parse_listen  # noqa: F401
-from awide_cluster.api.view import host_view  # noqa: F401

@@ -50,11 +50,8 @@ def liveness(m: HealthMarks, now: float, *, loop_stale_after: float) -> Verdict:
         if waited > loop_stale_after:
             return Verdict(False, f"main loop has not turned once in {waited:.1f} s")
         return Verdict(True, "starting: main loop not turned yet")
-    age = now - m.last_beat
-    if age > loop_stale_after:
-        return Verdict(False, f"main loop stalled: last turn {age:.1f} s ago "
-                              f"(bound {loop_stale_after:g} s)")
-    return Verdict(True, f"main loop turning: last turn {age:.1f} s ago")
+    return _by_age(now - m.last_beat, loop_stale_after,
+                   stale="main loop stalled: last turn", fresh="main loop turning: last turn")
 
 
 def readiness(m: HealthMarks, now: float, *, report_stale_after: float) -> Verdict:
@@ -69,11 +66,16 @@ def readiness(m: HealthMarks, now: float, *, report_stale_after: float) -> Verdi
         return Verdict(False, f"no successful etcd call for {etcd_age:.1f} s")
     if m.last_report is None:
         return Verdict(False, "host report not written yet")
-    age = now - m.last_report
-    if age > report_stale_after:
-        return Verdict(False, f"host report not current: written {age:.1f} s ago "
-                              f"(bound {report_stale_after:g} s)")
-    return Verdict(True, f"connected to etcd; host report written {age:.1f} s ago")
+    return _by_age(now - m.last_report, report_stale_after,
+                   stale="host report not current: written",
+                   fresh="connected to etcd; host report written")
+
+
+def _by_age(age: float, bound: float, *, stale: str, fresh: str) -> Verdict:
+    """Ok while ``age`` is within ``bound``; the text says how old it is either way."""
+    if age > bound:
+        return Verdict(False, f"{stale} {age:.1f} s ago (bound {bound:g} s)")
+    return Verdict(True, f"{fresh} {age:.1f} s ago")
 
 
 class DaemonHealth:

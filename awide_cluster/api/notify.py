@@ -95,10 +95,7 @@ class Notifier:
         return True
 
     def ready(self, status: str | None = None) -> bool:
-        fields: dict[str, str | int] = {"READY": 1}
-        if status is not None:
-            fields["STATUS"] = status
-        return self.notify(**fields)
+        return self._state("READY", status)
 
     def watchdog(self) -> bool:
         """One watchdog ping. Call it from the main loop only, once per turn."""
@@ -108,7 +105,11 @@ class Notifier:
         return self.notify(STATUS=text)
 
     def stopping(self, status: str | None = None) -> bool:
-        fields: dict[str, str | int] = {"STOPPING": 1}
+        return self._state("STOPPING", status)
+
+    def _state(self, state: str, status: str | None) -> bool:
+        """``state=1`` (READY, STOPPING), with ``STATUS`` when given, in one datagram."""
+        fields: dict[str, str | int] = {state: 1}
         if status is not None:
             fields["STATUS"] = status
         return self.notify(**fields)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -74,7 +74,9 @@ def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
 
 
 @web.middleware
-async def _only_get(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+async def _only_get(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
     """The API is read-only: any other method is refused before routing, its body unread."""
     if request.method != "GET":
         return _json({"error": f"method {request.method} not allowed: the API is read-only "

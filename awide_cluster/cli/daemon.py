@@ -33,7 +33,10 @@ from awide_cluster.cli.lookup import (
 from awide_cluster.cli.main import cli
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
+from awide_cluster.contract.registry import CardEntry
 from awide_cluster.contract.untrusted import INTENT_REASON_MAX
+from awide_cluster.operator.target import ClusterTarget
+from awide_cluster.store.config import StoreConfig
 
 EXIT_CONFIG = 2
 
@@ -96,7 +99,7 @@ _ACTION_DOC = {
 }
 
 
-def _intent(action: str):
+def _intent(action: str) -> click.Command:
     @click.argument("card")
     @target_options
     @click.option("--reason", default=None, metavar="TEXT",
@@ -106,7 +109,8 @@ def _intent(action: str):
     @click.option("--wait", "wait", type=float, default=None,
                   help="seconds to wait for the leader to apply it "
                        "[default: lease TTL + 5 polls of a daemon config, else 10]")
-    def command(card: str, config, endpoints, cluster, call_timeout, reason: str | None,
+    def command(card: str, config: str | None, endpoints: str | None, cluster: str | None,
+                call_timeout: float | None, reason: str | None,
                 wait: float | None, yes: bool = False, force: bool = False) -> None:
         reason = _check_reason(reason, required=action == "forget")
         if action == "forget" and reason is None and not sys.stdin.isatty():
@@ -115,7 +119,7 @@ def _intent(action: str):
         target, store_config = resolve(config, endpoints, cluster, call_timeout)
         wait = target.intent_wait if wait is None else wait
         code, entry = asyncio.run(_prepare(target, store_config, action, card, force))
-        if code != EXIT_OK:
+        if code != EXIT_OK or entry is None:
             sys.exit(code)
         if action == "forget":
             if not yes and not sys.stdin.isatty():
@@ -163,7 +167,8 @@ def _store_failure(action: str, card: str, e: Exception) -> int:
     return EXIT_UNHEALTHY
 
 
-async def _prepare(target, store_config, action: str, card: str, force: bool):  # noqa: ANN001
+async def _prepare(target: ClusterTarget, store_config: StoreConfig, action: str, card: str,
+                   force: bool) -> tuple[int, CardEntry | None]:
     """Read the registry, name the card, say what will happen, and (forget) check that no
     host still reports it. (exit code, the card entry)."""
     from awide_cluster.contract.registry import RegistryError
@@ -228,8 +233,8 @@ async def _prepare(target, store_config, action: str, card: str, force: bool):  
         await store.close()
 
 
-async def _submit(target, store_config, action: str, card_id: str, wait: float,
-                  reason: str) -> int:  # noqa: ANN001
+async def _submit(target: ClusterTarget, store_config: StoreConfig, action: str, card_id: str,
+                  wait: float, reason: str) -> int:
     from awide_cluster.contract.registry import RegistryError
     from awide_cluster.daemon.clock import SystemClock
     from awide_cluster.daemon.intents import IntentError, NotApplied, submit

@@ -20,10 +20,17 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from awide_cluster.cli.main import cli
+
+if TYPE_CHECKING:
+    from awide_gateway_cluster.config import GatewayConfig
+    from awide_gateway_cluster.gateway import ClusterGateway
+    from awide_gateway_cluster.subscribe import Subscription
+    from awide_gateway_cluster.view import SlotView
 
 
 @cli.group("gateway")
@@ -31,7 +38,7 @@ def gateway() -> None:
     """The gateway library in cluster mode (check a config, watch the slots)."""
 
 
-def _load(path: str):  # type: ignore[no-untyped-def]
+def _load(path: str) -> GatewayConfig:
     from awide_gateway_cluster.config import ConfigError, load_config
     try:
         return load_config(path)
@@ -68,7 +75,7 @@ def _json_line(line_type: str, gateway_id: str, **fields: object) -> None:
     _out(json.dumps({"type": line_type, "t": time.monotonic(), "gateway": gateway_id, **fields}))
 
 
-def _json_table(gateway_id: str, v) -> None:  # type: ignore[no-untyped-def]
+def _json_table(gateway_id: str, v: SlotView) -> None:
     slots = [None if s.card_id is None else {
         "slot": s.slot, "card": s.card_id, "in": s.in_service, "why": s.why,
         "serial": s.serial, "host": s.host, "name": s.name, "state": s.registry_state}
@@ -77,8 +84,8 @@ def _json_table(gateway_id: str, v) -> None:  # type: ignore[no-untyped-def]
                layout_ok=v.layout_ok, slots=slots, unplaced=[list(u) for u in v.unplaced])
 
 
-async def _json_printer(gw, sub) -> None:  # type: ignore[no-untyped-def]
-    shown = None
+async def _json_printer(gw: ClusterGateway, sub: Subscription) -> None:
+    shown: SlotView | None = None
 
     def table_if_changed() -> None:
         nonlocal shown
@@ -103,7 +110,7 @@ async def _json_printer(gw, sub) -> None:  # type: ignore[no-untyped-def]
         tick.cancel()
 
 
-async def _watch(cfg, duration: float | None, as_json: bool = False) -> int:  # type: ignore[no-untyped-def]
+async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = False) -> int:
     from awide_gateway_cluster import ClusterGateway, LayoutMismatch, WipeRefused
 
     gw = ClusterGateway(cfg)

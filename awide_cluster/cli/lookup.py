@@ -16,7 +16,7 @@ from __future__ import annotations
 import ssl
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -33,7 +33,7 @@ from awide_cluster.store.config import StoreConfig
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
-def target_options(f: Callable) -> Callable:
+def target_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--config``, ``--endpoints``, ``--cluster``, ``--call-timeout``: which cluster."""
     opts = [
         click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -31,7 +32,9 @@ from awide_cluster.cli.main import cli
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.render import FORMATS, render, render_cards
-from awide_cluster.operator.status import RawSnapshot, StatusPolicy
+from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
+from awide_cluster.operator.target import ClusterTarget
+from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.etcd import EtcdStore
 
 CARD_CODES = {"card_out", "card_conflict", "card_unplaced", "registry_corrupt",
@@ -50,7 +53,7 @@ def _empty(raw: RawSnapshot) -> bool:
     return raw.kvs is not None and not raw.kvs and not raw.refused and raw.key_count is None
 
 
-def _options(f: Callable) -> Callable:
+def _options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--format", "-o", "fmt", type=click.Choice(FORMATS), default="table",
                      show_default=True),
@@ -71,8 +74,9 @@ def _options(f: Callable) -> Callable:
     return f
 
 
-def _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after,
-         strict: bool, what: Callable[[ClusterStatus, str], str],
+def _run(config: str | None, endpoints: str | None, cluster: str | None,
+         call_timeout: float | None, fmt: str, watch: float | None, sample: float,
+         stale_after: float, strict: bool, what: Callable[[ClusterStatus, str], str],
          healthy: Callable[[ClusterStatus], bool]) -> None:
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after)
@@ -84,8 +88,10 @@ def _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_aft
     sys.exit(code)
 
 
-async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
-                healthy) -> int:
+async def _main(target: ClusterTarget, store_config: StoreConfig, policy: StatusPolicy,
+                fmt: str, watch: float | None, sample: float, strict: bool,
+                what: Callable[[ClusterStatus, str], str],
+                healthy: Callable[[ClusterStatus], bool]) -> int:
     store = EtcdStore(store_config)
     reader = StatusReader(store, cluster=target.cluster, endpoints=tuple(store_config.endpoints),
                           call_timeout=store_config.call_timeout, policy=policy)
@@ -98,7 +104,8 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
         if watch is None:
             raw, st = await reader.sample(sample)
             if raw.unreachable:
-                click.echo(f"awide-cluster: {_unreachable_line(raw, store_config.call_timeout)}", err=True)
+                click.echo(f"awide-cluster: {_unreachable_line(raw, store_config.call_timeout)}",
+                           err=True)
                 return EXIT_UNREACHABLE
             if _empty(raw):
                 found = await cluster_list(store_config)
@@ -112,7 +119,8 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
             while True:
                 raw, st = await reader.snapshot()
                 if raw.unreachable:
-                    text = f"{_unreachable_line(raw, store_config.call_timeout)}   (retrying every {watch:g} s)"
+                    text = (f"{_unreachable_line(raw, store_config.call_timeout)}   "
+                            f"(retrying every {watch:g} s)")
                     code = EXIT_UNREACHABLE
                 elif _empty(raw):
                     found = await cluster_list(store_config)
@@ -137,8 +145,9 @@ async def _main(target, store_config, policy, fmt, watch, sample, strict, what,
 @click.option("--strict", is_flag=True,
               help="every warning counts (exit 1), also the passing ones (a gateway catching "
                    "up, a version skew during an upgrade)")
-def status(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after,
-           strict) -> None:
+def status(config: str | None, endpoints: str | None, cluster: str | None,
+           call_timeout: float | None, fmt: str, watch: float | None, sample: float,
+           stale_after: float, strict: bool) -> None:
     """The whole cluster at one look: etcd, leader, hosts, cards, gateways, problems.
 
     Which cluster: --config FILE, --endpoints with --cluster, $AWIDE_CONFIG,
@@ -155,7 +164,9 @@ def status(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_a
 
 @cli.command()
 @_options
-def cards(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after) -> None:
+def cards(config: str | None, endpoints: str | None, cluster: str | None,
+          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
+          stale_after: float) -> None:
     """The card table only: slot, id, serial, host, target, state, health, since, reason.
 
     Exit code 1 when a card is out, drained, in conflict or without a slot, or the registry

@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
     from awide_cluster.store.config import StoreConfig
     from awide_cluster.store.etcd import EtcdStore
 
@@ -112,7 +114,8 @@ def redact_url(url: str) -> str:
 
 
 def is_loopback_host(host: str | None) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1): traffic that never leaves the host."""
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): traffic that never leaves the
+    host."""
     if not host:
         return False
     if host == "localhost":
@@ -134,7 +137,8 @@ class EtcdSection(Section):
     call_timeout: float = Field(default=0.5, gt=0.01, le=10.0,
                                 description="bound of every etcd call, seconds")
     hedge_after: float = Field(default=0.05, ge=0.0, le=5.0,
-                               description="a read not answered by then also goes to the next member")
+                               description="a read not answered by then also goes to the next "
+                                           "member")
     tls: TlsSection | None = None
     username: str | None = None
     # SecretStr: the password never shows in a repr, a log line or an error message.
@@ -256,7 +260,7 @@ def plaintext_problems(etcd: EtcdSection, *, dev_cluster: bool | None) -> list[t
         for i, url in etcd.plaintext_endpoints()]
 
 
-def _field(err: dict[str, Any]) -> str:
+def _field(err: ErrorDetails) -> str:
     return ".".join(str(p) for p in err["loc"]) or "-"
 
 

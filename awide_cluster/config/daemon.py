@@ -135,7 +135,8 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
     serials: dict[str, int] = {}
     for i, c in enumerate(cfg.cards):
         if c.name in seen:
-            out.append((f"cards.{i}.name", f"card name {c.name!r} already used by cards.{seen[c.name]}"))
+            out.append((f"cards.{i}.name",
+                        f"card name {c.name!r} already used by cards.{seen[c.name]}"))
         seen.setdefault(c.name, i)
         if c.path is not None:
             p = str(c.path)

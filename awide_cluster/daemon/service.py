@@ -47,7 +47,8 @@ from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
 
 if TYPE_CHECKING:
-    from awide_cluster.api import DaemonApi, Notifier
+    from awide_cluster.api.notify import Notifier
+    from awide_cluster.api.server import DaemonApi
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -74,7 +75,9 @@ class Daemon:
                  clock: Clock | None = None, config_path: str | Path | None = None,
                  serve_api: bool = True, notifier: Notifier | None = None,
                  version: str = __version__) -> None:
-        from awide_cluster.api import DaemonHealth, DaemonMetrics, Notifier
+        from awide_cluster.api.health import DaemonHealth
+        from awide_cluster.api.metrics import DaemonMetrics
+        from awide_cluster.api.notify import Notifier
         self.config = config
         self.config_path = config_path
         self.clock = clock or SystemClock()
@@ -124,7 +127,7 @@ class Daemon:
     async def start(self) -> None:
         """Start the API (if asked) and the main loop; returns at once."""
         if self.serve_api and self.api is None:
-            from awide_cluster.api import DaemonApi
+            from awide_cluster.api.server import DaemonApi
             self.api = DaemonApi(health=self.health, metrics=self.metrics, view=self.view,
                                  listen=self.config.api.listen)
             await self.api.start()
@@ -488,7 +491,7 @@ class Daemon:
         return self.leadership.is_leader
 
     def view(self) -> dict[str, Any]:
-        from awide_cluster.api import host_view
+        from awide_cluster.api.view import host_view
         holder = self.leadership.holder
         extra = {
             "cluster": self.config.cluster,

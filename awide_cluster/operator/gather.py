@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from awide_cluster.contract import bounds
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.observe import Observations, observe, saw_generation
-from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
+from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
+from awide_cluster.operator.status import build_status
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
 
@@ -121,13 +122,13 @@ class StatusReader:
 
     def __init__(
         self, store: StatusStore, *, cluster: str, endpoints: tuple[str, ...],
-        call_timeout: float = 0.5, policy: StatusPolicy = StatusPolicy(),
+        call_timeout: float = 0.5, policy: StatusPolicy | None = None,
         wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.endpoints = endpoints
-        self.policy = policy
+        self.policy = policy if policy is not None else StatusPolicy()
         # status, members and keys (paged: twice the call bound) run concurrently; the
         # serializable fallback after them
         self.keys_timeout = 2 * call_timeout

@@ -13,6 +13,7 @@ from awide_cluster.operator.observe import Age
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["healthy", "warn", "unhealthy"]
+Quorum = Literal["ok", "lost", "unknown"]
 
 # Warnings about a state an operator set: it stays until an operator clears it, so it holds
 # status's exit code at 1 (a forgotten drain is never invisible; Ceph's ``noout`` is
@@ -60,7 +61,7 @@ class EtcdAlarmView:
 
 @dataclass(frozen=True, slots=True)
 class EtcdView:
-    quorum: Literal["ok", "lost", "unknown"]
+    quorum: Quorum
     up: int                     # members answering and seeing a raft leader
     total: int                  # members of the cluster (member list, else endpoints given)
     leader: str                 # raft leader's name ("" if none seen)
@@ -124,7 +125,9 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayView:
+class GatewayRecordView:
+    """A gateway as status shows it: its record (``gateways/<id>``), measured against the
+    registry's generation."""
     id: str
     host: str
     pod: str
@@ -162,7 +165,7 @@ class ClusterStatus:
     registry: RegistryView
     hosts: tuple[HostView, ...]
     cards: tuple[CardView, ...]
-    gateways: tuple[GatewayView, ...]
+    gateways: tuple[GatewayRecordView, ...]
     intents: tuple[IntentView, ...]
     problems: tuple[Problem, ...]
     dev_cluster: bool
@@ -219,4 +222,4 @@ def _plain(value: Any) -> Any:
 
 
 def card_to_dict(card: CardView) -> dict[str, Any]:
-    return _plain(card)
+    return {name: _plain(getattr(card, name)) for name in card.__dataclass_fields__}

@@ -21,7 +21,8 @@ FORMATS = ("table", "json", "yaml")
 def columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:
     cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+            for r in cells]
 
 
 def duration(seconds: float | None) -> str:
@@ -40,11 +41,12 @@ def duration(seconds: float | None) -> str:
 def size(n: int | None) -> str:
     if n is None:
         return ""
+    value = float(n)
     for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return str(value)
 
 
 def _since(card: CardView) -> str:
@@ -96,7 +98,7 @@ def table(st: ClusterStatus) -> str:
     if st.dev_cluster:
         devs = ", ".join(h.host for h in st.hosts if h.dev_cluster)
         out.append("")
-        out.append("!!! DEV CLUSTER: " + devs + " run with dev_cluster: true - NOT FOR PRODUCTION !!!")
+        out.append(f"!!! DEV CLUSTER: {devs} run with dev_cluster: true - NOT FOR PRODUCTION !!!")
     if st.read_error:
         out.append(f"note: {st.read_error}")
 

@@ -5,11 +5,13 @@ time is closed. Raw sockets, so that nothing between the test and the server fix
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
-from awide_cluster.api import DaemonApi, DaemonHealth, DaemonMetrics
-from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE
+from awide_cluster.api.health import DaemonHealth
+from awide_cluster.api.metrics import DaemonMetrics
+from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE, DaemonApi
 
 HEADER_TIMEOUT = 0.5
 BOUND = 10.0          # generous: the close must come, on a loaded machine too
@@ -31,6 +33,7 @@ async def _exchange(server: DaemonApi, raw: bytes, *, body: bool = True
                     ) -> tuple[int, bytes, bool]:
     """Send raw bytes; (status, head, closed): the answer's status and headers, and whether the
     server then closed the connection."""
+    assert server.bound is not None
     host, port = server.bound
     reader, writer = await asyncio.open_connection(host, port)
     try:
@@ -47,7 +50,8 @@ async def _exchange(server: DaemonApi, raw: bytes, *, body: bool = True
         writer.close()
 
 
-def _get(path: str = "/healthz", headers: list[tuple[str, str]] = (), close: bool = True) -> bytes:
+def _get(path: str = "/healthz", headers: Sequence[tuple[str, str]] = (),
+         close: bool = True) -> bytes:
     lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1"]
     lines += [f"{k}: {v}" for k, v in headers]
     if close:
@@ -81,8 +85,8 @@ async def test_a_request_line_over_the_limit_is_refused_and_the_connection_close
 
 
 async def test_a_header_field_over_the_limit_is_refused_and_the_connection_closed(api):
-    status, head, closed = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE + 1))],
-                                                     close=False))
+    big = [("X-Big", "b" * (MAX_FIELD_SIZE + 1))]
+    status, head, closed = await _exchange(api, _get(headers=big, close=False))
     assert status in (400, 431), head
     assert closed
     status, _, _ = await _exchange(api, _get(headers=[("X-Big", "b" * (MAX_FIELD_SIZE // 2))]))

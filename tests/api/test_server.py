@@ -8,10 +8,13 @@ import json
 import aiohttp
 import pytest
 
-from awide_cluster.api import ApiError, DaemonApi, DaemonHealth, DaemonMetrics, parse_listen
+from awide_cluster.api.health import DaemonHealth
+from awide_cluster.api.metrics import DaemonMetrics
+from awide_cluster.api.server import ApiError, DaemonApi, parse_listen
 from awide_cluster.api.view import host_view
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.report import HostReport, ReportedCard
+from tests.timing import wait_until
 
 
 def _registry() -> Registry:
@@ -74,18 +77,17 @@ async def test_healthz_turns_503_when_the_loop_stalls(api):
 
     task = asyncio.create_task(main_loop())
     try:
-        await asyncio.sleep(0.15)
+        await wait_until(lambda: health.marks().beats >= 2, 2, "the loop turned twice")
         status, ctype, body = await _get(http, server, "/healthz")
         assert status == 200 and ctype.startswith("application/json")
         assert json.loads(body)["ok"] is True
         stall.set()
-        deadline = asyncio.get_running_loop().time() + 3.0
-        while True:
+
+        async def unhealthy() -> str | None:
             status, _, body = await _get(http, server, "/healthz")
-            if status == 503 or asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        assert status == 503
+            return body if status == 503 else None
+
+        body = await wait_until(unhealthy, 3, "/healthz answers 503")
         assert "stalled" in json.loads(body)["reason"]
     finally:
         task.cancel()

@@ -19,6 +19,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness import EtcdCluster
+from tests.timing import wait_until
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
@@ -107,18 +108,9 @@ async def registry(store: EtcdStore) -> regdoc.Registry | None:
 
 
 async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Poll an (async or plain) predicate until truthy; its value. Generous bound."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = pred()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or pred}")
-        await asyncio.sleep(0.05)
+    """Poll an (async or plain) predicate until truthy; its value. Generous bound (scaled by
+    the tests' time factor: ``tests.timing.wait_until``)."""
+    return await wait_until(pred, timeout, what)
 
 
 async def card_state(store: EtcdStore, card_id: str) -> str | None:

@@ -20,6 +20,7 @@ from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
 from awide_harness.fakes import FakeNvmeWorld
+from tests.timing import wait_until
 
 MODEL = "AWIDE Fake NVMe Ctrl"
 
@@ -119,15 +120,9 @@ def gateway(cfg: GatewayConfig, world: FakeNvmeWorld, **kw: Any) -> ClusterGatew
 
 
 async def wait_for(pred: Callable[[], Any], timeout: float = 8.0, what: str = "") -> Any:
-    """Poll ``pred`` every 20 ms until it is truthy; fail after a generous bound."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what or pred}")
-        await asyncio.sleep(0.02)
+    """Poll ``pred`` until it is truthy; fail after a generous bound (scaled by the tests'
+    time factor: ``tests.timing.wait_until``)."""
+    return await wait_until(pred, timeout, what)
 
 
 def in_service(gw: ClusterGateway, cid: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -159,8 +158,9 @@ async def test_corrupt_unknown_and_skewed_registries_are_kept_out(
             assert view.card(b.id) is None
         st = gw.stats()
         assert st.version_skew == 1 and st.stale
-        await asyncio.sleep(0.8)                  # unchanged bad doc: not decoded again
-        assert gw.stats().registries_rejected == len(bad_docs)
+        polls = gw.stats().polls
+        await wait_for(lambda: gw.stats().polls >= polls + 2, what="two more polls")
+        assert gw.stats().registries_rejected == len(bad_docs)   # unchanged: not decoded again
         reg = await leader.publish([a, b])
         await wait_for(lambda: gw.snapshot().generation == reg.generation and in_service(gw, b.id))
         assert not gw.stats().stale
@@ -194,7 +194,8 @@ async def test_hostile_registry_targets_never_reach_the_subprocess(
                 c["target"][field] = value
         await leader.put_raw(json.dumps(doc).encode())
         await wait_for(lambda: gw.stats().registries_rejected == 1)
-        await asyncio.sleep(0.5)
+        polls = gw.stats().polls                  # and it stays refused at the next polls
+        await wait_for(lambda: gw.stats().polls >= polls + 2, what="two more polls")
         assert gw.snapshot().card(evil.id) is None and in_service(gw, a.id)
         assert field in gw.stats().problem
         assert value not in argv_text(world)

@@ -1,6 +1,7 @@
 """Fixtures of the operator tests (imported by name: the folder is not a package, as
-``operator`` would shadow the standard library). One real 3-member etcd per module for the status scenarios (each test writes its own
-cluster prefix, so they do not see each other); destructive tests use the per-test ``etcd3``."""
+``operator`` would shadow the standard library). One real 3-member etcd per module for the
+status scenarios (each test writes its own cluster prefix, so they do not see each other);
+destructive tests use the per-test ``etcd3``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import asyncio
 import os
 import pty
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -20,6 +19,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.service import Daemon
 from tests.operator import op_state as state
+from tests.timing import wait_until
 
 CLI = str(Path(sys.executable).with_name("awide-cluster"))
 LOOKUP_VARIABLES = ("AWIDE_CONFIG", "AWIDE_ETCD_ENDPOINTS", "AWIDE_CLUSTER",
@@ -70,13 +70,10 @@ class Lab:
         return regdoc.decode(kv.value) if kv else None
 
     async def until(self, pred, what: str, timeout: float = 20.0):
-        deadline = time.monotonic() + timeout
-        while True:
+        async def registry_if():
             reg = await self.registry()
-            if reg is not None and pred(reg):
-                return reg
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.05)
+            return reg if reg is not None and pred(reg) else None
+        return await wait_until(registry_if, timeout, what)
 
     def card(self, reg: Registry, host: str, name: str) -> CardEntry | None:
         return next((c for c in reg.cards if c.host == host and c.name == name), None)
@@ -99,6 +96,7 @@ class Lab:
                 CLI, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             out, err = await asyncio.wait_for(p.communicate(), 60)
+            assert p.returncode is not None
             return p.returncode, out.decode(), err.decode()
         master, slave = pty.openpty()
         try:
@@ -108,6 +106,7 @@ class Lab:
             os.close(slave)
             slave = -1
             err = b""
+            assert p.stderr is not None
             for prompt, answer in tty_answers:
                 while prompt.encode() not in err:
                     chunk = await asyncio.wait_for(p.stderr.read(4096), 60)
@@ -115,6 +114,7 @@ class Lab:
                     err += chunk
                 os.write(master, answer.encode() + b"\n")
             out, rest = await asyncio.wait_for(p.communicate(), 60)
+            assert p.returncode is not None
             return p.returncode, out.decode(), (err + rest).decode()
         finally:
             if slave >= 0:

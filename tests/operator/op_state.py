@@ -6,14 +6,22 @@ import asyncio
 import json
 import time
 from dataclasses import replace
+from typing import Literal
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
-from awide_cluster.contract.registry import CardEntry, Registry, card_id, with_slots
+from awide_cluster.contract.records import iso
+from awide_cluster.contract.registry import (
+    CardEntry,
+    Health,
+    Registry,
+    State,
+    card_id,
+    with_slots,
+)
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.nvme.target import NvmeTarget
-from awide_cluster.operator.records import iso
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.etcd import EtcdStore
 
@@ -24,8 +32,8 @@ def target(host_ip: str, host: str, name: str) -> NvmeTarget:
     return NvmeTarget("tcp", host_ip, 4420, NQN.format(host=host, name=name))
 
 
-def card(host: str, name: str, serial: str, *, ip: str = "10.0.0.1", state: str = "in",
-         health: str = "ok", reason: str = "", admitted: int = 1, changed: int = 1,
+def card(host: str, name: str, serial: str, *, ip: str = "10.0.0.1", state: State = "in",
+         health: Health = "ok", reason: str = "", admitted: int = 1, changed: int = 1,
          conflict: str | None = None) -> CardEntry:
     model, identity = "AWIDE-ACC-1", f"id-{serial}"
     return CardEntry(
@@ -49,7 +57,8 @@ def registry(cards: list[CardEntry], generation: int = 5, *, written_ago: float 
     return with_slots(reg)
 
 
-def report(host: str, cards: list[CardEntry], *, role: str = "storage", seq: int = 1,
+def report(host: str, cards: list[CardEntry], *,
+           role: Literal["storage", "witness"] = "storage", seq: int = 1,
            dev: bool = False, version: str = "0.1.0") -> HostReport:
     return HostReport(host=host, role=role, version=version, api="127.0.0.1:9700",
                       run=f"run-{host}", seq=seq,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from awide_cluster.contract import bounds, keys
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.observe import Observations, observe
-from awide_cluster.operator.status import RawSnapshot, StatusPolicy, build_status
+from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
+from awide_cluster.operator.status import build_status
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.types import KeyValue, Refusal
 from tests.operator import op_state as state

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 
 import aiohttp
 
@@ -15,6 +13,7 @@ from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
+from tests.timing import bound, wait_until
 
 FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
 
@@ -40,12 +39,11 @@ def _dir_card(root, name, serial):
 
 
 async def _until(reader, pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
+    """The first status ``pred`` holds for, read again and again within the bound."""
+    async def status_if():
         _, st = await reader.snapshot()
-        if pred(st) or time.monotonic() > deadline:
-            return st
-        await asyncio.sleep(0.1)
+        return st if pred(st) else None
+    return await wait_until(status_if, timeout, f"a status for which {pred} holds")
 
 
 async def test_status_of_running_daemons_and_their_api(shared_etcd, cluster_name, tmp_path):
@@ -63,10 +61,12 @@ async def test_status_of_running_daemons_and_their_api(shared_etcd, cluster_name
         assert [h.host for h in st.hosts] == ["h1", "w1"]
         (card,) = st.cards
         assert card.state == "in" and card.slot == 0 and card.target == spec["path"]
-        await asyncio.sleep(0.3)
-        _, st = await reader.snapshot()           # reports rewritten every poll: fresh
-        assert all(h.report_age.at_most is not None and h.report_age.at_most < 2.0
-                   for h in st.hosts), [h.report_age for h in st.hosts]
+        # reports rewritten every poll: each is seen changing between two reads, recently
+        st = await _until(reader, lambda s: all(h.report_age is not None
+                                                and h.report_age.at_most is not None
+                                                for h in s.hosts))
+        assert all(h.report_age.at_most < bound(2.0) for h in st.hosts), \
+            [h.report_age for h in st.hosts]
 
         api = daemons[0].api
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:

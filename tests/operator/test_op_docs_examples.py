@@ -58,6 +58,7 @@ async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
     p = await asyncio.create_subprocess_exec(
         CLI, *args, env=lab.environment(), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert p.stdout is not None
     try:
         first = await asyncio.wait_for(p.stdout.readline(), 60)
         p.send_signal(signal.SIGINT)
@@ -66,6 +67,7 @@ async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
         if p.returncode is None:
             p.kill()
             await p.wait()
+    assert p.returncode is not None
     return p.returncode, (first + out + err).decode()
 
 

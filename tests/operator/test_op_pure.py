@@ -19,7 +19,8 @@ from awide_cluster.operator.observe import (
     observe,
     saw_generation,
 )
-from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
+from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
+from awide_cluster.operator.status import build_status
 from awide_cluster.store.types import EndpointStatus, KeyValue, Member
 from tests.operator import op_state as state
 

@@ -12,12 +12,14 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as repdoc
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render, render_cards
-from awide_cluster.operator.status import StatusPolicy
+from awide_cluster.operator.snapshot import StatusPolicy
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 
+DEFAULT_POLICY = StatusPolicy()
 
-async def status_of(etcd, cluster, kvs, *, policy=StatusPolicy()):
+
+async def status_of(etcd, cluster, kvs, *, policy=DEFAULT_POLICY):
     await state.awrite(etcd.endpoints, cluster, kvs)
     store = state.store_for(etcd.endpoints, cluster)
     try:

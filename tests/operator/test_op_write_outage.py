@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.render import render
-from awide_cluster.operator.status import EndpointAnswer, RawSnapshot, StatusPolicy, build_status
+from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
+from awide_cluster.operator.status import build_status
 from awide_cluster.store.types import Alarm, EndpointStatus, KeyValue, Member
 from tests.operator import op_state as state
 
@@ -21,7 +22,10 @@ def kvs(revs: dict[str, int]) -> tuple[KeyValue, ...]:
                           version=1) for k, v in state.healthy_state().items())
 
 
-def status(alarms=(), *, alarms_error="", reads=((0.0, {}),), policy=StatusPolicy()):
+DEFAULT_POLICY = StatusPolicy()
+
+
+def status(alarms=(), *, alarms_error="", reads=((0.0, {}),), policy=DEFAULT_POLICY):
     """``reads``: (monotonic time, {key: mod_revision}) of each read, the last one shown."""
     seen = Observations()
     for t, revs in reads:

@@ -8,6 +8,7 @@ import pytest
 
 from awide_cluster.store import Denied
 from awide_harness import EtcdCluster
+from tests.timing import wait_until
 
 from .helpers import admin, b64
 
@@ -41,7 +42,7 @@ async def test_credentials_give_a_token_that_is_renewed(auth_cluster, make_store
     assert first
     async with store.watch("k") as watch:
         nxt = asyncio.ensure_future(watch.__anext__())
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: watch.revision > 0, 5, "the watch stream created")
         rev = await store.put("k", b"2")
         assert (await asyncio.wait_for(nxt, 5)).events[0].kv.mod_revision == rev
 

@@ -45,5 +45,5 @@ async def test_keepalive_keeps_key(store):
     await store.put("gateways/g1", b"x", lease=lease.id)
     for _ in range(8):  # 2 s, twice the TTL
         assert await store.keepalive(lease.id) >= 1
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.25)   # time passing is the test: kept alive past its TTL
     assert (await store.get("gateways/g1")) is not None

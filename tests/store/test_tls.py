@@ -9,6 +9,7 @@ import pytest
 
 from awide_cluster.store import TlsConfig, Unavailable
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
+from tests.timing import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ async def test_store_with_client_certificate(tls_cluster, make_store):
                        tls=TlsConfig(pki.ca_file, pki.client_cert, pki.client_key))
     async with store.watch("k") as watch:
         first = asyncio.ensure_future(watch.__anext__())
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: watch.revision > 0, 5, "the watch stream created")
         rev = await store.put("k", b"secret")
         batch = await asyncio.wait_for(first, 5)
     assert batch.events[0].kv.mod_revision == rev

@@ -7,12 +7,19 @@ import asyncio
 import pytest
 
 from awide_cluster.store import WatchBatch, WatchCompacted
+from tests.timing import bound, wait_until
 
 from .helpers import admin
 from .test_faults import leader_and_followers
 
 
-async def collect(watch, n_events: int, *, progress: list | None = None) -> list[tuple[str, str, bytes, int]]:
+async def created(watch) -> None:
+    """Until the watch's stream is created: every later write is delivered."""
+    await wait_until(lambda: watch.revision > 0, 5, "the watch stream created")
+
+
+async def collect(watch, n_events: int, *, progress: list | None = None
+                  ) -> list[tuple[str, str, bytes, int]]:
     got: list[tuple[str, str, bytes, int]] = []
     async for batch in watch:
         assert isinstance(batch, WatchBatch)
@@ -30,14 +37,14 @@ async def collect(watch, n_events: int, *, progress: list | None = None) -> list
 async def test_events_in_order_with_prefix(store):
     async with store.watch("cards/", prefix=True) as watch:
         task = asyncio.create_task(collect(watch, 5))
-        await asyncio.sleep(0.2)
+        await created(watch)
         r1 = await store.put("cards/a", b"1")
         await store.put("other", b"not watched")
         r2 = await store.put("cards/b", b"2")
         r3 = await store.put("cards/a", b"3")
         assert await store.delete("cards/", prefix=True) == 2
         r4 = store.last_revision
-        got = await asyncio.wait_for(task, 5)
+        got = await asyncio.wait_for(task, bound(5))
     assert got == [("put", "cards/a", b"1", r1), ("put", "cards/b", b"2", r2),
                    ("put", "cards/a", b"3", r3), ("delete", "cards/a", b"", r4),
                    ("delete", "cards/b", b"", r4)]
@@ -49,7 +56,7 @@ async def test_start_revision_replays_history(store):
     await store.put("registry", b"g2")
     await store.delete("registry")
     async with store.watch("registry", start_revision=r1) as watch:
-        got = await asyncio.wait_for(collect(watch, 3), 5)
+        got = await asyncio.wait_for(collect(watch, 3), bound(5))
     assert [(k, v) for k, _, v, _ in got] == [("put", b"g1"), ("put", b"g2"), ("delete", b"")]
 
 
@@ -58,6 +65,8 @@ async def test_idle_watch_gets_progress_and_does_not_reconnect(store):
     progress: list[int] = []
     async with store.watch("idle", stall_after=3.0) as watch:
         with pytest.raises(TimeoutError):
+            # time passing is the test: idle past one progress interval (1 s), short of
+            # stall_after; not scaled, a longer wait would cross stall_after
             await asyncio.wait_for(collect(watch, 1, progress=progress), 1.8)
     assert progress and progress[-1] >= rev  # the test cluster notifies progress every 1 s
     assert watch.reconnects == 0
@@ -69,18 +78,13 @@ async def test_watch_survives_its_member_being_frozen(cluster, make_store):
     writer = make_store([leader, followers[1]], prefix=watched.config.prefix)
     async with watched.watch("reg/", prefix=True, stall_after=1.0) as watch:
         task = asyncio.create_task(collect(watch, 6))
-        await asyncio.sleep(0.3)
+        await created(watch)
         revs = [await writer.put("reg/0", b"0")]
-        for _ in range(50):
-            if watch.endpoint is not None:
-                break
-            await asyncio.sleep(0.02)
         assert watch.endpoint == followers[0]
         cluster.freeze(cluster.endpoints.index(followers[0]))
-        for i in range(1, 6):
+        for i in range(1, 6):     # written while the stream's member is frozen
             revs.append(await writer.put(f"reg/{i}", str(i).encode()))
-            await asyncio.sleep(0.1)
-        got = await asyncio.wait_for(task, 10)
+        got = await asyncio.wait_for(task, bound(10))
     assert got == [("put", f"reg/{i}", str(i).encode(), revs[i]) for i in range(6)]  # none lost
     assert watch.reconnects >= 1 and watch.endpoint != followers[0]
 
@@ -92,15 +96,15 @@ async def test_compacted_start_revision_is_a_typed_error(cluster, store):
     admin(cluster.endpoints[0], "/v3/kv/compaction", {"revision": str(r2), "physical": True})
     with pytest.raises(WatchCompacted) as err:
         async with store.watch("c", start_revision=r1) as watch:
-            await asyncio.wait_for(collect(watch, 1), 5)
+            await asyncio.wait_for(collect(watch, 1), bound(5))
     assert err.value.compact_revision >= r2
 
 
 async def test_closed_watch_stops(store):
     watch = store.watch("x")
     task = asyncio.create_task(collect(watch, 1))
-    await asyncio.sleep(0.3)
+    await created(watch)                # closed while the iteration waits on the stream
     await watch.close()
     await store.put("x", b"1")
     with pytest.raises(AssertionError, match="watch ended"):
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, bound(5))

@@ -1,0 +1,185 @@
+"""What the daemons wrote, judged: the leader key, the registry, each host's report, and
+whether the daemons can write at all. Pure functions; each returns its view and problems.
+
+Ages are this reader's own measure (``observe``); the leader's ``written_at`` is shown, never
+compared with this machine's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from awide_cluster.contract import keys
+from awide_cluster.contract import records as recdoc
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import report as repdoc
+from awide_cluster.contract.registry import Registry
+from awide_cluster.contract.report import HostReport
+from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.operator.model import EtcdView, HostView, LeaderView, Problem, RegistryView
+from awide_cluster.operator.observe import Age, Observations
+from awide_cluster.operator.snapshot import StatusPolicy
+from awide_cluster.store.types import KeyValue
+
+# ---------------------------------------------------------------------- leader key
+
+
+def judge_leader(item: KeyValue | None, wall: float
+                 ) -> tuple[LeaderView | None, list[Problem]]:
+    """The leader key's holder (None: nobody holds it); ``wall``: the time of the read."""
+    if item is None:
+        return None, []
+    try:
+        rec = recdoc.decode_leader(item.value)
+    except recdoc.RecordError as e:
+        return (unread_leader(str(e)),
+                [Problem("error", "leader_corrupt", "leader", str(e))])
+    since = rec.since_ts
+    return LeaderView(host=rec.host, since=recdoc.iso(since),
+                      held_for=wall - since if since is not None else None, api=rec.api), []
+
+
+def unread_leader(error: str) -> LeaderView:
+    return LeaderView(host="?", since="", held_for=None, api="", error=error)
+
+
+# ---------------------------------------------------------------------- registry
+
+def judge_registry(item: KeyValue | None, age: Age | None
+                   ) -> tuple[Registry | None, RegistryView, list[Problem]]:
+    if item is None:
+        return None, unread_registry(None, "missing"), [Problem(
+            "error", "registry_missing", "registry",
+            "no registry in etcd: no leader has written one yet")]
+    try:
+        reg = regdoc.decode(item.value)
+    except regdoc.RegistryError as e:
+        return None, unread_registry(age, str(e)), [Problem(
+            "error", "registry_corrupt", "registry",
+            f"{e} (readers keep their last good registry; the leader rewrites it at its next "
+            "change)")]
+    mismatch = regdoc.check_slots(reg)
+    problems = [Problem("error", "slot_table_mismatch", "registry", mismatch)] if mismatch else []
+    view = RegistryView(generation=reg.generation, leader=reg.leader, written_at=reg.written_at,
+                        age=age, cards=len(reg.cards),
+                        slots_used=sum(1 for s in reg.slots.slots if s is not None))
+    return reg, view, problems
+
+
+def unread_registry(age: Age | None, error: str) -> RegistryView:
+    return RegistryView(generation=None, leader="", written_at="", age=age, cards=0,
+                        slots_used=0, error=error)
+
+
+# ---------------------------------------------------------------------- host reports
+
+@dataclass(frozen=True, slots=True)
+class HostsRead:
+    """The reports that decoded (by host) and one view per host shown."""
+    reports: dict[str, HostReport]
+    views: tuple[HostView, ...]
+
+
+def judge_hosts(
+    kv: dict[str, KeyValue], big: dict[str, str], seen: Observations, mono: float,
+    reg: Registry | None, leader: LeaderView | None, policy: StatusPolicy,
+) -> tuple[HostsRead, list[Problem]]:
+    lead = leader.host if leader is not None else ""
+    problems: list[Problem] = []
+    views = [_host_view(keys.tail(key, keys.MEMBERS), lead, seen.age(key, mono), error=why)
+             for key, why in big.items() if key.startswith(keys.MEMBERS)]  # shown, not read
+    reports: dict[str, HostReport] = {}
+    for key, item in kv.items():
+        if not key.startswith(keys.MEMBERS):
+            continue
+        host = clean_text(keys.tail(key, keys.MEMBERS), 80)
+        if reg is not None and reg.hosts and host not in reg.hosts:
+            problems.append(_unknown_host(key, host, reg.hosts))
+            continue
+        report, view, found = judge_report(host, item, seen.age(key, mono), lead, policy)
+        if report is not None:
+            reports[host] = report
+        views.append(view)
+        problems += found
+    registry_hosts = {c.host for c in reg.cards} if reg is not None else set()
+    known = {v.host for v in views}
+    for host in sorted(registry_hosts - known):
+        views.append(_host_view(host, lead, None, error="no report"))
+        problems.append(Problem(
+            "error", "host_down", host,
+            f"host {host} has cards in the registry but no report: its daemon is down or cut "
+            "off (its lease expired)"))
+    if lead and lead not in known and lead not in registry_hosts:
+        problems.append(Problem("warning", "leader_without_report", lead,
+                                f"leader {lead} has no host report"))
+    versions = sorted({v.version for v in views if v.version})
+    if len(versions) > 1:
+        problems.append(Problem("warning", "version_skew", "daemons",
+                                f"daemons run different versions: {', '.join(versions)}"))
+    views.sort(key=lambda v: v.host)
+    return HostsRead(reports=reports, views=tuple(views)), problems
+
+
+def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: StatusPolicy
+                 ) -> tuple[HostReport | None, HostView, list[Problem]]:
+    """One host's report: refused when it does not decode, stale when unchanged too long."""
+    try:
+        report = repdoc.decode(item.value)
+    except repdoc.ReportError as e:
+        return None, _host_view(host, lead, age, error=str(e)), [Problem(
+            "error", "report_corrupt", host, f"report of host {host} refused: {e}")]
+    problems = []
+    if age is not None and age.at_least >= policy.stale_after:
+        problems.append(Problem(
+            "error", "report_stale", host,
+            f"report of host {host} unchanged for {age.at_least:.1f} s: its daemon's loop "
+            "is stuck (its lease is still kept alive)"))
+    return report, _host_view(host, lead, age, report=report), problems
+
+
+def _host_view(host: str, lead: str, age: Age | None, *, report: HostReport | None = None,
+               error: str = "") -> HostView:
+    """A host as shown: from its report, else with ``error`` (refused, too large, missing)."""
+    if report is None:
+        return HostView(host=host, role="?", version="", api="", cards=0, dev_cluster=False,
+                        is_leader=host == lead, report_age=age, error=error)
+    return HostView(host=host, role=report.role, version=report.version, api=report.api,
+                    cards=len(report.cards), dev_cluster=report.dev_cluster,
+                    is_leader=host == lead, report_age=age)
+
+
+def _unknown_host(key: str, host: str, hosts: tuple[str, ...]) -> Problem:
+    return Problem(
+        "error", "report_unknown_host", key,
+        f"{key}: a report from {host!r}, which is not one of the cluster's hosts "
+        f"({', '.join(hosts)}): refused, its cards are never admitted; delete the "
+        "key, or add the host to every daemon's config (hosts) if it is new")
+
+
+# ---------------------------------------------------------------------- refused writes
+
+def judge_writes(etcd: EtcdView, hosts: tuple[HostView, ...], policy: StatusPolicy
+                 ) -> list[Problem]:
+    """The daemons cannot write: etcd's NOSPACE alarm refuses every write, or the reports of
+    a majority of the hosts (2 or more) stopped changing together (refused writes that etcd
+    does not raise an alarm for: permissions, a member that answers reads but cannot commit).
+    The leader counts no report that did not advance against a card meanwhile."""
+    effect = ("the leader counts them against no card, but no card goes out, comes back or "
+              "is admitted until writes work again; gateways keep their cards")
+    if any(a.alarm == "NOSPACE" for a in etcd.alarms):
+        return [Problem(
+            "error", "writes_refused", "daemons",
+            "etcd refuses every write while its NOSPACE alarm is raised: the daemons cannot "
+            f"write their reports nor the leader the registry; {effect}")]
+    reporting = [h for h in hosts if not h.error]
+    stale = [(h.host, h.report_age.at_least) for h in reporting
+             if h.report_age is not None and h.report_age.at_least >= policy.stale_after]
+    if len(stale) < 2 or 2 * len(stale) <= len(reporting):
+        return []
+    since = min(at_least for _, at_least in stale)
+    return [Problem(
+        "error", "writes_refused", "daemons",
+        f"the reports of {len(stale)} of {len(reporting)} hosts "
+        f"({', '.join(host for host, _ in stale)}) have not changed together for {since:.1f} s "
+        "or more: their writes are refused or never committed (etcd permissions, a member "
+        f"that answers reads but cannot commit; see /readyz on each host); {effect}")]

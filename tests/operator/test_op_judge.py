@@ -1,0 +1,121 @@
+"""Properties of the status judgement's phases (``awide_cluster.operator.judge``): the
+quorum rule, the roll call of etcd members, the gateways' agreement and refused writes, each
+a pure function checked over generated inputs; no etcd needed."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from awide_cluster.operator.judge.daemons import judge_writes
+from awide_cluster.operator.judge.etcd import MemberCount, judge_quorum, roll_call
+from awide_cluster.operator.judge.gateways import agreement
+from awide_cluster.operator.model import EtcdView, GatewayRecordView, HostView
+from awide_cluster.operator.observe import Age
+from awide_cluster.operator.snapshot import EndpointAnswer, StatusPolicy
+from awide_cluster.store.types import EndpointStatus, Member
+
+
+@st.composite
+def member_counts(draw):
+    total = draw(st.integers(1, 9))
+    answered = draw(st.integers(0, total))
+    up = draw(st.integers(0, answered))
+    unchecked = draw(st.integers(0, total - answered))
+    return MemberCount(answered=answered, up=up, total=total, unchecked=unchecked)
+
+
+@given(count=member_counts())
+@settings(max_examples=300)
+def test_quorum_is_ok_exactly_with_a_majority_up(count):
+    quorum, problem = judge_quorum(count, "e1: down")
+    majority = count.total // 2 + 1
+    assert (quorum == "ok") == (count.answered > 0 and count.up >= majority)
+    assert (problem is None) == (quorum == "ok")
+    if quorum == "lost":                    # lost only when the members not asked cannot help
+        assert count.up + count.unchecked < majority and problem.code == "quorum_lost"
+    if quorum == "unknown":
+        assert problem.code in ("etcd_unreachable", "quorum_unknown")
+        assert count.answered == 0 or count.up + count.unchecked >= majority
+
+
+def _url(i):
+    return f"http://127.0.0.1:{2379 + i}"
+
+
+@st.composite
+def roll_inputs(draw):
+    ids = draw(st.lists(st.integers(1, 7), unique=True, min_size=1, max_size=7))
+    members = tuple(Member(id=i, name=f"m{i}", client_urls=(_url(i),), peer_urls=())
+                    for i in ids)
+    asked = draw(st.lists(st.sampled_from(ids), unique=True))
+    leader = draw(st.sampled_from([0, *ids]))
+    answers = []
+    for i in asked:
+        if draw(st.booleans()):
+            answers.append(EndpointAnswer(_url(i), EndpointStatus(
+                _url(i), i, leader, 4, 100, "3.5.1", 20000)))
+        else:
+            answers.append(EndpointAnswer(_url(i), None, "Timeout: no answer"))
+    return members, tuple(answers), tuple(_url(i) for i in asked)
+
+
+@given(inputs=roll_inputs())
+@settings(max_examples=200)
+def test_roll_call_has_one_row_per_answer_and_per_member_not_asked(inputs):
+    members, answers, endpoints = inputs
+    roll = roll_call(answers, members, endpoints)
+    not_asked = {m.name for m in members if _url(m.id) not in endpoints}
+    assert roll.unchecked == len(not_asked)
+    assert len(roll.rows) == len(answers) + len(not_asked)
+    assert {r.name for r in roll.rows if r.error.startswith("not checked")} == not_asked
+    assert {st.member_id for st in roll.answered} == {
+        a.status.member_id for a in answers if a.status is not None}
+    assert all(r.reachable == (r.name in {f"m{s.member_id}" for s in roll.answered})
+               for r in roll.rows)
+
+
+gateway_rows = st.lists(st.builds(
+    GatewayRecordView, id=st.sampled_from(["g1", "g2", "g3", "g4"]), host=st.just("h"),
+    pod=st.just("p"), namespace=st.sampled_from(["ns1", "ns2"]),
+    placement=st.sampled_from(["rendezvous", "ring"]), fingerprint=st.sampled_from(["a", "b"]),
+    generation=st.sampled_from([None, 3, 4]), lag=st.none(), engine=st.just(""),
+    version=st.just("1"), stale=st.booleans(), age=st.none(),
+    error=st.sampled_from(["", "", "corrupt"])), max_size=6)
+
+
+@given(views=gateway_rows, data=st.data())
+def test_gateways_agree_unless_a_namespace_holds_two_layouts(views, data):
+    problems = agreement(views)
+    assert agreement(data.draw(st.permutations(views))) == problems    # order does not matter
+    read = [v for v in views if not v.error]
+    split_prints = {(v.namespace, v.generation) for v in read
+                    if len({w.fingerprint for w in read
+                            if (w.namespace, w.generation) == (v.namespace, v.generation)}) > 1}
+    split_places = {v.namespace for v in read
+                    if len({w.placement for w in read if w.namespace == v.namespace}) > 1}
+    assert sorted(p.subject for p in problems if p.code == "fingerprint_mismatch") == sorted(
+        ns for ns, _ in split_prints)
+    assert sorted(p.subject for p in problems if p.code == "placement_mismatch") == sorted(
+        split_places)
+
+
+def _host(name, age, error=""):
+    return HostView(host=name, role="storage", version="1", api="", cards=1, dev_cluster=False,
+                    is_leader=False, report_age=age, error=error)
+
+
+ages = st.one_of(st.none(), st.builds(Age, st.floats(0.0, 10.0), st.none()))
+
+
+@given(hosts=st.lists(st.tuples(ages, st.booleans()), max_size=6))
+def test_writes_refused_needs_a_majority_of_two_or_more_stale_reports(hosts):
+    policy = StatusPolicy(stale_after=3.0)
+    views = tuple(_host(f"h{i}", age, "" if ok else "corrupt")
+                  for i, (age, ok) in enumerate(hosts))
+    etcd = EtcdView(quorum="ok", up=3, total=3, leader="m1", raft_term=2, members=())
+    problems = judge_writes(etcd, views, policy)
+    reporting = [v for v in views if not v.error]
+    stale = [v for v in reporting if v.report_age is not None and v.report_age.at_least >= 3.0]
+    assert bool(problems) == (len(stale) >= 2 and 2 * len(stale) > len(reporting))
+    assert all(p.code == "writes_refused" for p in problems)
