@@ -21,7 +21,7 @@ from typing import Any
 
 from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.contract import keys
-from awide_cluster.contract import registry as regmod
+from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import Timeout, Unavailable
@@ -266,10 +266,10 @@ class RegistryWriter:
     def document(self, cards: list[CardEntry]) -> tuple[Registry, bytes]:
         prev = self.reg
         gen = (prev.generation if prev else 0) + 1
-        table = regmod.slot_table(tuple(cards), prev.slots if prev else regmod.slotfn.EMPTY)
+        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
         reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
                        slots=table, written_at="2026-01-01T00:00:00+00:00")
-        return reg, regmod.encode(reg)
+        return reg, regdoc.encode(reg)
 
     async def publish(self, cards: list[CardEntry] | None = None) -> tuple[int, float]:
         """Write the next generation; (generation, monotonic time the put was sent)."""

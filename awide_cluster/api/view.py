@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
 
@@ -37,7 +37,7 @@ def host_view(
         "leader": leader, "is_leader": is_leader,
         "registry_generation": registry.generation if registry is not None else None,
         "registry_cards": cards,
-        "report": repdoc.to_dict(report) if report is not None else None,
+        "report": reportdoc.to_dict(report) if report is not None else None,
     }
     if extra:
         view.update(extra)

@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from awide_cluster.contract import bounds, keys
-from awide_cluster.contract import records as recdoc
+from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator.judge.cards import judge_cards
@@ -94,7 +93,7 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
     problems += cluster_problems(readable, leader, hosts.views)
     problems.sort(key=lambda p: (_SEVERITY_ORDER[p.severity], p.code, p.subject))
     return ClusterStatus(
-        cluster=raw.cluster, taken_at=recdoc.iso(raw.wall), revision=raw.revision,
+        cluster=raw.cluster, taken_at=records.iso(raw.wall), revision=raw.revision,
         read_error=raw.read_error, etcd=etcd, leader=leader, registry=reg_view,
         hosts=hosts.views, cards=cards, gateways=gateways, intents=intents,
         problems=tuple(problems), dev_cluster=any(h.dev_cluster for h in hosts.views),

@@ -10,7 +10,7 @@ from typing import Literal
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.records import iso
 from awide_cluster.contract.registry import (
     CardEntry,
@@ -94,9 +94,9 @@ def healthy_state(cluster: str = "c1") -> dict[str, bytes]:
     return {
         keys.LEADER: leader("h1"),
         keys.REGISTRY: regdoc.encode(reg),
-        keys.member("h1"): repdoc.encode(report("h1", cards)),
-        keys.member("h2"): repdoc.encode(report("h2", cards)),
-        keys.member("w1"): repdoc.encode(report("w1", [], role="witness")),
+        keys.member("h1"): reportdoc.encode(report("h1", cards)),
+        keys.member("h2"): reportdoc.encode(report("h2", cards)),
+        keys.member("w1"): reportdoc.encode(report("w1", [], role="witness")),
         keys.gateway("g1"): gateway("g1"),
         keys.gateway("g2"): gateway("g2", host="gpu2"),
         keys.layout("llama-0123456789abcdef"): layout(),

@@ -68,6 +68,10 @@ async def test_status_of_running_daemons_and_their_api(shared_etcd, cluster_name
         assert all(h.report_age.at_most < bound(2.0) for h in st.hosts), \
             [h.report_age for h in st.hosts]
 
+        # h1's own copy of the registry: read (or written) at its next turn
+        await wait_until(lambda: daemons[0].registry is not None
+                         and len(daemons[0].registry.cards) == 1, 5.0,
+                         "h1 holds the registry with the card")
         api = daemons[0].api
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             for path in ("/healthz", "/readyz"):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from awide_cluster.contract import keys
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render
 from awide_cluster.operator.snapshot import StatusPolicy
@@ -162,7 +162,7 @@ async def test_report_age_measured_over_reads(shared_etcd, cluster_name):
         clock[0] += 0.2
         cards = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2")]
         await state.awrite(shared_etcd.endpoints, cluster_name,
-                           {keys.member("h1"): repdoc.encode(state.report("h1", cards, seq=2))})
+                           {keys.member("h1"): reportdoc.encode(state.report("h1", cards, seq=2))})
         _, second = await reader.snapshot()
         ages = {h.host: h.report_age for h in second.hosts}
         assert ages["h1"].at_most is not None and ages["h1"].at_most < 5.0   # changed between

@@ -9,7 +9,7 @@ import yaml
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render, render_cards
 from awide_cluster.operator.snapshot import StatusPolicy
@@ -100,8 +100,8 @@ async def test_ninth_card(shared_etcd, cluster_name):
     cards = [state.card("h1", f"card{i}", f"SN-{i}", admitted=1) for i in range(8)]
     ninth = state.card("h2", "card0", "SN-9", ip="10.0.0.2", admitted=3)
     kvs[keys.REGISTRY] = regdoc.encode(state.registry(cards + [ninth], cluster=cluster_name))
-    kvs[keys.member("h1")] = repdoc.encode(state.report("h1", cards))
-    kvs[keys.member("h2")] = repdoc.encode(state.report("h2", [ninth]))
+    kvs[keys.member("h1")] = reportdoc.encode(state.report("h1", cards))
+    kvs[keys.member("h2")] = reportdoc.encode(state.report("h2", [ninth]))
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert codes(st, "error") == ["card_unplaced"]
     p = next(p for p in st.problems if p.code == "card_unplaced")
@@ -245,7 +245,7 @@ async def test_card_missing_from_its_hosts_report_and_host_down(shared_etcd, clu
 async def test_dev_cluster_is_loud_but_not_unhealthy(shared_etcd, cluster_name):
     kvs = state.healthy_state(cluster_name)
     cards = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2")]
-    kvs[keys.member("h1")] = repdoc.encode(state.report("h1", cards, dev=True))
+    kvs[keys.member("h1")] = reportdoc.encode(state.report("h1", cards, dev=True))
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert st.healthy and st.dev_cluster and codes(st) == ["dev_cluster"]
     # an operator's setting: a warning that holds the verdict (exit 1) until cleared
@@ -259,7 +259,7 @@ async def test_unregistered_card_is_shown(shared_etcd, cluster_name):
     kvs = state.healthy_state(cluster_name)
     cards = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2"),
              state.card("h1", "card2", "SN-NEW")]
-    kvs[keys.member("h1")] = repdoc.encode(state.report("h1", cards))
+    kvs[keys.member("h1")] = reportdoc.encode(state.report("h1", cards))
     st = await status_of(shared_etcd, cluster_name, kvs)
     assert st.healthy and codes(st) == ["card_unregistered"]
     assert [c.serial for c in st.cards if c.state == "unregistered"] == ["SN-NEW"]

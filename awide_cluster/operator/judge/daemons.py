@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from awide_cluster.contract import keys
-from awide_cluster.contract import records as recdoc
+from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract import report as repdoc
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
@@ -30,12 +29,12 @@ def judge_leader(item: KeyValue | None, wall: float
     if item is None:
         return None, []
     try:
-        rec = recdoc.decode_leader(item.value)
-    except recdoc.RecordError as e:
+        rec = records.decode_leader(item.value)
+    except records.RecordError as e:
         return (unread_leader(str(e)),
                 [Problem("error", "leader_corrupt", "leader", str(e))])
     since = rec.since_ts
-    return LeaderView(host=rec.host, since=recdoc.iso(since),
+    return LeaderView(host=rec.host, since=records.iso(since),
                       held_for=wall - since if since is not None else None, api=rec.api), []
 
 
@@ -124,8 +123,8 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
                  ) -> tuple[HostReport | None, HostView, list[Problem]]:
     """One host's report: refused when it does not decode, stale when unchanged too long."""
     try:
-        report = repdoc.decode(item.value)
-    except repdoc.ReportError as e:
+        report = reportdoc.decode(item.value)
+    except reportdoc.ReportError as e:
         return None, _host_view(host, lead, age, error=str(e)), [Problem(
             "error", "report_corrupt", host, f"report of host {host} refused: {e}")]
     problems = []

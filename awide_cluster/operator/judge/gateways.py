@@ -12,8 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from awide_cluster.contract import keys
-from awide_cluster.contract import records as recdoc
+from awide_cluster.contract import keys, records
 from awide_cluster.operator.model import GatewayRecordView, IntentView, Problem
 from awide_cluster.operator.observe import Age, Observations
 from awide_cluster.operator.snapshot import StatusPolicy
@@ -23,7 +22,7 @@ Record = TypeVar("Record")
 
 
 def decoded(kv: dict[str, KeyValue], prefix: str, decode: Callable[[bytes, str], Record]
-            ) -> Iterator[tuple[str, str, Record | recdoc.RecordError]]:
+            ) -> Iterator[tuple[str, str, Record | records.RecordError]]:
     """``(key, name, record or why it was refused)`` for every key under ``prefix``, in key
     order (``name``: the key after the prefix)."""
     for key, item in sorted(kv.items()):
@@ -31,7 +30,7 @@ def decoded(kv: dict[str, KeyValue], prefix: str, decode: Callable[[bytes, str],
             name = keys.tail(key, prefix)
             try:
                 yield key, name, decode(item.value, name)
-            except recdoc.RecordError as e:
+            except records.RecordError as e:
                 yield key, name, e
 
 
@@ -43,16 +42,16 @@ def judge_gateways(
 ) -> tuple[tuple[GatewayRecordView, ...], list[Problem]]:
     """``generation``: the registry's (None: no registry read)."""
     problems: list[Problem] = []
-    layouts: dict[str, recdoc.LayoutRecord] = {}
-    for _, ns, layout in decoded(kv, keys.LAYOUTS, recdoc.decode_layout):
-        if isinstance(layout, recdoc.RecordError):
+    layouts: dict[str, records.LayoutRecord] = {}
+    for _, ns, layout in decoded(kv, keys.LAYOUTS, records.decode_layout):
+        if isinstance(layout, records.RecordError):
             problems.append(Problem("error", "layout_corrupt", ns, str(layout)))
         else:
             layouts[ns] = layout
     views: list[GatewayRecordView] = []
-    for key, gid, g in decoded(kv, keys.GATEWAYS, recdoc.decode_gateway):
+    for key, gid, g in decoded(kv, keys.GATEWAYS, records.decode_gateway):
         age = seen.age(key, mono)
-        if isinstance(g, recdoc.RecordError):
+        if isinstance(g, records.RecordError):
             problems.append(Problem("error", "gateway_record_corrupt", gid, str(g)))
             views.append(unread_gateway(gid, age, str(g)))
             continue
@@ -64,7 +63,7 @@ def judge_gateways(
     return tuple(views), problems
 
 
-def gateway_view(g: recdoc.GatewayRecord, age: Age | None, generation: int | None
+def gateway_view(g: records.GatewayRecord, age: Age | None, generation: int | None
                  ) -> GatewayRecordView:
     return GatewayRecordView(
         id=g.id, host=g.host, pod=g.pod, namespace=g.namespace, placement=g.placement,
@@ -81,7 +80,7 @@ def unread_gateway(gid: str, age: Age | None, error: str) -> GatewayRecordView:
 
 
 def gateway_problems(
-    g: recdoc.GatewayRecord, generation: int | None, layout: recdoc.LayoutRecord | None,
+    g: records.GatewayRecord, generation: int | None, layout: records.LayoutRecord | None,
     seen: Observations, mono: float, policy: StatusPolicy,
 ) -> list[Problem]:
     problems: list[Problem] = []
@@ -131,7 +130,7 @@ def agreement(views: list[GatewayRecordView]) -> list[Problem]:
     return problems
 
 
-def behind(g: recdoc.GatewayRecord, generation: int, seen: Observations, mono: float,
+def behind(g: records.GatewayRecord, generation: int, seen: Observations, mono: float,
            policy: StatusPolicy) -> Problem:
     """A gateway behind the registry: an error once this reader has seen it behind for
     ``behind_grace``, a passing warning before."""
@@ -155,9 +154,9 @@ def judge_intents(kv: dict[str, KeyValue], seen: Observations, mono: float,
                   policy: StatusPolicy) -> tuple[tuple[IntentView, ...], list[Problem]]:
     views: list[IntentView] = []
     problems: list[Problem] = []
-    for key, cid, rec in decoded(kv, keys.INTENTS, recdoc.decode_intent):
+    for key, cid, rec in decoded(kv, keys.INTENTS, records.decode_intent):
         age = seen.age(key, mono)
-        if isinstance(rec, recdoc.RecordError):
+        if isinstance(rec, records.RecordError):
             views.append(unread_intent(cid, age, str(rec)))
             problems.append(Problem("warning", "intent_corrupt", cid, str(rec)))
             continue
@@ -171,7 +170,7 @@ def unread_intent(cid: str, age: Age | None, error: str) -> IntentView:
     return IntentView(card_id=cid, action="?", by="", age=age, error=error)
 
 
-def pending(cid: str, rec: recdoc.IntentRecord, age: Age | None,
+def pending(cid: str, rec: records.IntentRecord, age: Age | None,
             policy: StatusPolicy) -> Problem:
     """An intent not applied yet: an operator's action in flight, a warning until applied."""
     who = f" by {rec.by}" if rec.by else ""
