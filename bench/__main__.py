@@ -78,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (about two minutes)")
     ap.add_argument("--only", help="comma-separated figure numbers (1-4 run together)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    ap.add_argument("--out", help="where the results go (default bench/results.json, with "
+                    "--quick bench/results-quick.json: a quick run never overwrites the full "
+                    "run's results that docs/performance.md is rendered from)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "results-quick.json" if args.quick else "results.json"
+        args.out = str(REPO / "bench" / name)
 
     started = time.monotonic()
     when = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
