@@ -138,7 +138,7 @@ Sighting = tuple[str, ReportedCard]                 # (host, card) as one host r
 Sightings = Mapping[str, tuple[Sighting, ...]]       # card id -> its sightings, by host name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Reading:
     """How this cycle reads the host reports, judged once before any card is."""
 
@@ -150,7 +150,7 @@ class Reading:
     recounted: frozenset[str]       # cards whose sick report was counted in the last cycle
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stamp:
     """What a card changed in this cycle is marked with."""
 
@@ -158,7 +158,7 @@ class Stamp:
     at: str                         # ``now``, the text of ``changed_at``
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ledger:
     """The registry's cards (in registry order) and the leader's counters, as one phase of
     the decision hands them to the next, with the log lines written so far."""
@@ -168,7 +168,7 @@ class Ledger:
     log: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TakenIntents:
     """The intents read in this cycle, once the forget intents are applied."""
 
@@ -178,7 +178,7 @@ class TakenIntents:
     consumed: tuple[tuple[str, int], ...]   # every intent key read, with its mod revision
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Poll:
     """One observation of a registry card in this cycle."""
 
@@ -188,7 +188,7 @@ class Poll:
     stale: bool = False             # bad only because the host's report did not advance
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CardStep:
     """One registry card after its poll: the entry, its counters and the lines to log."""
 
@@ -197,7 +197,7 @@ class CardStep:
     log: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settled:
     """The registry this decision ends with, and whether it is written."""
 
