@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, ValidationError
 
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.registry import _Strict, _TargetDoc, where  # the same wire types
-from awide_cluster.contract.untrusted import Name, Text
+from awide_cluster.contract.untrusted import Name
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
@@ -74,16 +74,16 @@ class HostReport:
         return (self.run, self.seq)
 
 
-_ProbeName = Text(u.PROBE_NAME_MAX)
-_Reason = Text(u.REASON_MAX)
-_Serial = Text(u.SERIAL_MAX)
-_Model = Text(u.MODEL_MAX)
-_Identity = Text(u.IDENTITY_MAX)
-_Path = Text(u.PATH_MAX)
-_ControllerState = Text(u.CONTROLLER_STATE_MAX)
-_Version = Text(u.VERSION_MAX)
-_Api = Text(u.API_MAX)
-_Run = Text(u.RUN_MAX, 1)
+_ProbeName: TypeAlias = Annotated[str, u.chars(u.PROBE_NAME_MAX), u.PRINTABLE]
+_Reason: TypeAlias = Annotated[str, u.chars(u.REASON_MAX), u.PRINTABLE]
+_Serial: TypeAlias = Annotated[str, u.chars(u.SERIAL_MAX), u.PRINTABLE]
+_Model: TypeAlias = Annotated[str, u.chars(u.MODEL_MAX), u.PRINTABLE]
+_Identity: TypeAlias = Annotated[str, u.chars(u.IDENTITY_MAX), u.PRINTABLE]
+_Path: TypeAlias = Annotated[str, u.chars(u.PATH_MAX), u.PRINTABLE]
+_ControllerState: TypeAlias = Annotated[str, u.chars(u.CONTROLLER_STATE_MAX), u.PRINTABLE]
+_Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
+_Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
+_Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
