@@ -57,10 +57,13 @@ class ReportedCard:
     probes: tuple[ProbeLine, ...] = ()
 
 
+Role = Literal["storage", "witness"]    # what a host is (config: role)
+
+
 @dataclass(frozen=True, slots=True)
 class HostReport:
     host: str
-    role: Literal["storage", "witness"]
+    role: Role
     version: str
     api: str                        # the daemon's HTTP API address, "" if none
     run: str
@@ -112,7 +115,7 @@ class _CardDoc(_Strict):
 class _ReportDoc(_Strict):
     schema_: int = Field(alias="schema")
     host: Name
-    role: Literal["storage", "witness"]
+    role: Role
     version: _Version
     api: _Api
     run: _Run
