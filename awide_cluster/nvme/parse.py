@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,13 +124,13 @@ def _field(command: str, obj: Any, key: str, kind: type | tuple[type, ...], wher
 
 
 def _text(command: str, obj: Any, key: str, where: str = "", limit: int = 256) -> str:
-    value = _field(command, obj, key, str, where)
+    value: str = _field(command, obj, key, str, where)
     if len(value) > limit:
         raise NvmeParseError(command, f"{where}.{key}" if where else key, "too long")
     return value
 
 
-def _clean(command: str, path: str, cleaner: Any, value: str) -> str:
+def _clean(command: str, path: str, cleaner: Callable[[str], str], value: str) -> str:
     try:
         return cleaner(value)
     except InvalidTarget as exc:
