@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -245,26 +245,45 @@ def where(err: ValidationError) -> str:
     return f"{loc or 'document'}: {e['msg']}"
 
 
+Doc = TypeVar("Doc", bound=BaseModel)
+
+
+def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
+              error: type[u.BadValue], unknown: type[u.BadValue], limits: u.Limits,
+              key: str) -> Doc:
+    """The document in ``raw`` (a registry or a host report) checked by its wire ``model``:
+    bounded JSON, the schema this reader knows (else ``unknown``), every field; ``error``
+    names the key and the field at fault."""
+    data = u.load(raw, error=error, limits=limits, key=key)
+    schema = data.get("schema")
+    if type(schema) is not int or schema != schema_version:
+        raise unknown(f"schema {u.shown(schema)} is not known to this "
+                      f"reader (knows {schema_version})", key=key)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(f"field {where(e)}", key=key) from None
+
+
+def card_target(doc: _TargetDoc | None, index: int, *, error: type[u.BadValue],
+                key: str) -> NvmeTarget | None:
+    """The NVMe-oF target of card ``index`` of a document, validated (None: it has none)."""
+    try:
+        return NvmeTarget.parse(doc.model_dump()) if doc else None
+    except InvalidTarget as e:
+        raise error(f"field cards[{index}].target: {e}", key=key) from None
+
+
 def decode(raw: bytes | str, *, key: str = keys.REGISTRY) -> Registry:
     """Parse and check a registry document read at ``key``.
 
     Raises RegistryError (UnknownSchema for a schema this reader does not know) naming the
     key and what is wrong, and nothing else, whatever ``raw`` holds."""
-    data = u.load(raw, error=RegistryError, limits=u.REGISTRY_LIMITS, key=key)
-    schema = data.get("schema")
-    if type(schema) is not int or schema != SCHEMA_VERSION:
-        raise UnknownSchema(f"schema {u.shown(schema)} is not known to this "
-                            f"reader (knows {SCHEMA_VERSION})", key=key)
-    try:
-        doc = _RegistryDoc.model_validate(data)
-    except ValidationError as e:
-        raise RegistryError(f"field {where(e)}", key=key) from None
+    doc = validated(_RegistryDoc, raw, schema_version=SCHEMA_VERSION, error=RegistryError,
+                    unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key)
     cards = []
     for i, c in enumerate(doc.cards):
-        try:
-            target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except InvalidTarget as e:
-            raise RegistryError(f"field cards[{i}].target: {e}", key=key) from None
+        target = card_target(c.target, i, error=RegistryError, key=key)
         if c.kind == "nvme" and target is None:
             raise RegistryError(f"field cards[{i}].target: an nvme card needs a target", key=key)
         cards.append(CardEntry(

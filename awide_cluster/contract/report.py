@@ -14,12 +14,17 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from awide_cluster.contract import untrusted as u
-from awide_cluster.contract.registry import _Strict, _TargetDoc, where  # the same wire types
+from awide_cluster.contract.registry import (  # the same wire types and checks
+    _Strict,
+    _TargetDoc,
+    card_target,
+    validated,
+)
 from awide_cluster.contract.untrusted import Name
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
+from awide_cluster.nvme.target import NvmeTarget
 
 SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
@@ -129,20 +134,11 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
 
     Raises ReportError naming the key and what is wrong, and nothing else, whatever ``raw``
     holds."""
-    data = u.load(raw, error=ReportError, limits=u.REPORT_LIMITS, key=key)
-    schema = data.get("schema")
-    if type(schema) is not int or schema != SCHEMA_VERSION:
-        raise ReportError(f"schema {u.shown(schema)} is not known", key=key)
-    try:
-        doc = _ReportDoc.model_validate(data)
-    except ValidationError as e:
-        raise ReportError(f"field {where(e)}", key=key) from None
+    doc = validated(_ReportDoc, raw, schema_version=SCHEMA_VERSION, error=ReportError,
+                    unknown=ReportError, limits=u.REPORT_LIMITS, key=key)
     cards = []
     for i, c in enumerate(doc.cards):
-        try:
-            target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except InvalidTarget as e:
-            raise ReportError(f"field cards[{i}].target: {e}", key=key) from None
+        target = card_target(c.target, i, error=ReportError, key=key)
         cards.append(ReportedCard(
             name=c.name, kind=c.kind, found=c.found, serial=c.serial, model=c.model,
             identity=c.identity, device=c.device, controller_state=c.controller_state,
