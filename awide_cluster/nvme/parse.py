@@ -193,6 +193,14 @@ def parse_address(text: str, command: str = "sysfs") -> Address:
 
 # ---------------------------------------------------------------- commands
 
+def _device_name(command: str, path: str, name: str, *, namespace: bool) -> None:
+    """A device name in ``command``'s output is one ``validate_device_name`` accepts."""
+    try:
+        validate_device_name(name, namespace=namespace)
+    except InvalidTarget as exc:
+        raise NvmeParseError(command, path, exc.reason) from None
+
+
 def parse_list(text: str) -> tuple[ListedNamespace, ...]:
     doc = _load("list", text)
     devices = _field("list", doc, "Devices", list)
@@ -202,10 +210,7 @@ def parse_list(text: str) -> tuple[ListedNamespace, ...]:
         path = _text("list", dev, "DevicePath", where)
         if not path.startswith("/dev/"):
             raise NvmeParseError("list", f"{where}.DevicePath", "not under /dev/")
-        try:
-            validate_device_name(path, namespace=True)
-        except InvalidTarget as exc:
-            raise NvmeParseError("list", f"{where}.DevicePath", exc.reason) from None
+        _device_name("list", f"{where}.DevicePath", path, namespace=True)
         out.append(ListedNamespace(
             device_path=path,
             nsid=_field("list", dev, "NameSpace", int, where),
@@ -240,10 +245,7 @@ def parse_list_subsys(text: str) -> tuple[Subsystem, ...]:
             for p, path in enumerate(_field("list-subsys", sub, "Paths", list, swhere)):
                 pwhere = f"{swhere}.Paths[{p}]"
                 name = _text("list-subsys", path, "Name", pwhere)
-                try:
-                    validate_device_name(name, namespace=False)
-                except InvalidTarget as exc:
-                    raise NvmeParseError("list-subsys", f"{pwhere}.Name", exc.reason) from None
+                _device_name("list-subsys", f"{pwhere}.Name", name, namespace=False)
                 paths.append(SubsysPath(
                     name=name,
                     transport=_text("list-subsys", path, "Transport", pwhere),
