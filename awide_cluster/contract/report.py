@@ -18,6 +18,9 @@ from pydantic import Field
 
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.registry import (  # the same wire types and checks
+    _Identity,
+    _Model,
+    _Path,
     _Strict,
     _TargetDoc,
     card_target,
@@ -85,9 +88,6 @@ class HostReport:
 _ProbeName: TypeAlias = Annotated[str, u.chars(u.PROBE_NAME_MAX), u.PRINTABLE]
 _Reason: TypeAlias = Annotated[str, u.chars(u.REASON_MAX), u.PRINTABLE]
 _Serial: TypeAlias = Annotated[str, u.chars(u.SERIAL_MAX), u.PRINTABLE]
-_Model: TypeAlias = Annotated[str, u.chars(u.MODEL_MAX), u.PRINTABLE]
-_Identity: TypeAlias = Annotated[str, u.chars(u.IDENTITY_MAX), u.PRINTABLE]
-_Path: TypeAlias = Annotated[str, u.chars(u.PATH_MAX), u.PRINTABLE]
 _ControllerState: TypeAlias = Annotated[str, u.chars(u.CONTROLLER_STATE_MAX), u.PRINTABLE]
 _Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
 _Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
