@@ -587,7 +587,7 @@ def settle(ledger: Ledger, snap: Snapshot, policy: Policy, generation: int,
 def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
     """One cycle: the snapshot read, the memory of the last cycle, the policy in; the registry
     to hold, the intents to delete and the memory for the next cycle out."""
-    snap = within_cluster(snap, policy)
+    snap = within_cluster(snap, policy)     # the same snapshot, strangers set apart
     prev = snap.registry
     generation = max(prev.generation if prev is not None else 0, snap.generation_floor)
     stamp = Stamp(generation=generation + 1, at=now)
@@ -604,7 +604,7 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
     ledger = admit(ledger, seen, taken.forgotten, stamp)
     ledger = mark_conflicts(ledger, seen)
     settled = settle(ledger, snap, policy, generation, now)
-    memory = LeaderMemory(
+    remembered = LeaderMemory(
         cycles=memory.cycles + 1,
         seen={h: r.freshness for h, r in snap.reports.items()},
         health=ledger.health,
@@ -613,7 +613,7 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
         outage=reading.outage,
     )
     return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
-                    memory=memory, log=settled.log, moves=settled.moves)
+                    memory=remembered, log=settled.log, moves=settled.moves)
 
 
 def _by(it: Intent) -> str:
