@@ -139,20 +139,10 @@ class GatewayConfig(Section):
         default=3.0, gt=0.0, le=60.0,
         description="how long start() waits for the first probe of the cards")
 
-    @field_validator("cluster")
+    @field_validator("cluster", "host", "pod")
     @classmethod
-    def _cluster(cls, v: str) -> str:
-        return _name("cluster", v)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        return _name("host", v)
-
-    @field_validator("pod")
-    @classmethod
-    def _pod(cls, v: str) -> str:
-        return _name("pod", v)
+    def _names(cls, v: str, info: ValidationInfo) -> str:
+        return _name(info.field_name or "name", v)
 
     @field_validator("gateway_id")
     @classmethod

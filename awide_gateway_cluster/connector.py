@@ -123,9 +123,10 @@ class Connector:
             log.warning("card %s: connect %s failed: %s", card.id, target, e)
             return Probe(note=f"connect failed: {e}")
         else:
-            ctrl = await self._off_loop(lambda: self.sysfs.controller(name))
-            if ctrl is None:
+            shown = await self._off_loop(lambda: self.sysfs.controller(name))
+            if shown is None:
                 return Probe(note=f"nvme connect gave {name}, which sysfs does not show")
+            ctrl = shown
         if ctrl.serial != card.serial:
             return _wrong_card(card, target, ctrl.serial, ctrl.model)
         return ctrl
@@ -172,10 +173,11 @@ class Connector:
         if not card.path:
             return Probe(refused="a directory card without a path")
         path = Path(card.path)
-        if self._read_label is None:
+        read_label = self._read_label
+        if read_label is None:
             return Probe(note="directory cards need a label reader")
         try:
-            label = await self._off_loop(lambda: self._read_label(path))
+            label = await self._off_loop(lambda: read_label(path))
         except TimeoutError:
             raise
         except Exception as e:  # noqa: BLE001 - any unreadable label is "not found"

@@ -350,7 +350,8 @@ class ClusterGateway:
     async def _check_layout(self) -> None:
         try:
             async with asyncio.timeout(self._call * 2.5):
-                mismatch = await check_layout(self._started_store(), self._layout, timeout=self._call)
+                mismatch = await check_layout(self._started_store(), self._layout,
+                                              timeout=self._call)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.namespace, e)
             return

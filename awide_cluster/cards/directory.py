@@ -134,7 +134,8 @@ def write_label(path: Path | str, serial: str, model: str, uuid: str | None = No
             try:
                 os.link(tmp, final)
             except FileExistsError:
-                raise LabelExists(directory, "already labelled; pass force=True to relabel")
+                raise LabelExists(directory,
+                                  "already labelled; pass force=True to relabel") from None
     finally:
         try:
             os.unlink(tmp)

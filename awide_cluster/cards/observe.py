@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 from awide_cluster.cards.directory import LabelError, discover_dir
 from awide_cluster.cards.model import DISCOVERY, CardObservation, LocalCard, ProbeResult, summarize
 from awide_cluster.cards.nvme import discover_nvme
 from awide_cluster.cards.probes import (
+    Clock,
     check_device,
     check_identity,
     probe_listener,
@@ -32,7 +33,6 @@ from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.nvme.sysfs import Sysfs
 
 log = logging.getLogger(__name__)
-Clock = Callable[[], float]
 
 
 async def observe(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,

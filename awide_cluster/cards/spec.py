@@ -109,7 +109,7 @@ class StoreProbeSpec(BaseModel):
             return v
         parts = urlsplit(v)
         try:
-            parts.port
+            _ = parts.port      # raises ValueError when the port is not a number in range
         except ValueError:
             raise ValueError(f"{v!r}: bad port") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or any(
@@ -150,7 +150,7 @@ class StoreProbeSpec(BaseModel):
     def kind(self) -> Literal["systemd_unit", "http", "tcp", "command"]:
         for k in ("systemd_unit", "http", "tcp", "command"):
             if getattr(self, k) is not None:
-                return k  # type: ignore[return-value]
+                return k
         raise AssertionError("validated to have one")
 
 

@@ -23,7 +23,8 @@ from awide_cluster.contract import keys
 
 KIB = 1024
 
-REPORT_MAX_BYTES = 512 * KIB      # 64 cards with every text at its longest fit (daemon/reporter.py fit)
+# 64 cards with every text at its longest fit (daemon/reporter.py fit)
+REPORT_MAX_BYTES = 512 * KIB
 REGISTRY_MAX_BYTES = 512 * KIB
 RECORD_MAX_BYTES = 4 * KIB
 

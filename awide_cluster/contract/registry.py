@@ -24,14 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract import untrusted as u
-from awide_cluster.contract.untrusted import Name, Text
+from awide_cluster.contract.untrusted import Name
 from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
@@ -119,7 +119,7 @@ class Registry:
     def card(self, card_id_: str) -> CardEntry | None:
         return self.by_id.get(card_id_)
 
-    def content(self) -> tuple:
+    def content(self) -> tuple[object, ...]:
         """What a write compares to decide whether anything changed (not generation/time)."""
         return (self.cluster, self.cards, self.slots, self.slot_algorithm, self.lineage,
                 self.hosts)
@@ -174,21 +174,21 @@ def check_slots(reg: Registry) -> str | None:
 
 # ---------------------------------------------------------------- wire format
 # Every field is bounded (docs/registry.md, "Values read from etcd are untrusted"); ``Name``
-# is a key-segment name (contract/keys.py), ``Text(n)`` at most n characters without a
-# control character.
+# is a key-segment name (contract/keys.py), ``Annotated[str, u.chars(n), u.PRINTABLE]`` at
+# most n characters without a control character.
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-_Serial = Text(u.SERIAL_MAX, 1)
-_Model = Text(u.MODEL_MAX)
-_Identity = Text(u.IDENTITY_MAX)
-_Reason = Text(u.REGISTRY_REASON_MAX)
-_Conflict = Text(u.CONFLICT_MAX)
-_Unplaced = Text(u.UNPLACED_REASON_MAX)
-_Time = Text(u.TIME_TEXT_MAX)
-_Path = Text(u.PATH_MAX)
+_Serial: TypeAlias = Annotated[str, u.chars(u.SERIAL_MAX, 1), u.PRINTABLE]
+_Model: TypeAlias = Annotated[str, u.chars(u.MODEL_MAX), u.PRINTABLE]
+_Identity: TypeAlias = Annotated[str, u.chars(u.IDENTITY_MAX), u.PRINTABLE]
+_Reason: TypeAlias = Annotated[str, u.chars(u.REGISTRY_REASON_MAX), u.PRINTABLE]
+_Conflict: TypeAlias = Annotated[str, u.chars(u.CONFLICT_MAX), u.PRINTABLE]
+_Unplaced: TypeAlias = Annotated[str, u.chars(u.UNPLACED_REASON_MAX), u.PRINTABLE]
+_Time: TypeAlias = Annotated[str, u.chars(u.TIME_TEXT_MAX), u.PRINTABLE]
+_Path: TypeAlias = Annotated[str, u.chars(u.PATH_MAX), u.PRINTABLE]
 _Short = Annotated[str, StringConstraints(max_length=256)]     # NvmeTarget checks the rest
 _Port = Annotated[str, StringConstraints(max_length=8)]
 
@@ -245,26 +245,45 @@ def where(err: ValidationError) -> str:
     return f"{loc or 'document'}: {e['msg']}"
 
 
+Doc = TypeVar("Doc", bound=BaseModel)
+
+
+def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
+              error: type[u.BadValue], unknown: type[u.BadValue], limits: u.Limits,
+              key: str) -> Doc:
+    """The document in ``raw`` (a registry or a host report) checked by its wire ``model``:
+    bounded JSON, the schema this reader knows (else ``unknown``), every field; ``error``
+    names the key and the field at fault."""
+    data = u.load(raw, error=error, limits=limits, key=key)
+    schema = data.get("schema")
+    if type(schema) is not int or schema != schema_version:
+        raise unknown(f"schema {u.shown(schema)} is not known to this "
+                      f"reader (knows {schema_version})", key=key)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(f"field {where(e)}", key=key) from None
+
+
+def card_target(doc: _TargetDoc | None, index: int, *, error: type[u.BadValue],
+                key: str) -> NvmeTarget | None:
+    """The NVMe-oF target of card ``index`` of a document, validated (None: it has none)."""
+    try:
+        return NvmeTarget.parse(doc.model_dump()) if doc else None
+    except InvalidTarget as e:
+        raise error(f"field cards[{index}].target: {e}", key=key) from None
+
+
 def decode(raw: bytes | str, *, key: str = keys.REGISTRY) -> Registry:
     """Parse and check a registry document read at ``key``.
 
     Raises RegistryError (UnknownSchema for a schema this reader does not know) naming the
     key and what is wrong, and nothing else, whatever ``raw`` holds."""
-    data = u.load(raw, error=RegistryError, limits=u.REGISTRY_LIMITS, key=key)
-    schema = data.get("schema")
-    if type(schema) is not int or schema != SCHEMA_VERSION:
-        raise UnknownSchema(f"schema {u.shown(schema)} is not known to this "
-                            f"reader (knows {SCHEMA_VERSION})", key=key)
-    try:
-        doc = _RegistryDoc.model_validate(data)
-    except ValidationError as e:
-        raise RegistryError(f"field {where(e)}", key=key) from None
+    doc = validated(_RegistryDoc, raw, schema_version=SCHEMA_VERSION, error=RegistryError,
+                    unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key)
     cards = []
     for i, c in enumerate(doc.cards):
-        try:
-            target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except InvalidTarget as e:
-            raise RegistryError(f"field cards[{i}].target: {e}", key=key) from None
+        target = card_target(c.target, i, error=RegistryError, key=key)
         if c.kind == "nvme" and target is None:
             raise RegistryError(f"field cards[{i}].target: an nvme card needs a target", key=key)
         cards.append(CardEntry(

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from awide_cluster.contract import untrusted as u
-from awide_cluster.contract.registry import _Strict, _TargetDoc, where  # the same wire types
-from awide_cluster.contract.untrusted import Name, Text
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
+from awide_cluster.contract.registry import (  # the same wire types and checks
+    _Identity,
+    _Model,
+    _Path,
+    _Strict,
+    _TargetDoc,
+    card_target,
+    validated,
+)
+from awide_cluster.contract.untrusted import Name
+from awide_cluster.nvme.target import NvmeTarget
 
 SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
@@ -57,10 +65,13 @@ class ReportedCard:
     probes: tuple[ProbeLine, ...] = ()
 
 
+Role = Literal["storage", "witness"]    # what a host is (config: role)
+
+
 @dataclass(frozen=True, slots=True)
 class HostReport:
     host: str
-    role: Literal["storage", "witness"]
+    role: Role
     version: str
     api: str                        # the daemon's HTTP API address, "" if none
     run: str
@@ -74,16 +85,13 @@ class HostReport:
         return (self.run, self.seq)
 
 
-_ProbeName = Text(u.PROBE_NAME_MAX)
-_Reason = Text(u.REASON_MAX)
-_Serial = Text(u.SERIAL_MAX)
-_Model = Text(u.MODEL_MAX)
-_Identity = Text(u.IDENTITY_MAX)
-_Path = Text(u.PATH_MAX)
-_ControllerState = Text(u.CONTROLLER_STATE_MAX)
-_Version = Text(u.VERSION_MAX)
-_Api = Text(u.API_MAX)
-_Run = Text(u.RUN_MAX, 1)
+_ProbeName: TypeAlias = Annotated[str, u.chars(u.PROBE_NAME_MAX), u.PRINTABLE]
+_Reason: TypeAlias = Annotated[str, u.chars(u.REASON_MAX), u.PRINTABLE]
+_Serial: TypeAlias = Annotated[str, u.chars(u.SERIAL_MAX), u.PRINTABLE]
+_ControllerState: TypeAlias = Annotated[str, u.chars(u.CONTROLLER_STATE_MAX), u.PRINTABLE]
+_Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
+_Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
+_Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -112,7 +120,7 @@ class _CardDoc(_Strict):
 class _ReportDoc(_Strict):
     schema_: int = Field(alias="schema")
     host: Name
-    role: Literal["storage", "witness"]
+    role: Role
     version: _Version
     api: _Api
     run: _Run
@@ -126,20 +134,11 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
 
     Raises ReportError naming the key and what is wrong, and nothing else, whatever ``raw``
     holds."""
-    data = u.load(raw, error=ReportError, limits=u.REPORT_LIMITS, key=key)
-    schema = data.get("schema")
-    if type(schema) is not int or schema != SCHEMA_VERSION:
-        raise ReportError(f"schema {u.shown(schema)} is not known", key=key)
-    try:
-        doc = _ReportDoc.model_validate(data)
-    except ValidationError as e:
-        raise ReportError(f"field {where(e)}", key=key) from None
+    doc = validated(_ReportDoc, raw, schema_version=SCHEMA_VERSION, error=ReportError,
+                    unknown=ReportError, limits=u.REPORT_LIMITS, key=key)
     cards = []
     for i, c in enumerate(doc.cards):
-        try:
-            target = NvmeTarget.parse(c.target.model_dump()) if c.target else None
-        except InvalidTarget as e:
-            raise ReportError(f"field cards[{i}].target: {e}", key=key) from None
+        target = card_target(c.target, i, error=ReportError, key=key)
         cards.append(ReportedCard(
             name=c.name, kind=c.kind, found=c.found, serial=c.serial, model=c.model,
             identity=c.identity, device=c.device, controller_state=c.controller_state,

@@ -30,7 +30,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeAlias
 
 from pydantic import AfterValidator, StringConstraints
 
@@ -187,14 +187,18 @@ def _name(value: str) -> str:
     return value
 
 
-def Text(max_length: int, min_length: int = 0) -> Any:
-    """A pydantic string type: ``min_length..max_length`` characters, none ``FORBIDDEN``."""
-    return Annotated[str, StringConstraints(min_length=min_length, max_length=max_length),
-                     AfterValidator(_printable)]
+# a free text field's pydantic metadata: ``Annotated[str, chars(n), PRINTABLE]`` is a string
+# of at most n characters, none ``FORBIDDEN``
+PRINTABLE = AfterValidator(_printable)
+
+
+def chars(max_length: int, min_length: int = 0) -> StringConstraints:
+    """Pydantic metadata: a string of ``min_length..max_length`` characters."""
+    return StringConstraints(min_length=min_length, max_length=max_length)
 
 
 # a key-segment name (contract/keys.py): host, card name, card id, cluster
-Name = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
+Name: TypeAlias = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
                  AfterValidator(_name)]
 
 

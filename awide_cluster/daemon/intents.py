@@ -23,6 +23,8 @@ from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.reconcile import describe, reported_id
+from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import Store
 
 
 class IntentError(Exception):
@@ -43,8 +45,9 @@ class NotApplied(IntentError):
 
 def resolve(reg: Registry, text: str) -> CardEntry:
     """The one card ``text`` names: card id, serial, or host/name. Error names candidates."""
-    if reg.card(text) is not None:
-        return reg.card(text)
+    by_id = reg.card(text)
+    if by_id is not None:
+        return by_id
     if "/" in text:
         host, _, name = text.partition("/")
         found = [c for c in reg.cards if c.host == host and c.name == name]
@@ -130,7 +133,7 @@ class Reporting:
         return self.live or not self.unreadable
 
 
-async def reporting(store, card_id: str, timeout: float) -> Reporting:
+async def reporting(store: Store, card_id: str, timeout: float) -> Reporting:
     """Every host report, read bounded (``members/``, each value at most its bound): the
     hosts whose report holds the card as found. Raises StoreError when etcd does not answer."""
     read = await store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
@@ -164,14 +167,14 @@ class NoRegistry(IntentError):
     """No registry in etcd yet."""
 
 
-async def read_registry(store, timeout: float) -> Registry:
+async def read_registry(store: Store, timeout: float) -> Registry:
     kv = await store.get(keys.REGISTRY, timeout=timeout)
     if kv is None:
         raise NoRegistry("no registry in etcd yet: is a daemon running for this cluster?")
     return regdoc.decode(kv.value)
 
 
-async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
+async def submit(store: Store, action: str, text: str, *, clock: Clock, wait: float,
                  poll: float, call_timeout: float, by: str | None = None,
                  reason: str = "") -> Result:
     """Write the intent and wait (at most ``wait`` s) until the leader consumed it (the
@@ -190,10 +193,8 @@ async def submit(store, action: str, text: str, *, clock: Clock, wait: float,
             if pending is None:     # the leader consumed it, in the registry's transaction
                 after = await read_registry(store, call_timeout)
                 return Result(card, before, after, tuple(changes(action, card, before, after)))
-        except Exception as e:  # noqa: BLE001 - keep waiting within the bound
-            from awide_cluster.store.errors import StoreError
-            if not isinstance(e, (StoreError, regdoc.RegistryError)):
-                raise
+        except (StoreError, regdoc.RegistryError):
+            pass                # keep waiting within the bound
         if clock.monotonic() >= deadline:
             raise NotApplied(
                 f"intent {action} for {describe(card)} written to etcd, but the registry did "

@@ -34,6 +34,14 @@ falls in its first two stale cycles).
 until an undrain intent. A reported card whose id is not in the registry is admitted. Cards
 claiming one serial are marked in conflict, never merged. Intents are applied in the same
 decision (and deleted in the same transaction by the shell).
+
+The decision is a chain of pure phases, each over frozen views built by keyword (a ``Ledger``
+of cards and counters passes from one to the next): ``within_cluster`` and ``judge_reports``
+(which reports advanced, a write outage: a ``Reading``); ``take_intents`` (forget intents,
+every intent consumed) and ``drop_foreign``; per card ``poll_card`` (a ``Poll``), ``counted``
+and ``judge_card`` (hysteresis, health, state); ``apply_drains``; ``admit``;
+``mark_conflicts``; ``settle`` (slot table, write or not). Each phase logs one line per
+change it makes, naming the card and the reason.
 """
 
 from __future__ import annotations
@@ -116,7 +124,7 @@ class LeaderMemory:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    registry: Registry                      # what the registry should be (generation bumped if write)
+    registry: Registry                      # what the registry should be (generation + 1 if write)
     write: bool                             # content changed: write ``registry``
     consumed: tuple[tuple[str, int], ...]   # intent keys (relative) and mod revisions to delete
     memory: LeaderMemory
@@ -124,16 +132,97 @@ class Decision:
     moves: tuple[slotfn.Move, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class _Obs:
-    good: bool | None
+# --- the views the phases hand each other -------------------------------------------------
+
+Sighting = tuple[str, ReportedCard]                 # (host, card) as one host report lists it
+Sightings = Mapping[str, tuple[Sighting, ...]]       # card id -> its sightings, by host name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reading:
+    """How this cycle reads the host reports, judged once before any card is."""
+
+    baseline: bool                  # a new leader's first cycle: no bad observation counts
+    fresh: frozenset[str]           # hosts whose report advanced since the last cycle
+    streaks: Mapping[str, int]      # host -> cycles in a row its report did not advance
+    outage: str                     # why this cycle is a write outage, "" when it is not
+    stale_counts: bool              # a report that did not advance counts as a bad poll
+    recounted: frozenset[str]       # cards whose sick report was counted in the last cycle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stamp:
+    """What a card changed in this cycle is marked with."""
+
+    generation: int                 # the generation this decision writes
+    at: str                         # ``now``, the text of ``changed_at``
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ledger:
+    """The registry's cards (in registry order) and the leader's counters, as one phase of
+    the decision hands them to the next, with the log lines written so far."""
+
+    cards: Mapping[str, CardEntry]
+    health: Mapping[str, Hysteresis]
+    log: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakenIntents:
+    """The intents read in this cycle, once the forget intents are applied."""
+
+    ledger: Ledger
+    forgotten: frozenset[str]               # not observed nor admitted again this cycle
+    pending: tuple[Intent, ...]             # drain and undrain intents of registry cards
+    consumed: tuple[tuple[str, int], ...]   # every intent key read, with its mod revision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Poll:
+    """One observation of a registry card in this cycle."""
+
+    good: bool | None               # None: no observation
     reason: str = ""
-    source: tuple[str, ReportedCard] | None = None   # (host, card) the observation came from
-    stale: bool = False         # bad only because the host's report did not advance
+    source: Sighting | None = None  # where the card was seen, when it was
+    stale: bool = False             # bad only because the host's report did not advance
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardStep:
+    """One registry card after its poll: the entry, its counters and the lines to log."""
+
+    card: CardEntry
+    health: Hysteresis
+    log: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settled:
+    """The registry this decision ends with, and whether it is written."""
+
+    registry: Registry
+    write: bool
+    moves: tuple[slotfn.Move, ...]
+    log: tuple[str, ...]
 
 
 # hosts whose reports stopped advancing within this many cycles of each other stopped together
 STOPPED_TOGETHER = 2
+
+
+# --- phase 1: the reports -------------------------------------------------------------------
+
+def within_cluster(snap: Snapshot, policy: Policy) -> Snapshot:
+    """The snapshot with only the cluster's hosts' reports, whoever built it; the others are
+    strangers. Unchanged when the policy names no hosts."""
+    if not policy.hosts:
+        return snap
+    others = {h: "not a host of this cluster" for h in snap.reports if h not in policy.hosts}
+    if not others:
+        return snap
+    return replace(snap, reports={h: r for h, r in snap.reports.items() if h in policy.hosts},
+                   strangers={**others, **snap.strangers})
 
 
 def stale_streaks(snap: Snapshot, memory: LeaderMemory) -> dict[str, int]:
@@ -161,6 +250,23 @@ def write_outage(snap: Snapshot, memory: LeaderMemory, streaks: Mapping[str, int
     return ""
 
 
+def judge_reports(snap: Snapshot, memory: LeaderMemory) -> Reading:
+    """Which reports advanced, and whether this cycle is a write outage. In an outage, and in
+    the cycle after it (a new freshness baseline), a report that did not advance counts
+    nothing."""
+    streaks = stale_streaks(snap, memory)
+    outage = write_outage(snap, memory, streaks)
+    return Reading(
+        baseline=memory.cycles == 0,
+        fresh=frozenset(h for h, r in snap.reports.items()
+                        if memory.seen.get(h) != r.freshness),
+        streaks=streaks,
+        outage=outage,
+        stale_counts=not outage and not memory.outage,
+        recounted=memory.fresh_bad,
+    )
+
+
 def describe(c: CardEntry) -> str:
     return f"card {c.id} ({c.serial} on {c.host})"
 
@@ -174,49 +280,33 @@ def reported_id(rc: ReportedCard) -> str | None:
     return card_id(rc.serial, rc.model, rc.identity)
 
 
-def _initial(c: CardEntry) -> Hysteresis:
+def sightings(reports: Mapping[str, HostReport]) -> dict[str, tuple[Sighting, ...]]:
+    """card id -> where the reports list it (hosts in name order)."""
+    by_id: dict[str, list[Sighting]] = {}
+    for host in sorted(reports):
+        for rc in reports[host].cards:
+            cid = reported_id(rc)
+            if cid is not None:
+                by_id.setdefault(cid, []).append((host, rc))
+    return {cid: tuple(seen) for cid, seen in by_id.items()}
+
+
+def initial_health(c: CardEntry) -> Hysteresis:
     """A new leader's counters: zero, starting from the state the registry holds."""
     if c.state == "drained":
         return Hysteresis(up=c.health != "sick")
     return Hysteresis(up=c.state == "in")
 
 
-def _index(reports: Mapping[str, HostReport]) -> dict[str, list[tuple[str, ReportedCard]]]:
-    by_id: dict[str, list[tuple[str, ReportedCard]]] = {}
-    for host in sorted(reports):
-        for rc in reports[host].cards:
-            cid = reported_id(rc)
-            if cid is not None:
-                by_id.setdefault(cid, []).append((host, rc))
-    return by_id
+# --- phase 2: forget intents, and entries no host of the cluster can hold -------------------
 
-
-def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
-    if policy.hosts:        # only the cluster's hosts count, whoever built the snapshot
-        others = {h: "not a host of this cluster" for h in snap.reports
-                  if h not in policy.hosts}
-        if others:
-            snap = replace(snap, reports={h: r for h, r in snap.reports.items()
-                                          if h in policy.hosts},
-                           strangers={**others, **snap.strangers})
-    prev = snap.registry
-    gen = max(prev.generation if prev is not None else 0, snap.generation_floor)
-    next_gen = gen + 1
-    baseline = memory.cycles == 0
-    log: list[str] = []
-
-    def fresh(host: str) -> bool:
-        r = snap.reports.get(host)
-        return r is not None and memory.seen.get(host) != r.freshness
-
-    by_id = _index(snap.reports)
-    cards: dict[str, CardEntry] = dict(prev.by_id) if prev is not None else {}
-    health: dict[str, Hysteresis] = {cid: h for cid, h in memory.health.items() if cid in cards}
-    consumed: list[tuple[str, int]] = []
-
-    # 1. forget intents first: a forgotten card is neither observed nor re-admitted this cycle.
+def take_intents(ledger: Ledger, snap: Snapshot, seen: Sightings) -> TakenIntents:
+    """Apply forget intents first (a forgotten card is neither observed nor re-admitted this
+    cycle); keep drain/undrain for after the polls; consume every intent, good or bad."""
+    cards, health, log = dict(ledger.cards), dict(ledger.health), list(ledger.log)
     forgotten: set[str] = set()
     pending: list[Intent] = []
+    consumed: list[tuple[str, int]] = []
     for it in sorted(snap.intents, key=lambda i: (i.card_id, i.mod_revision)):
         consumed.append((f"intents/{it.card_id}", it.mod_revision))
         c = cards.get(it.card_id)
@@ -227,136 +317,243 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
             del cards[c.id]
             health.pop(c.id, None)
             still = " (its host still reports it: it will be admitted again)" \
-                if c.id in by_id else ""
+                if c.id in seen else ""
             log.append(f"{describe(c)} forgotten by intent{_by(it)}{still}")
         else:
             pending.append(it)
     for key, (rev, why) in sorted(snap.bad_intents.items()):
         consumed.append((key, rev))
         log.append(f"intent {key} ignored and deleted: {why}")
+    return TakenIntents(ledger=Ledger(cards=cards, health=health, log=tuple(log)),
+                        forgotten=frozenset(forgotten), pending=tuple(pending),
+                        consumed=tuple(consumed))
 
-    # 1b. cards the registry places on a host that is not one of the cluster's and that no
-    # host of the cluster reports (a forged or stale entry): never admitted, whatever the
-    # registry claims; they leave the registry (and any slot: they never held one rightly).
-    if policy.hosts:
-        for cid in sorted(cards):
-            c = cards[cid]
-            if c.host not in policy.hosts and cid not in by_id:
-                del cards[cid]
-                health.pop(cid, None)
-                log.append(f"{describe(c)} dropped: host {c.host} is not a host of this "
-                           f"cluster and no host of it reports the card")
 
-    # 2. one observation per registry card. In a write outage, and in the cycle after it (a
-    # new freshness baseline), a report that did not advance is no observation.
-    streaks = stale_streaks(snap, memory)
-    outage = write_outage(snap, memory, streaks)
-    stale_counts = not outage and not memory.outage
-    fresh_bad: set[str] = set()
-    for cid in sorted(cards):
-        c = cards[cid]
-        o = _observe(c, snap, by_id, fresh, baseline)
-        if o.stale and (cid in memory.fresh_bad or not stale_counts):
-            # a sick report already counted, read again, is no new poll; nor is a report that
-            # did not advance because nobody could write it
-            o = _Obs(None)
-        elif o.good is False and not o.stale:
-            fresh_bad.add(cid)
-        h0 = health.get(cid) or _initial(c)
-        h = tally(h0, o.good, sick_polls=policy.sick_polls,
-                    healthy_polls=policy.healthy_polls, reason=o.reason)
-        health[cid] = h
-        new = c
-        if o.source is not None:
-            new = _relocate(new, *o.source, log)
-        if o.good is True:
-            new = replace(new, health="ok", reason="")
-        elif o.good is False and not (o.stale and (c.health == "sick" or (h.bad == 1 and h.up))):
-            # one report that did not advance is the normal jitter between two hosts' polls:
-            # it counts toward out, but the registry shows it from the second in a row; and
-            # it never replaces the reason of a card already sick (else a card that stays out
-            # alternates between its reason and "did not advance": a registry write, and a new
-            # generation on every gateway, at every jitter)
-            new = replace(new, health="sick", reason=o.reason)
-            if c.health != "sick" or c.reason != o.reason:
-                log.append(f"{describe(c)} bad poll {h.bad}/{policy.sick_polls}: {o.reason}")
-        if c.state != "drained" and h.state != c.state:
-            new = replace(new, state=h.state, changed_generation=next_gen, changed_at=now)
-            if h.state == "out":
-                log.append(f"{describe(c)} out: {h.bad} bad polls in a row, last: {h.reason}")
-            else:
-                log.append(f"{describe(c)} in: healthy again ({h.good} good poll(s))")
-        cards[cid] = new
+def drop_foreign(ledger: Ledger, seen: Sightings, policy: Policy) -> Ledger:
+    """Cards the registry places on a host that is not one of the cluster's and that no host
+    of the cluster reports (a forged or stale entry): never admitted, whatever the registry
+    claims; they leave the registry (and any slot: they never held one rightly)."""
+    if not policy.hosts:
+        return ledger
+    foreign = {cid for cid, c in ledger.cards.items()
+               if c.host not in policy.hosts and cid not in seen}
+    if not foreign:
+        return ledger
+    log = [f"{describe(ledger.cards[cid])} dropped: host {ledger.cards[cid].host} is not a "
+           f"host of this cluster and no host of it reports the card" for cid in sorted(foreign)]
+    return Ledger(cards={cid: c for cid, c in ledger.cards.items() if cid not in foreign},
+                  health={cid: h for cid, h in ledger.health.items() if cid not in foreign},
+                  log=ledger.log + tuple(log))
 
-    # 3. drain / undrain.
+
+# --- phase 3: one poll per registry card, and its health ------------------------------------
+
+def _did_not_advance(host: str) -> Poll:
+    return Poll(good=False, reason=f"report of {host} did not advance since the last cycle",
+                stale=True)
+
+
+def poll_card(c: CardEntry, snap: Snapshot, seen: Sightings, reading: Reading) -> Poll:
+    """What this cycle observes of registry card ``c`` (before any discount, see
+    ``counted``)."""
+    places = seen.get(c.id, ())
+    if places:
+        host, rc = next(((h, r) for h, r in places if h == c.host), places[0])
+        if not reading.baseline and host not in reading.fresh:
+            return _did_not_advance(host)
+        if rc.healthy:
+            return Poll(good=True, source=(host, rc))
+        return Poll(good=None if reading.baseline else False,
+                    reason=rc.reason or "reported sick", source=(host, rc))
+    if reading.baseline:
+        return Poll(good=None)
+    host = c.host
+    if host in snap.bad_reports:
+        return Poll(good=False, reason=f"report of {host} unreadable: {snap.bad_reports[host]}")
+    r = snap.reports.get(host)
+    if r is None:
+        return Poll(good=False,
+                    reason=f"no report from {host} (daemon stopped or its lease expired)")
+    if host not in reading.fresh:
+        return _did_not_advance(host)
+    same_name = next((rc for rc in r.cards if rc.name == c.name), None)
+    if same_name is None:
+        why = f"not in the report of {host}"
+    elif not same_name.found:
+        why = f"not found on {host}: {same_name.reason or 'missing'}"
+    elif reported_id(same_name) is None:
+        why = (f"{host}/{c.name} not identified: "
+               f"{same_name.reason or 'no on-card identity readable'}")
+    else:
+        why = (f"{host}/{c.name} now holds another card (serial {same_name.serial}): "
+               f"identity changed")
+    return Poll(good=False, reason=why)
+
+
+def counted(poll: Poll, card: str, reading: Reading) -> Poll:
+    """The poll as it counts: a sick report already counted, read again, is no new poll; nor
+    is a report that did not advance because nobody could write it (a write outage)."""
+    if poll.stale and (card in reading.recounted or not reading.stale_counts):
+        return Poll(good=None)
+    return poll
+
+
+def relocate(c: CardEntry, sighting: Sighting) -> tuple[CardEntry, tuple[str, ...]]:
+    """Follow where a card is reported (its host, name, target, path may change)."""
+    host, rc = sighting
+    target = rc.target if rc.target is not None or rc.kind == "dir" else c.target
+    if (host, rc.name, target, rc.path) == (c.host, c.name, c.target, c.path):
+        return c, ()
+    line = (f"{describe(c)} now reported as {host}/{rc.name}"
+            + (f" target {target}" if target is not None else "")
+            + (f" path {rc.path}" if rc.path else ""))
+    return replace(c, host=host, name=rc.name, target=target, path=rc.path), (line,)
+
+
+def judge_card(c: CardEntry, before: Hysteresis, poll: Poll, policy: Policy,
+               stamp: Stamp) -> CardStep:
+    """One registry card after its (counted) poll: its counters, where it is, its health and
+    reason, and its state (a drained card stays drained)."""
+    h = tally(before, poll.good, sick_polls=policy.sick_polls,
+              healthy_polls=policy.healthy_polls, reason=poll.reason)
+    new = c
+    log: tuple[str, ...] = ()
+    if poll.source is not None:
+        new, log = relocate(new, poll.source)
+    if poll.good is True:
+        new = replace(new, health="ok", reason="")
+    elif poll.good is False and not (poll.stale and (c.health == "sick"
+                                                     or (h.bad == 1 and h.up))):
+        # one report that did not advance is the normal jitter between two hosts' polls: it
+        # counts toward out, but the registry shows it from the second in a row; and it never
+        # replaces the reason of a card already sick (else a card that stays out alternates
+        # between its reason and "did not advance": a registry write, and a new generation on
+        # every gateway, at every jitter)
+        new = replace(new, health="sick", reason=poll.reason)
+        if c.health != "sick" or c.reason != poll.reason:
+            log += (f"{describe(c)} bad poll {h.bad}/{policy.sick_polls}: {poll.reason}",)
+    if c.state != "drained" and h.state != c.state:
+        new = replace(new, state=h.state, changed_generation=stamp.generation,
+                      changed_at=stamp.at)
+        if h.state == "out":
+            log += (f"{describe(c)} out: {h.bad} bad polls in a row, last: {h.reason}",)
+        else:
+            log += (f"{describe(c)} in: healthy again ({h.good} good poll(s))",)
+    return CardStep(card=new, health=h, log=log)
+
+
+def judge_cards(ledger: Ledger, polls: Mapping[str, Poll], reading: Reading, policy: Policy,
+                stamp: Stamp) -> Ledger:
+    """Every registry card after its poll (``polls`` holds one per card, uncounted)."""
+    steps = {cid: judge_card(c, ledger.health.get(cid) or initial_health(c),
+                             counted(polls[cid], cid, reading), policy, stamp)
+             for cid, c in sorted(ledger.cards.items())}
+    return Ledger(cards={cid: steps[cid].card for cid in ledger.cards},
+                  health={**ledger.health, **{cid: s.health for cid, s in steps.items()}},
+                  log=ledger.log + tuple(line for s in steps.values() for line in s.log))
+
+
+# --- phase 4: drain and undrain, admissions, conflicts --------------------------------------
+
+def apply_drains(ledger: Ledger, pending: tuple[Intent, ...], stamp: Stamp) -> Ledger:
+    """Drain and undrain intents; an undrained card takes the state its counters give."""
+    cards, log = dict(ledger.cards), list(ledger.log)
     for it in pending:
-        c = cards[it.card_id]
-        if it.action == "drain":
+        c = cards.get(it.card_id)
+        if c is None:       # dropped from the registry in this cycle
+            log.append(f"intent {it.action} for card {it.card_id} ignored: not in the registry")
+        elif it.action == "drain":
             if c.state == "drained":
                 log.append(f"{describe(c)} drain{_by(it)}: already drained")
             else:
-                cards[c.id] = replace(c, state="drained", changed_generation=next_gen,
-                                      changed_at=now)
+                cards[c.id] = replace(c, state="drained", changed_generation=stamp.generation,
+                                      changed_at=stamp.at)
                 log.append(f"{describe(c)} drained by intent{_by(it)} (was {c.state})")
+        elif c.state != "drained":
+            log.append(f"{describe(c)} undrain{_by(it)}: not drained (state {c.state})")
         else:
-            if c.state != "drained":
-                log.append(f"{describe(c)} undrain{_by(it)}: not drained (state {c.state})")
-            else:
-                state = health.get(c.id, _initial(c)).state
-                cards[c.id] = replace(c, state=state, changed_generation=next_gen,
-                                      changed_at=now)
-                log.append(f"{describe(c)} undrained by intent{_by(it)}: {state}")
+            state = ledger.health.get(c.id, initial_health(c)).state
+            cards[c.id] = replace(c, state=state, changed_generation=stamp.generation,
+                                  changed_at=stamp.at)
+            log.append(f"{describe(c)} undrained by intent{_by(it)}: {state}")
+    return replace(ledger, cards=cards, log=tuple(log))
 
-    # 4. admit reported cards the registry does not hold.
-    for cid in sorted(by_id):
+
+def admit(ledger: Ledger, seen: Sightings, forgotten: frozenset[str], stamp: Stamp) -> Ledger:
+    """Admit the reported cards the registry does not hold (not those forgotten this cycle,
+    nor an NVMe card without a target), as reported by the first host listing them."""
+    cards, health, log = dict(ledger.cards), dict(ledger.health), list(ledger.log)
+    for cid in sorted(seen):
         if cid in cards or cid in forgotten:
             continue
-        host, rc = by_id[cid][0]
+        host, rc = seen[cid][0]
         if rc.kind == "nvme" and rc.target is None:
             log.append(f"card {cid} ({rc.serial} on {host}) not admitted: no NVMe-oF target")
             continue
-        state = "in" if rc.healthy else "out"
+        state: Literal["in", "out"] = "in" if rc.healthy else "out"
+        reason = "" if rc.healthy else (rc.reason or "reported sick")
         cards[cid] = CardEntry(
             id=cid, serial=rc.serial, model=rc.model, identity=rc.identity, host=host,
             name=rc.name, kind=rc.kind, state=state, health="ok" if rc.healthy else "sick",
-            reason="" if rc.healthy else (rc.reason or "reported sick"),
-            admitted=next_gen, changed_generation=next_gen, changed_at=now,
-            target=rc.target, path=rc.path,
+            reason=reason, admitted=stamp.generation, changed_generation=stamp.generation,
+            changed_at=stamp.at, target=rc.target, path=rc.path,
         )
         health[cid] = Hysteresis(up=rc.healthy, bad=0 if rc.healthy else 1,
                                  good=1 if rc.healthy else 0,
                                  reason="" if rc.healthy else rc.reason)
-        why = "healthy" if rc.healthy else f"not healthy: {rc.reason or 'reported sick'}"
+        why = "healthy" if rc.healthy else f"not healthy: {reason}"
         log.append(f"{describe(cards[cid])} admitted as {state} ({host}/{rc.name}, {why})")
+    return Ledger(cards=cards, health=health, log=tuple(log))
 
-    # 5. conflicts: one serial claimed by several cards, or one card reported by several hosts.
+
+def conflicts(cards: Mapping[str, CardEntry], seen: Sightings) -> dict[str, str | None]:
+    """card id -> why it is in conflict (one serial claimed by several cards, or one card
+    reported by several hosts), None when it is not."""
     by_serial: dict[str, list[CardEntry]] = {}
     for c in cards.values():
         by_serial.setdefault(c.serial, []).append(c)
-    for cid in sorted(cards):
-        c = cards[cid]
+    found: dict[str, str | None] = {}
+    for cid, c in cards.items():
         why = []
-        others = sorted((o for o in by_serial[c.serial] if o.id != cid), key=lambda o: o.id)
-        if others:
+        claimants = sorted((o for o in by_serial[c.serial] if o.id != cid), key=lambda o: o.id)
+        if claimants:
             why.append(f"serial {c.serial} also claimed by "
-                       + ", ".join(f"card {o.id} on {o.host}" for o in others))
-        places = by_id.get(cid, [])
+                       + ", ".join(f"card {o.id} on {o.host}" for o in claimants))
+        places = seen.get(cid, ())
         if len(places) > 1:
             why.append("reported by several hosts: "
                        + ", ".join(f"{h}/{rc.name}" for h, rc in places))
-        conflict = "; ".join(why) or None
-        if conflict != c.conflict:
-            cards[cid] = replace(c, conflict=conflict)
-            if conflict:
-                log.append(f"{describe(c)} in conflict: {conflict}")
-            else:
-                log.append(f"{describe(c)} conflict resolved")
+        found[cid] = "; ".join(why) or None
+    return found
 
-    # 6. slots, and write only when the content changed.
-    entries = tuple(cards.values())
+
+def mark_conflicts(ledger: Ledger, seen: Sightings) -> Ledger:
+    """Cards in conflict are marked (never merged); a resolved conflict is cleared."""
+    found = conflicts(ledger.cards, seen)
+    cards, log = dict(ledger.cards), list(ledger.log)
+    for cid in sorted(cards):
+        c = cards[cid]
+        if found[cid] != c.conflict:
+            cards[cid] = replace(c, conflict=found[cid])
+            log.append(f"{describe(c)} in conflict: {found[cid]}" if found[cid]
+                       else f"{describe(c)} conflict resolved")
+    return replace(ledger, cards=cards, log=tuple(log))
+
+
+# --- phase 5: slots, and write only when the content changed --------------------------------
+
+def settle(ledger: Ledger, snap: Snapshot, policy: Policy, generation: int,
+           now: str) -> Settled:
+    """The registry the cards give, with the slot table the shared slot function gives;
+    written (at ``generation`` + 1) when its content changed, etcd's needs a repair, or there
+    is none yet. ``generation`` is the highest the gateways may hold."""
+    prev = snap.registry
+    log = list(ledger.log)
+    entries = tuple(ledger.cards.values())
     previous_table = prev.slots if prev is not None else slotfn.EMPTY
     table = slot_table(entries, previous_table)
     lineage = prev.lineage if prev is not None and prev.lineage else snap.lineage
+    gen, next_gen = generation, generation + 1
     if next_gen > MAX_GENERATION:   # a forged huge generation: a new lineage, from 1 again
         log.append(f"generation {gen} is at the limit: new lineage {snap.lineage}")
         lineage, gen, next_gen = snap.lineage or lineage, 0, 1
@@ -368,27 +565,55 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
     if snap.repair:
         log.append(f"registry rewritten at generation {next_gen} (lineage {lineage or '-'}): "
                    f"{snap.repair}")
-    moves: tuple[slotfn.Move, ...] = ()
-    if write:
-        candidate = replace(candidate, generation=next_gen, written_at=now)
-        moves = slotfn.moves(previous_table, table)
-        for m in moves:
-            who = cards.get(m.card_id) or (prev.card(m.card_id) if prev is not None else None)
-            name = describe(who) if who else f"card {m.card_id}"
-            what = "placed" if m.old is None else "left its slot" if m.new is None else "moved"
-            log.append(f"{name} {what}: {_place(m.old)} -> {_place(m.new)}")
-        was = dict(previous_table.unplaced)
-        for cid, why in table.unplaced:
-            if was.get(cid) != why:
-                log.append(f"{describe(cards[cid])} gets no slot: {why}")
-    elif prev is not None:
-        candidate = prev
+    if not write:
+        assert prev is not None     # a first registry is always written
+        return Settled(registry=prev, write=False, moves=(), log=tuple(log))
+    moves = slotfn.moves(previous_table, table)
+    for m in moves:
+        who = ledger.cards.get(m.card_id) or (prev.card(m.card_id) if prev is not None else None)
+        name = describe(who) if who else f"card {m.card_id}"
+        what = "placed" if m.old is None else "left its slot" if m.new is None else "moved"
+        log.append(f"{name} {what}: {_place(m.old)} -> {_place(m.new)}")
+    was = dict(previous_table.unplaced)
+    for cid, why in table.unplaced:
+        if was.get(cid) != why:
+            log.append(f"{describe(ledger.cards[cid])} gets no slot: {why}")
+    return Settled(registry=replace(candidate, generation=next_gen, written_at=now),
+                   write=True, moves=moves, log=tuple(log))
 
-    seen = {h: r.freshness for h, r in snap.reports.items()}
-    mem = LeaderMemory(cycles=memory.cycles + 1, seen=seen, health=health,
-                       fresh_bad=frozenset(fresh_bad), stale_for=streaks, outage=outage)
-    return Decision(registry=candidate, write=write, consumed=tuple(consumed), memory=mem,
-                    log=tuple(log), moves=moves)
+
+# --- the decision ---------------------------------------------------------------------------
+
+def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
+    """One cycle: the snapshot read, the memory of the last cycle, the policy in; the registry
+    to hold, the intents to delete and the memory for the next cycle out."""
+    snap = within_cluster(snap, policy)     # the same snapshot, strangers set apart
+    prev = snap.registry
+    generation = max(prev.generation if prev is not None else 0, snap.generation_floor)
+    stamp = Stamp(generation=generation + 1, at=now)
+    seen = sightings(snap.reports)
+    cards = dict(prev.by_id) if prev is not None else {}
+    start = Ledger(cards=cards,
+                   health={cid: h for cid, h in memory.health.items() if cid in cards})
+    taken = take_intents(start, snap, seen)
+    ledger = drop_foreign(taken.ledger, seen, policy)
+    reading = judge_reports(snap, memory)
+    polls = {cid: poll_card(c, snap, seen, reading) for cid, c in ledger.cards.items()}
+    ledger = judge_cards(ledger, polls, reading, policy, stamp)
+    ledger = apply_drains(ledger, taken.pending, stamp)
+    ledger = admit(ledger, seen, taken.forgotten, stamp)
+    ledger = mark_conflicts(ledger, seen)
+    settled = settle(ledger, snap, policy, generation, now)
+    remembered = LeaderMemory(
+        cycles=memory.cycles + 1,
+        seen={h: r.freshness for h, r in snap.reports.items()},
+        health=ledger.health,
+        fresh_bad=frozenset(cid for cid, p in polls.items() if p.good is False and not p.stale),
+        stale_for=reading.streaks,
+        outage=reading.outage,
+    )
+    return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
+                    memory=remembered, log=settled.log, moves=settled.moves)
 
 
 def _by(it: Intent) -> str:
@@ -398,47 +623,3 @@ def _by(it: Intent) -> str:
 
 def _place(s: int | None) -> str:
     return "no slot" if s is None else f"slot {s}"
-
-
-def _observe(c: CardEntry, snap: Snapshot, by_id, fresh, baseline: bool) -> _Obs:
-    places = by_id.get(c.id, [])
-    if places:
-        host, rc = next(((h, r) for h, r in places if h == c.host), places[0])
-        if not baseline and not fresh(host):
-            return _Obs(False, f"report of {host} did not advance since the last cycle",
-                        stale=True)
-        if rc.healthy:
-            return _Obs(True, "", (host, rc))
-        return _Obs(None if baseline else False, rc.reason or "reported sick", (host, rc))
-    if baseline:
-        return _Obs(None)
-    host = c.host
-    if host in snap.bad_reports:
-        return _Obs(False, f"report of {host} unreadable: {snap.bad_reports[host]}")
-    r = snap.reports.get(host)
-    if r is None:
-        return _Obs(False, f"no report from {host} (daemon stopped or its lease expired)")
-    if not fresh(host):
-        return _Obs(False, f"report of {host} did not advance since the last cycle",
-                    stale=True)
-    same_name = next((rc for rc in r.cards if rc.name == c.name), None)
-    if same_name is None:
-        return _Obs(False, f"not in the report of {host}")
-    if not same_name.found:
-        return _Obs(False, f"not found on {host}: {same_name.reason or 'missing'}")
-    if reported_id(same_name) is None:
-        return _Obs(False, f"{host}/{c.name} not identified: "
-                           f"{same_name.reason or 'no on-card identity readable'}")
-    return _Obs(False, f"{host}/{c.name} now holds another card "
-                       f"(serial {same_name.serial}): identity changed")
-
-
-def _relocate(c: CardEntry, host: str, rc: ReportedCard, log: list[str]) -> CardEntry:
-    """Follow where a card is reported (its host, name, target, path may change)."""
-    target = rc.target if rc.target is not None or rc.kind == "dir" else c.target
-    if (host, rc.name, target, rc.path) == (c.host, c.name, c.target, c.path):
-        return c
-    log.append(f"{describe(c)} now reported as {host}/{rc.name}"
-               + (f" target {target}" if target is not None else "")
-               + (f" path {rc.path}" if rc.path else ""))
-    return replace(c, host=host, name=rc.name, target=target, path=rc.path)

@@ -15,8 +15,17 @@ from typing import Protocol
 from awide_cluster.cards.model import DISCOVERY, CardObservation, ProbeResult, summarize
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.contract import untrusted as u
-from awide_cluster.contract.report import ELAPSED_MAX, HostReport, ProbeLine, ReportedCard, encode
+from awide_cluster.contract.report import (
+    ELAPSED_MAX,
+    HostReport,
+    ProbeLine,
+    ReportedCard,
+    Role,
+    encode,
+)
 from awide_cluster.daemon.clock import Clock
+from awide_cluster.nvme.runner import CommandRunner
+from awide_cluster.nvme.sysfs import Sysfs
 
 
 class CardObserver(Protocol):
@@ -26,7 +35,8 @@ class CardObserver(Protocol):
 class LocalObserver:
     """Discovery and probes of local cards (``awide_cluster.cards.observe``)."""
 
-    def __init__(self, runner, sysfs, clock: Clock, *, nvme_program: str = "nvme") -> None:
+    def __init__(self, runner: CommandRunner, sysfs: Sysfs, clock: Clock, *,
+                 nvme_program: str = "nvme") -> None:
         self.runner, self.sysfs, self.clock = runner, sysfs, clock
         self.nvme_program = nvme_program
 
@@ -52,7 +62,7 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
         return summarize(spec.name, None, [ProbeResult(DISCOVERY, False, why, 0.0)])
 
     results = await asyncio.gather(*(one(s) for s in specs))
-    for spec, obs in zip(specs, results):
+    for spec, obs in zip(specs, results, strict=True):
         if obs.card is not None and obs.card.identity and spec.name not in known:
             known[spec.name] = obs.card.identity
     return list(results)
@@ -115,10 +125,10 @@ def fit(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes) -> HostR
     return smaller
 
 
-def build_report(*, host: str, role: str, version: str, api: str, run: str, seq: int,
+def build_report(*, host: str, role: Role, version: str, api: str, run: str, seq: int,
                  dev_cluster: bool, specs: tuple[CardSpec, ...],
                  observations: list[CardObservation]) -> HostReport:
     return fit(HostReport(
         host=host, role=role, version=_clean(version, u.VERSION_MAX),
         api=_clean(api, u.API_MAX), run=run, seq=seq, dev_cluster=dev_cluster,
-        cards=tuple(to_reported(s, o) for s, o in zip(specs, observations))))
+        cards=tuple(to_reported(s, o) for s, o in zip(specs, observations, strict=True))))

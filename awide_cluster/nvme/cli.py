@@ -54,7 +54,8 @@ class NvmeCli:
         done = await self._checked("list", ["--output-format=json"], timeout)
         return parse.parse_list(done.stdout)
 
-    async def id_ctrl(self, device: str, *, timeout: float | None = None) -> parse.ControllerIdentity:
+    async def id_ctrl(self, device: str, *,
+                      timeout: float | None = None) -> parse.ControllerIdentity:
         """``device``: nvmeN or nvmeNnM (with or without /dev/)."""
         name = validate_device_name(device)
         done = await self._checked("id-ctrl", [f"/dev/{name}", "--output-format=json"], timeout)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,13 +124,13 @@ def _field(command: str, obj: Any, key: str, kind: type | tuple[type, ...], wher
 
 
 def _text(command: str, obj: Any, key: str, where: str = "", limit: int = 256) -> str:
-    value = _field(command, obj, key, str, where)
+    value: str = _field(command, obj, key, str, where)
     if len(value) > limit:
         raise NvmeParseError(command, f"{where}.{key}" if where else key, "too long")
     return value
 
 
-def _clean(command: str, path: str, cleaner: Any, value: str) -> str:
+def _clean(command: str, path: str, cleaner: Callable[[str], str], value: str) -> str:
     try:
         return cleaner(value)
     except InvalidTarget as exc:
@@ -192,6 +193,14 @@ def parse_address(text: str, command: str = "sysfs") -> Address:
 
 # ---------------------------------------------------------------- commands
 
+def _device_name(command: str, path: str, name: str, *, namespace: bool) -> None:
+    """A device name in ``command``'s output is one ``validate_device_name`` accepts."""
+    try:
+        validate_device_name(name, namespace=namespace)
+    except InvalidTarget as exc:
+        raise NvmeParseError(command, path, exc.reason) from None
+
+
 def parse_list(text: str) -> tuple[ListedNamespace, ...]:
     doc = _load("list", text)
     devices = _field("list", doc, "Devices", list)
@@ -201,10 +210,7 @@ def parse_list(text: str) -> tuple[ListedNamespace, ...]:
         path = _text("list", dev, "DevicePath", where)
         if not path.startswith("/dev/"):
             raise NvmeParseError("list", f"{where}.DevicePath", "not under /dev/")
-        try:
-            validate_device_name(path, namespace=True)
-        except InvalidTarget as exc:
-            raise NvmeParseError("list", f"{where}.DevicePath", exc.reason) from None
+        _device_name("list", f"{where}.DevicePath", path, namespace=True)
         out.append(ListedNamespace(
             device_path=path,
             nsid=_field("list", dev, "NameSpace", int, where),
@@ -239,10 +245,7 @@ def parse_list_subsys(text: str) -> tuple[Subsystem, ...]:
             for p, path in enumerate(_field("list-subsys", sub, "Paths", list, swhere)):
                 pwhere = f"{swhere}.Paths[{p}]"
                 name = _text("list-subsys", path, "Name", pwhere)
-                try:
-                    validate_device_name(name, namespace=False)
-                except InvalidTarget as exc:
-                    raise NvmeParseError("list-subsys", f"{pwhere}.Name", exc.reason) from None
+                _device_name("list-subsys", f"{pwhere}.Name", name, namespace=False)
                 paths.append(SubsysPath(
                     name=name,
                     transport=_text("list-subsys", path, "Transport", pwhere),

@@ -150,7 +150,8 @@ async def _read_capped(stream: asyncio.StreamReader | None, cap: int, argv: Sequ
         chunks.append(chunk)
 
 
-async def _drain(proc: asyncio.subprocess.Process, readers: list[asyncio.Future[bytes]]) -> None:
+async def _drain(proc: asyncio.subprocess.Process,
+                 readers: Sequence[asyncio.Future[bytes]]) -> None:
     """After a kill: let the readers see EOF (every holder of the pipes is dead), so the
     transport closes; cut them after a short bound if something else still holds a pipe."""
     _done, pending = await asyncio.wait(readers, timeout=1.0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _clean(cleaner, text: str | None) -> str:  # type: ignore[no-untyped-def]
+def _clean(cleaner: Callable[[str], str], text: str | None) -> str:
     if text is None:
         return ""
     try:

@@ -136,7 +136,8 @@ def validate_nqn(value: object, field: str = "subnqn") -> str:
         try:
             uuidlib.UUID(rest[5:])
         except ValueError:
-            raise InvalidTarget(field, value, "nqn.2014-08.org.nvmexpress:uuid: needs a UUID")
+            raise InvalidTarget(field, value,
+                                "nqn.2014-08.org.nvmexpress:uuid: needs a UUID") from None
         if len(rest[5:]) != 36:
             raise InvalidTarget(field, value, "UUID must be in 8-4-4-4-12 form")
     return value

@@ -97,7 +97,7 @@ def test_host_port(text, expected):
     assert parse_host_port(text) == expected
 
 
-def test_spec_is_frozen():
+def test_spec_is_frozen() -> None:
     spec = CardSpec.model_validate(NVME)
     with pytest.raises(ValidationError):
-        spec.serial = "x"  # type: ignore[misc]
+        spec.serial = "x"

@@ -11,7 +11,10 @@ from awide_cluster.contract.health import Hysteresis, tally
 obs = st.one_of(st.none(), st.booleans())
 
 
-def run(seq, n, m=1, h=Hysteresis()):
+START = Hysteresis()
+
+
+def run(seq, n, m=1, h=START):
     for o in seq:
         h = tally(h, o, sick_polls=n, healthy_polls=m, reason="" if o else "sick")
     return h

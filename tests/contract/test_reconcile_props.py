@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract.registry import card_id
+from awide_cluster.contract.registry import Registry, card_id
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.contract.slots import SLOT_COUNT
 from awide_cluster.daemon.reconcile import Intent, LeaderMemory, Policy, Snapshot, decide
@@ -46,8 +46,15 @@ def histories(draw):
     return steps
 
 
-def build(hosts, seqs) -> tuple[dict, dict, set]:
-    reports, bad, fresh_healthy, places = {}, {}, set(), {}
+HostStep = tuple[str, bool, list[tuple[int, bool, bool]]]
+
+
+def build(hosts: dict[str, HostStep],
+          seqs: dict[str, int]) -> tuple[dict[str, HostReport], dict[str, str], set[str]]:
+    reports: dict[str, HostReport] = {}
+    bad: dict[str, str] = {}
+    fresh_healthy: set[str] = set()
+    places: dict[str, int] = {}
     for h, (kind, advance, cards) in hosts.items():
         if kind == "missing":
             continue
@@ -78,7 +85,9 @@ def build(hosts, seqs) -> tuple[dict, dict, set]:
 @given(histories())
 def test_decisions_keep_the_registry_sound(history) -> None:
     policy = Policy(cluster="c1", leader="h1", sick_polls=2, healthy_polls=1)
-    memory, reg, seqs = LeaderMemory(), None, {}
+    memory = LeaderMemory()
+    reg: Registry | None = None
+    seqs: dict[str, int] = {}
     for hosts, intents, new_leader in history:
         if new_leader:
             memory = LeaderMemory()
@@ -110,7 +119,7 @@ def test_decisions_keep_the_registry_sound(history) -> None:
             assert c.id not in forgotten
             old = reg.card(c.id) if reg is not None else None
             assert old is not None or c.id in reported                 # nothing invented
-            if old is not None:
+            if reg is not None and old is not None:
                 if old.state == "drained" and c.id not in undrained:
                     assert c.state == "drained"
                 if baseline and old.state == "in" and c.state == "out":
@@ -121,7 +130,7 @@ def test_decisions_keep_the_registry_sound(history) -> None:
                 assert c.state == "in"                                 # back at once
             others = [o for o in new.cards if o.serial == c.serial and o.id != c.id]
             if others:
-                assert all(o.id in c.conflict for o in others)
+                assert c.conflict is not None and all(o.id in c.conflict for o in others)
         placed = [s for s in new.slots.slots if s is not None]
         assert len(placed) <= SLOT_COUNT
         assert set(placed) | {u for u, _ in new.slots.unplaced} == {c.id for c in new.cards}
@@ -138,8 +147,11 @@ def test_outsiders_never_count_and_repairs_never_move_a_slot(history, repairs) -
     and no placed card changes slot."""
     policy = Policy(cluster="c1", leader="h1", sick_polls=2, healthy_polls=1,
                     hosts=frozenset({"h1", "h2"}))
-    memory, reg, seqs = LeaderMemory(), None, {}
-    for (hosts, intents, new_leader), (repair, floor_up) in zip(history, repairs):
+    memory = LeaderMemory()
+    reg: Registry | None = None
+    seqs: dict[str, int] = {}
+    for (hosts, _intents, new_leader), (repair, floor_up) in zip(history, repairs,
+                                                                  strict=False):
         if new_leader:
             memory = LeaderMemory()
         reports, bad, _ = build(hosts, seqs)
@@ -159,5 +171,6 @@ def test_outsiders_never_count_and_repairs_never_move_a_slot(history, repairs) -
             if reg is not None and reg.slots.slot_of(c.id) is not None:
                 assert new.slots.slot_of(c.id) == reg.slots.slot_of(c.id)
         if snap.repair:
-            assert d.write and new.generation == max(reg.generation, floor) + 1
+            assert reg is not None and d.write
+            assert new.generation == max(reg.generation, floor) + 1
         memory, reg = d.memory, (new if d.write else reg)

@@ -25,7 +25,9 @@ def test_leader_round_trip(host, since, api, run):
 
 @given(gen=st.integers(0, 2**40), engine=st.none() | text, stale=st.booleans())
 def test_gateway_round_trip_and_unknown_fields_ignored(gen, engine, stale):
-    rec = records.GatewayRecord("gw-1", "h", "p", "ns-1", "dialog", "Labc", gen, engine, "0.1", stale)
+    rec = records.GatewayRecord(id="gw-1", host="h", pod="p", namespace="ns-1", placement="dialog",
+                                fingerprint="Labc", generation=gen, engine=engine,
+                                version="0.1", stale=stale)
     assert records.decode_gateway(rec.encode()) == rec
     newer = json.loads(rec.encode())
     newer["added_in_a_later_version"] = {"x": 1}

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -364,7 +364,8 @@ def test_control_characters_in_a_reason_are_refused(text) -> None:
     ("changed_at", "2026\n"), ("conflict", "x\ny"), ("path", "/srv/\n"),
 ])
 def test_registry_card_fields_with_a_newline_are_refused(field, value) -> None:
-    doc = {"schema": 1, "cluster": "c1", "generation": 1, "leader": "h1", "slot_algorithm": 1,
+    doc: dict[str, Any] = {
+           "schema": 1, "cluster": "c1", "generation": 1, "leader": "h1", "slot_algorithm": 1,
            "slots": [None] * 8, "cards": [{
                "id": "c0123456789a", "serial": "SN1", "model": "M", "identity": "u",
                "host": "h1", "name": "card0", "kind": "dir", "state": "in", "health": "ok",
@@ -418,7 +419,8 @@ def test_times_never_raise(value) -> None:
     if ts is None:
         assert text == ""
     else:
-        assert abs(records.parse_time(text) - ts) < 1.0      # iso() keeps whole seconds
+        back = records.parse_time(text)
+        assert back is not None and abs(back - ts) < 1.0    # iso() keeps whole seconds
     assert isinstance(records.iso(value), str)             # iso() of anything: a text
 
 
@@ -462,8 +464,8 @@ hostile_text = st.one_of(
                      "x" * 100_000, "\ud800 lone", "\u2028\u202e"]))
 
 
-def observation(name: str, kind: str, healthy: bool, reason: str, probe_reason: str,
-                path: str | None) -> CardObservation:
+def observation(name: str, kind: Literal["dir", "nvme"], healthy: bool, reason: str,
+                probe_reason: str, path: str | None) -> CardObservation:
     card = LocalCard(name=name, kind=kind, serial="SN1", model="M", identity="nguid:" + "0" * 32,
                      device=path if kind == "dir" else "nvme0n1",
                      controller_state=None if kind == "dir" else "live\nforged",
@@ -494,7 +496,7 @@ def test_largest_host_report_the_writer_can_make_fits() -> None:
     """64 cards (the config's bound), paths of 1024 bytes that escape to 3 KiB each, every
     reason and probe text at its longest in characters that escape to 12 bytes each."""
     path = "/" + "\u00e9" * 511                         # 1023 bytes of UTF-8
-    specs = tuple(CardSpec(name=f"card{i}", kind="dir", path=path + str(i % 10))
+    specs = tuple(CardSpec(name=f"card{i}", kind="dir", path=Path(path + str(i % 10)))
                   for i in range(64))
     worst = "\U0001f600" * 5000
     obs = [observation(s.name, "dir", False, worst, worst, str(s.path)) for s in specs]
@@ -513,9 +515,9 @@ def test_largest_host_report_the_writer_can_make_fits() -> None:
 
 def test_card_spec_refuses_paths_readers_would_refuse() -> None:
     with pytest.raises(ValueError, match="control character"):
-        CardSpec(name="d0", kind="dir", path="/srv/a\nb")
+        CardSpec(name="d0", kind="dir", path=Path("/srv/a\nb"))
     with pytest.raises(ValueError, match="1024 bytes"):
-        CardSpec(name="d0", kind="dir", path="/" + "a" * 1024)
+        CardSpec(name="d0", kind="dir", path=Path("/" + "a" * 1024))
     assert CardSpec(name="d0", kind="dir", path=Path("/srv/é")).path == Path("/srv/é")
 
 

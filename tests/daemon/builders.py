@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awide_cluster.contract.registry import Registry, card_id
+from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.daemon.reconcile import Decision, LeaderMemory, Policy, Snapshot, decide
 
@@ -25,6 +25,14 @@ def cid(serial: str, identity: str | None = None, model: str = "dir-card") -> st
 def report(host: str, seq: int, *cards: ReportedCard, run: str = "run1") -> HostReport:
     return HostReport(host=host, role="storage", version="0.1.0", api="", run=run, seq=seq,
                       cards=tuple(cards))
+
+
+def entry(reg: Registry | None, card_id_: str) -> CardEntry:
+    """The registry's card; the test fails when there is no registry or no such card."""
+    assert reg is not None, "no registry written yet"
+    c = reg.card(card_id_)
+    assert c is not None, f"card {card_id_} is not in the registry"
+    return c
 
 
 class Leader:
@@ -50,6 +58,12 @@ class Leader:
             self.registry = d.registry
             self.writes += 1
         return d
+
+    @property
+    def written(self) -> Registry:
+        """The registry last written; the test fails when none was."""
+        assert self.registry is not None, "no registry written yet"
+        return self.registry
 
     def new_leader(self, host: str = "h2") -> None:
         self.policy = Policy(cluster="c1", leader=host, sick_polls=self.policy.sick_polls,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.daemon.reconcile import Intent
 
-from .builders import Leader, card, cid, report
+from .builders import Leader, card, cid, entry, report
 
 A = cid("SNA")
 
@@ -14,7 +14,7 @@ def test_first_cycle_admits_and_writes_generation_1() -> None:
     L = Leader()
     d = L.step(report("h2", 1, card("card0", "SNA")))
     assert d.write and d.registry.generation == 1
-    c = d.registry.card(A)
+    c = entry(d.registry, A)
     assert (c.state, c.health, c.host, c.name, c.admitted) == ("in", "ok", "h2", "card0", 1)
     assert d.registry.slots.slot_of(A) == 0
     assert any("admitted as in" in line and A in line for line in d.log)
@@ -25,7 +25,7 @@ def test_empty_cluster_writes_an_empty_registry_once() -> None:
     L = Leader()
     assert L.step(report("h1", 1)).write
     assert not L.step(report("h1", 2)).write
-    assert L.registry.cards == () and L.registry.generation == 1
+    assert L.written.cards == () and L.written.generation == 1
 
 
 def test_out_after_exactly_n_bad_polls_back_after_one_good() -> None:
@@ -33,17 +33,17 @@ def test_out_after_exactly_n_bad_polls_back_after_one_good() -> None:
     L.step(report("h2", 1, card("card0", "SNA")))
     sick = card("card0", "SNA", healthy=False, reason="store unit inactive")
     L.step(report("h2", 2, sick))
-    assert L.state(A) == "in" and L.registry.card(A).health == "sick"
+    assert L.state(A) == "in" and entry(L.registry, A).health == "sick"
     L.step(report("h2", 3, sick))
     assert L.state(A) == "in"
     d = L.step(report("h2", 4, sick))
     assert L.state(A) == "out"
     assert any(f"card {A} (SNA on h2) out: 3 bad polls in a row, last: store unit inactive"
                == line for line in d.log)
-    assert L.registry.card(A).changed_generation == L.registry.generation
-    assert L.registry.slots.slot_of(A) == 0          # an out card keeps its slot
+    assert entry(L.registry, A).changed_generation == L.written.generation
+    assert L.written.slots.slot_of(A) == 0          # an out card keeps its slot
     d = L.step(report("h2", 5, card("card0", "SNA")))
-    assert L.state(A) == "in" and L.registry.card(A).health == "ok"
+    assert L.state(A) == "in" and entry(L.registry, A).health == "ok"
     assert any("in: healthy again" in line for line in d.log)
 
 
@@ -64,11 +64,11 @@ def test_report_not_advancing_is_bad() -> None:
     L.step(report("h2", 2, card("card0", "SNA")))
     d = L.step(report("h2", 2, card("card0", "SNA")))
     # one stale report counts, but the registry does not show it (polling jitter) ...
-    assert not d.write and L.registry.card(A).health == "ok"
+    assert not d.write and entry(L.registry, A).health == "ok"
     d = L.step(report("h2", 2, card("card0", "SNA")))
     # ... the second in a row does
     assert d.write and L.state(A) == "in"
-    assert "did not advance" in L.registry.card(A).reason
+    assert "did not advance" in entry(L.registry, A).reason
     L.step(report("h2", 2, card("card0", "SNA")))
     assert L.state(A) == "out"
     # a restarted daemon (new run, seq from 0) is fresh
@@ -91,31 +91,31 @@ def test_missing_report_and_corrupt_report_are_bad() -> None:
     L = Leader(sick_polls=2)
     L.step(report("h2", 1, card("card0", "SNA")))
     L.step()
-    assert "no report from h2" in L.registry.card(A).reason
+    assert "no report from h2" in entry(L.registry, A).reason
     L.step(bad={"h2": "host report is not JSON"})
     assert L.state(A) == "out"
-    assert "unreadable: host report is not JSON" in L.registry.card(A).reason
+    assert "unreadable: host report is not JSON" in entry(L.registry, A).reason
 
 
 def test_card_missing_from_its_hosts_report_and_not_found() -> None:
     L = Leader(sick_polls=2)
     L.step(report("h2", 1, card("card0", "SNA")))
     L.step(report("h2", 2))
-    assert L.registry.card(A).reason == "not in the report of h2"
+    assert entry(L.registry, A).reason == "not in the report of h2"
     L.step(report("h2", 3, card("card0", "SNA", found=False, reason="no label")))
     assert L.state(A) == "out"
-    assert L.registry.card(A).reason == "not found on h2: no label"
+    assert entry(L.registry, A).reason == "not found on h2: no label"
 
 
 def test_registry_written_only_on_change() -> None:
     L = Leader()
     for seq in range(1, 8):
         L.step(report("h2", seq, card("card0", "SNA"), card("card1", "SNB")))
-    assert L.writes == 1 and L.registry.generation == 1
+    assert L.writes == 1 and L.written.generation == 1
     sick = card("card1", "SNB", healthy=False, reason="probe failed")
     for seq in range(8, 14):          # health flips once, state once: two writes
         L.step(report("h2", seq, card("card0", "SNA"), sick))
-    assert L.writes == 3 and L.registry.generation == 3
+    assert L.writes == 3 and L.written.generation == 3
 
 
 def test_new_leader_counts_no_bad_observation_in_its_first_cycle() -> None:
@@ -154,10 +154,10 @@ def test_swapped_label_is_a_new_card_and_the_old_one_goes_out() -> None:
     swapped = card("card0", "SNZ")
     Z = cid("SNZ")
     d = L.step(report("h2", 2, swapped))
-    assert L.state(Z) == "in" and L.registry.slots.slot_of(Z) == 1
-    assert "now holds another card (serial SNZ)" in L.registry.card(A).reason
+    assert L.state(Z) == "in" and L.written.slots.slot_of(Z) == 1
+    assert "now holds another card (serial SNZ)" in entry(L.registry, A).reason
     L.step(report("h2", 3, swapped))
-    assert L.state(A) == "out" and L.registry.slots.slot_of(A) == 0
+    assert L.state(A) == "out" and L.written.slots.slot_of(A) == 0
     assert any(Z in line and "admitted" in line for line in d.log)
 
 
@@ -167,18 +167,18 @@ def test_same_serial_new_identity_is_a_conflict_never_merged() -> None:
     other = card("card1", "SNA", identity="another-uuid")
     B = cid("SNA", "another-uuid")
     d = L.step(report("h2", 2, card("card0", "SNA")), report("h3", 1, other))
-    a, b = L.registry.card(A), L.registry.card(B)
+    a, b = entry(L.registry, A), entry(L.registry, B)
     assert a.conflict and B in a.conflict and "h3" in a.conflict
     assert b.conflict and A in b.conflict and "h2" in b.conflict
     assert not a.usable and not b.usable
-    assert L.registry.slots.slot_of(A) == 0          # it keeps the slot it held
-    assert L.registry.slots.slot_of(B) is None       # a conflicted newcomer gets none
-    assert any(B == u for u, _ in L.registry.slots.unplaced)
+    assert L.written.slots.slot_of(A) == 0          # it keeps the slot it held
+    assert L.written.slots.slot_of(B) is None       # a conflicted newcomer gets none
+    assert any(B == u for u, _ in L.written.slots.unplaced)
     assert sum("in conflict" in line for line in d.log) == 2
     # forgetting one resolves the conflict of the other
     d = L.step(report("h2", 3, card("card0", "SNA")),
                intents=[Intent(B, "forget", 10)])
-    assert L.registry.card(A).conflict is None and L.registry.card(B) is None
+    assert entry(L.registry, A).conflict is None and L.written.card(B) is None
     assert any("conflict resolved" in line for line in d.log)
 
 
@@ -188,9 +188,9 @@ def test_ninth_card_is_recorded_without_a_slot() -> None:
     L.step(report("h2", 1, *cards[:4]), report("h3", 1, *cards[4:8]))
     d = L.step(report("h2", 2, *cards[:4]), report("h3", 2, *cards[4:]))
     ninth = cid("SN8")
-    assert L.registry.card(ninth).state == "in"
-    assert L.registry.slots.slot_of(ninth) is None
-    assert dict(L.registry.slots.unplaced)[ninth].startswith("no free slot")
+    assert entry(L.registry, ninth).state == "in"
+    assert L.written.slots.slot_of(ninth) is None
+    assert dict(L.written.slots.unplaced)[ninth].startswith("no free slot")
     assert any(ninth in line and "gets no slot" in line for line in d.log)
 
 
@@ -214,8 +214,8 @@ def test_drain_undrain_and_forget_intents() -> None:
     assert L.state(A) == "out"
     # forget frees the slot; the move is logged
     d = L.step(report("h2", 7, both[1]), intents=[Intent(A, "forget", 13)])
-    assert L.registry.card(A) is None and L.registry.slots.slot_of(B) == 1
-    assert L.registry.slots.slots[0] is None
+    assert L.written.card(A) is None and L.written.slots.slot_of(B) == 1
+    assert L.written.slots.slots[0] is None
     assert any(A in line and "slot 0 -> no slot" in line for line in d.log)
     assert [m.card_id for m in d.moves] == [A]
 
@@ -234,25 +234,25 @@ def test_forget_of_a_still_reported_card_readmits_it_next_cycle() -> None:
     L = Leader()
     L.step(report("h2", 1, card("card0", "SNA")))
     d = L.step(report("h2", 2, card("card0", "SNA")), intents=[Intent(A, "forget", 5)])
-    assert L.registry.card(A) is None and any("admitted again" in line for line in d.log)
+    assert L.written.card(A) is None and any("admitted again" in line for line in d.log)
     L.step(report("h2", 3, card("card0", "SNA")))
-    assert L.registry.card(A).admitted == 3
+    assert entry(L.registry, A).admitted == 3
 
 
 def test_card_moved_to_another_host_follows_it() -> None:
     L = Leader()
     L.step(report("h2", 1, card("card0", "SNA")))
     d = L.step(report("h2", 2), report("h3", 1, card("cardX", "SNA")))
-    c = L.registry.card(A)
+    c = entry(L.registry, A)
     assert (c.host, c.name, c.state) == ("h3", "cardX", "in")
-    assert L.registry.slots.slot_of(A) == 0
+    assert L.written.slots.slot_of(A) == 0
     assert any("now reported as h3/cardX" in line for line in d.log)
 
 
 def test_unhealthy_new_card_is_admitted_out() -> None:
     L = Leader()
     L.step(report("h2", 1, card("card0", "SNA", healthy=False, reason="not writable")))
-    c = L.registry.card(A)
+    c = entry(L.registry, A)
     assert (c.state, c.health, c.reason) == ("out", "sick", "not writable")
     L.step(report("h2", 2, card("card0", "SNA")))
     assert L.state(A) == "in"

@@ -7,7 +7,7 @@ new generation each time."""
 
 from __future__ import annotations
 
-from .builders import Leader, card, cid, report
+from .builders import Leader, card, cid, entry, report
 
 A = cid("SNA")
 
@@ -19,7 +19,7 @@ def test_jitter_does_not_rewrite_the_reason_of_a_sick_card() -> None:
     for seq in (2, 3, 4):
         L.step(report("h2", seq, sick))
     assert L.state(A) == "out"
-    writes, gen = L.writes, L.registry.generation
+    writes, gen = L.writes, L.written.generation
     # jitter: the same report twice (stale), then a fresh one, over and over
     seq = 4
     for _ in range(5):
@@ -28,8 +28,8 @@ def test_jitter_does_not_rewrite_the_reason_of_a_sick_card() -> None:
         seq += 1
         d = L.step(report("h2", seq, sick))            # advanced, still sick
         assert not d.write, d.log
-    assert (L.writes, L.registry.generation) == (writes, gen)
-    c = L.registry.card(A)
+    assert (L.writes, L.written.generation) == (writes, gen)
+    c = entry(L.registry, A)
     assert (c.state, c.health, c.reason) == ("out", "sick", "store: connection refused")
 
 
@@ -39,7 +39,7 @@ def test_a_report_that_stops_advancing_still_shows_and_takes_the_card_out() -> N
     L.step(report("h2", 2, card("card0", "SNA")))
     assert not L.step(report("h2", 2, card("card0", "SNA"))).write      # jitter: not shown
     assert L.step(report("h2", 2, card("card0", "SNA"))).write          # twice: shown
-    assert "did not advance" in L.registry.card(A).reason
+    assert "did not advance" in entry(L.registry, A).reason
     L.step(report("h2", 2, card("card0", "SNA")))
     assert L.state(A) == "out"
 

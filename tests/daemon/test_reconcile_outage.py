@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from awide_cluster.daemon.reconcile import LeaderMemory, Snapshot, stale_streaks, write_outage
 
-from .builders import Leader, card, cid, report
+from .builders import Leader, card, cid, entry, report
 
 NOSPACE = "host report: etcd: etcdserver: mvcc: database space exceeded (code 8)"
 
@@ -63,7 +63,7 @@ def test_the_leaders_own_failed_write_makes_stale_reports_count_nothing() -> Non
     assert d.memory.outage == ""
     L.step(*H.reports())
     assert all(L.state(i) == "in" for i in H.all_ids()) and L.writes == writes
-    assert all(L.registry.card(i).health == "ok" for i in H.all_ids())
+    assert all(entry(L.registry, i).health == "ok" for i in H.all_ids())
 
 
 def test_most_reports_stopping_together_is_an_outage() -> None:
@@ -124,7 +124,7 @@ def test_a_fresh_sick_report_still_counts_during_an_outage() -> None:
         assert d.memory.outage
         states.append(L.state(A))
     assert states == ["in", "in", "out"]
-    assert L.registry.card(A).reason == "store: connection refused"
+    assert entry(L.registry, A).reason == "store: connection refused"
     assert all(L.state(i) == "in" for h in ("h2", "h3") for i in H.ids(h))
 
 
@@ -139,7 +139,7 @@ def test_a_daemon_whose_report_vanished_is_counted_during_an_outage() -> None:
         L.step(*H.reports(wrote=()), write_failure=NOSPACE)
         states.append(L.state(H.ids("h2")[0]))
     assert states == ["in", "in", "out"]
-    assert "no report from h2" in L.registry.card(H.ids("h2")[0]).reason
+    assert "no report from h2" in entry(L.registry, H.ids("h2")[0]).reason
     assert all(L.state(i) == "in" for h in ("h1", "h3") for i in H.ids(h))
 
 
@@ -193,7 +193,7 @@ def test_the_rule_itself() -> None:
 # ------------------------------------------------------------------ properties
 
 @st.composite
-def outage_histories(draw):
+def outage_histories(draw: st.DrawFn) -> tuple[list[str], list[tuple[tuple[str, ...], str]]]:
     """Cycles of a cluster of 3..5 hosts (h1 leads) whose cards are all healthy:
     - normal cycles: every host writes, except at most an isolated jitter (a host whose
       report did not advance this cycle; never two cycles in a row);
@@ -249,7 +249,7 @@ def test_no_healthy_card_goes_out_because_of_a_write_outage(history, sick_polls)
         out = [i for i in H.all_ids() if L.state(i) != "in"]
         assert not out, (wrote, failure, L.memory.outage)
     assert L.memory.outage == ""
-    assert all(L.registry.card(i).health == "ok" for i in H.all_ids())
+    assert all(entry(L.registry, i).health == "ok" for i in H.all_ids())
 
 
 @settings(max_examples=200, deadline=None)

@@ -30,8 +30,9 @@ def test_import_changes_no_process_state_and_pulls_no_grpc():
                 "root_handlers": [repr(h) for h in logging.getLogger().handlers],
                 "root_level": logging.getLogger().level,
                 "disabled": logging.root.manager.disable,
-                "loggers_with_handlers": sorted(n for n, l in logging.root.manager.loggerDict.items()
-                                                if getattr(l, "handlers", None)),
+                "loggers_with_handlers": sorted(
+                    n for n, lg in logging.root.manager.loggerDict.items()
+                    if getattr(lg, "handlers", None)),
                 "signals": {s.name: repr(signal.getsignal(s)) for s in signal.valid_signals()
                             if isinstance(s, signal.Signals)},
                 "warnings": len(warnings.filters),
@@ -158,10 +159,10 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
                     return
             raise AssertionError("watch output lacks the line; got:\n" + "\n".join(lines))
 
-        read_until(lambda l: f"slot 0: IN  {a.id}" in l)
+        read_until(lambda line: f"slot 0: IN  {a.id}" in line)
         asyncio.run(publish([a, b], after=first))
-        read_until(lambda l: l.startswith("event joined") and b.id in l)
-        read_until(lambda l: f"slot 1: IN  {b.id}" in l)
+        read_until(lambda line: line.startswith("event joined") and b.id in line)
+        read_until(lambda line: f"slot 1: IN  {b.id}" in line)
         proc.send_signal(signal.SIGTERM)
         rest, err = proc.communicate(timeout=10)
         lines.extend(rest.splitlines())

@@ -191,11 +191,11 @@ HOSTILE_TARGETS = [
 
 
 @pytest.mark.parametrize("mapping", HOSTILE_TARGETS)
-async def test_hostile_targets_never_reach_the_program(world, cli, mapping):
+async def test_hostile_targets_never_reach_the_program(world, cli, mapping) -> None:
     with pytest.raises(InvalidTarget):
         await cli.connect(NvmeTarget.parse(mapping))
     with pytest.raises(TypeError):
-        await cli.connect(mapping)                 # type: ignore[arg-type]
+        await cli.connect(mapping)
     assert world.calls() == []
 
 

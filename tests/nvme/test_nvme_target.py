@@ -105,7 +105,7 @@ def test_nqn_at_the_limit():
         validate_nqn(nqn + "x")
 
 
-def test_mapping_shape_checked():
+def test_mapping_shape_checked() -> None:
     with pytest.raises(InvalidTarget, match="missing"):
         NvmeTarget.parse({k: v for k, v in GOOD.items() if k != "subnqn"})
     with pytest.raises(InvalidTarget, match="unknown target field"):
@@ -114,9 +114,9 @@ def test_mapping_shape_checked():
         NvmeTarget.parse(["tcp"])  # type: ignore[arg-type]
 
 
-def test_constructor_validates_too():
+def test_constructor_validates_too() -> None:
     with pytest.raises(InvalidTarget):
-        NvmeTarget("tcp", "1.2.3.4;rm -rf /", 4420, GOOD["subnqn"])
+        NvmeTarget("tcp", "1.2.3.4;rm -rf /", 4420, str(GOOD["subnqn"]))
     t = NvmeTarget.parse(GOOD)
     with pytest.raises(AttributeError):
         t.traddr = "x"  # type: ignore[misc]
