@@ -228,6 +228,7 @@ def _footer(cluster: EmbeddedCluster, control: Path,
 
 
 async def _show(cluster: EmbeddedCluster, refresh: float) -> None:
+    from awide_cluster.cli.interrupt import Interrupt
     from awide_cluster.operator.gather import StatusReader
     from awide_cluster.operator.render import render
     from awide_cluster.store import EtcdStore
@@ -240,10 +241,14 @@ async def _show(cluster: EmbeddedCluster, refresh: float) -> None:
     control = cluster.work_dir / "control"
     control.mkdir(exist_ok=True)
     actions: list[str] = []
+    interrupt = Interrupt()
     try:
-        while True:
+        while not interrupt.requested:
             actions += _controls(cluster, control)
-            raw, st = await reader.snapshot()
+            got = await interrupt.race(reader.snapshot())
+            if got is None:
+                break
+            raw, st = got
             if raw.unreachable:
                 text = "etcd unreachable (retrying)"
             else:
@@ -253,8 +258,9 @@ async def _show(cluster: EmbeddedCluster, refresh: float) -> None:
                 click.echo("\x1b[H\x1b[2J" + text)
             else:
                 click.echo(text + "\n")
-            await asyncio.sleep(refresh)
+            await interrupt.pause(refresh)
     finally:
+        interrupt.close()
         await store.close()
 
 

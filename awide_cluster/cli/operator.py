@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from awide_cluster.cli.interrupt import Interrupt
 from awide_cluster.cli.lookup import (
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -115,9 +116,13 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
             return verdict(st)
         tty = sys.stdout.isatty()
         code = EXIT_UNHEALTHY
+        interrupt = Interrupt()
         try:
-            while True:
-                raw, st = await reader.snapshot()
+            while not interrupt.requested:
+                got = await interrupt.race(reader.snapshot())
+                if got is None:
+                    break
+                raw, st = got
                 if raw.unreachable:
                     text = (f"{_unreachable_line(raw, store_config.call_timeout)}   "
                             f"(retrying every {watch:g} s)")
@@ -133,9 +138,12 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
                     click.echo("\x1b[H\x1b[2J" + text, nl=True)
                 else:
                     click.echo(text + "\n")
-                await asyncio.sleep(watch)
+                await interrupt.pause(watch)
         except asyncio.CancelledError:
-            return code
+            pass
+        finally:
+            interrupt.close()
+        return code
     finally:
         await store.close()
 

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.timing import bound
+
 from .support import etcd_or_skip, processes_under, wait_no_processes
 
 DEMO = [sys.executable, "-m", "awide_harness.demo"]
@@ -71,7 +73,7 @@ def test_live_demo_shows_status_and_ctrl_c_stops_everything(tmp_path):
             time.sleep(0.2)
         assert "kill-store s2/c0: done" in out.read_text()[mark:]
         p.send_signal(signal.SIGINT)
-        assert p.wait(30) == 0
+        assert p.wait(bound(30)) == 0
     finally:
         if p.poll() is None:
             p.kill()

@@ -20,6 +20,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
+from tests.timing import bound
 
 CLI = str(Path(sys.executable).with_name("awide-cluster"))
 
@@ -130,7 +131,7 @@ def test_watch_refreshes_until_interrupted(shared_etcd, cluster_name):
                 assert line, "status --watch ended early"
                 seen.append(line)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate(timeout=bound(30))
         out = "".join(seen) + out
     finally:
         if p.poll() is None:

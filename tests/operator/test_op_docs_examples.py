@@ -23,6 +23,7 @@ import yaml
 
 from tests.operator.op_fixtures import shared_etcd  # noqa: F401
 from tests.operator.op_lab import CLI, Lab
+from tests.timing import bound
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 DAEMON_FILE = "/etc/awide-cluster/cluster.yaml"
@@ -62,7 +63,7 @@ async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
     try:
         first = await asyncio.wait_for(p.stdout.readline(), 60)
         p.send_signal(signal.SIGINT)
-        out, err = await asyncio.wait_for(p.communicate(), 60)
+        out, err = await asyncio.wait_for(p.communicate(), bound(30))
     finally:
         if p.returncode is None:
             p.kill()
