@@ -43,11 +43,12 @@ class Snapshot:
     size: int                       # bytes of the file
     sha256: str                     # of the whole file (hex), as sha256sum prints it
     endpoint: str                   # the member it was taken from
-    revision: int                   # the member's revision when it started sending (0: unknown)
+    revision: int                   # the member's revision when asked: the snapshot's is this
+                                    # or later (etcd's snapshot stream carries none)
 
     def describe(self) -> str:
         return (f"{self.path}: {self.size} bytes, sha256 {self.sha256}, from {self.endpoint} "
-                f"at revision {self.revision or '?'}")
+                f"at revision {self.revision} or later")
 
 
 class _Stream:
@@ -90,6 +91,8 @@ def _message(line: bytes, endpoint: str) -> dict[str, object]:
 
 
 async def _receive(store: EtcdStore, endpoint: str, stream: _Stream) -> None:
+    status = await store.transport.post(endpoint, "/v3/maintenance/status", {})
+    stream.revision = codec.header_revision(status)
     resp = await store.transport.open_stream(endpoint, SNAPSHOT_PATH, {})
     try:
         reader = LineReader(resp, MAX_MESSAGE_BYTES, what="snapshot message")
@@ -98,7 +101,6 @@ async def _receive(store: EtcdStore, endpoint: str, stream: _Stream) -> None:
             result = _message(line, endpoint)
             if first:
                 first = False
-                stream.revision = codec.header_revision(result)
                 remaining = codec.as_int(result, "remaining_bytes")
                 if remaining > stream.max_bytes:
                     raise TooLarge(f"{endpoint}: snapshot of {remaining} bytes over the bound "

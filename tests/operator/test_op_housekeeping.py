@@ -154,7 +154,7 @@ def test_backup_writes_a_snapshot_etcd_reads_and_restores(etcd_cluster, cluster_
     r = cli_run("backup", *target, "--out", str(out))
     assert r.exit_code == 0, r.output
     m = re.search(r"wrote (\S+): (\d+) bytes, sha256 ([0-9a-f]{64}), from (\S+) at revision "
-                  r"(\d+)", r.output)
+                  r"(\d+) or later", r.output)
     assert m, r.output
     data = out.read_bytes()
     assert m.group(1) == str(out) and int(m.group(2)) == len(data) > 0
@@ -168,6 +168,7 @@ def test_backup_writes_a_snapshot_etcd_reads_and_restores(etcd_cluster, cluster_
     tool = snapshot_tool(etcd_cluster.binary)
     info = json.loads(run_tool(*tool, "snapshot", "status", str(out), "--write-out=json"))
     assert info["totalKey"] >= len(state.healthy_state(cluster_name)), info
+    assert info["revision"] >= int(m.group(5)), info
     run_tool(*tool, "snapshot", "restore", str(out), "--data-dir", str(tmp_path / "restored"))
     assert (tmp_path / "restored" / "member" / "snap" / "db").stat().st_size > 0
 
