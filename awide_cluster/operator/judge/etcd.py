@@ -236,7 +236,7 @@ def judge_space(rows: tuple[EtcdMemberView, ...]) -> list[Problem]:
             "warning", "etcd_db_near_quota", r.name or r.endpoint,
             f"etcd member {r.name or r.endpoint}'s database is {size_text(r.db_size)}, "
             f"{100 * r.db_size / r.quota:.0f}% of its quota of {size_text(r.quota)}: at the "
-            f"quota etcd refuses every write (NOSPACE); {fix} (docs/operations.md, etcd space)"))
+            f"quota etcd refuses every write (NOSPACE); {fix} (runbook: docs/operations.md)"))
     return problems
 
 
