@@ -386,7 +386,9 @@ class EtcdStore:
 
 
 QUOTA_GAUGE = b"etcd_server_quota_backend_bytes"
-QUOTA_SCAN_BYTES = 1 << 20      # etcd sorts its families: the gauge comes within the first kB
+# etcd serves its families sorted by name: etcd_server_* comes before the large go_*/grpc_*
+# families, within the first tens of kB
+QUOTA_SCAN_BYTES = 1 << 20
 
 
 async def _scan_quota(transport: Transport, endpoint: str) -> int:

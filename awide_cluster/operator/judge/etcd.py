@@ -209,7 +209,7 @@ def judge_alarms(alarms: tuple[Alarm, ...] | None, alarms_error: str, by_id: dic
 _ALARM_RUNBOOK = {
     "CORRUPT": ("a member's data differs from the others': etcd refuses writes; see etcd's "
                 "log for the member, replace it from a healthy one or restore a backup "
-                "(docs/operations.md, etcd alarms)"),
+                "(runbook: docs/operations.md)"),
 }
 
 
