@@ -18,6 +18,10 @@ address instead and ``prefixes`` an argv prefix each member's command starts wit
 namespace host: ``addresses=[net.ip(h) ...]``, ``prefixes=[net.exec_prefix(h) ...]``, see
 ``awide_harness.netns``). ``unsafe_no_fsync`` (default on, etcd 3.5 and later) trades
 durability for speed: these are test clusters only.
+
+Housekeeping flags are those of the ansible role (``HOUSEKEEPING``: periodic compaction keeping
+one hour, a 2 GiB backend quota); a flag of the same name in ``extra_args`` replaces the
+default (e.g. ``--quota-backend-bytes=16777216`` for a test that fills the quota).
 """
 
 from __future__ import annotations
@@ -40,6 +44,25 @@ from pathlib import Path
 from typing import IO, Literal
 
 _VERSION_RE = re.compile(rb"etcd Version:\s*([0-9]+\.[0-9]+\.[0-9]+)")
+
+# The housekeeping flags the ansible role writes (etcd.env.j2, docs/deploy.md): every member
+# gets them unless ``extra_args`` names the same flag.
+QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024
+HOUSEKEEPING: tuple[str, ...] = (
+    "--auto-compaction-mode=periodic",
+    "--auto-compaction-retention=1h",
+    f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
+)
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def with_housekeeping(extra_args: Sequence[str]) -> list[str]:
+    """``HOUSEKEEPING`` minus the flags ``extra_args`` sets itself, then ``extra_args``."""
+    overridden = {_flag_name(a) for a in extra_args if a.startswith("--")}
+    return [a for a in HOUSEKEEPING if _flag_name(a) not in overridden] + list(extra_args)
 
 
 class EtcdClusterError(RuntimeError):
@@ -401,7 +424,7 @@ class EtcdCluster:
             if self.tls.client_cert_auth:
                 # etcd demands client certificates whenever a trusted CA is given
                 args += ["--trusted-ca-file", self.tls.ca_file]
-        args += list(self.extra_args)
+        args += with_housekeeping(self.extra_args)
         return args
 
     def _spawn(self, m: _Member) -> None:

@@ -98,7 +98,8 @@ class ClusterSpec:
     - ``commands``: per role (``daemon``, ``gateway``, ``store``) a ``Command`` replacing the
       default program (e.g. an instrumented gateway), with extra environment;
     - ``etcd_binary`` (default: ``etcd`` on PATH or beside this Python), ``etcd_args`` (extra
-      flags of every member, e.g. ``--quota-backend-bytes=16777216``), ``etcd_unsafe_no_fsync``
+      flags of every member, e.g. ``--quota-backend-bytes=16777216``; one named like a
+      housekeeping default of ``etcd_cluster.HOUSEKEEPING`` replaces it), ``etcd_unsafe_no_fsync``
       (test speed over durability, on by default).
     """
 

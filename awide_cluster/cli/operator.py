@@ -1,4 +1,5 @@
-"""``awide-cluster status`` and ``awide-cluster cards``: the cluster at one look.
+"""``awide-cluster status`` and ``awide-cluster cards``: the cluster at one look;
+``awide-cluster backup``: a snapshot of etcd now.
 
 Exit codes (for scripts, see cli/lookup.py and docs/operations.md): 0 healthy; 1 unhealthy,
 or a state an operator set (a drained card, a pending intent, a dev cluster), or with
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -183,3 +185,44 @@ def cards(config: str | None, endpoints: str | None, cluster: str | None,
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, False,
          render_cards,
          lambda st: not any(p.code in CARD_CODES for p in st.problems))
+
+
+@cli.command()
+@target_options
+@click.option("--out", "-O", "out", required=True, type=click.Path(dir_okay=False),
+              help="the snapshot file to write (atomically: a temporary file beside it, "
+                   "renamed once complete and checked)")
+@click.option("--endpoint", default=None,
+              help="the member to take it from [default: the first configured member that "
+                   "sends one]")
+@click.option("--max-bytes", type=click.IntRange(1 << 20, 1 << 40), default=8 << 30,
+              show_default=True, help="refuse a snapshot larger than this")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True,
+              help="seconds the whole snapshot may take")
+@click.option("--force", is_flag=True, help="replace FILE when it exists")
+def backup(config: str | None, endpoints: str | None, cluster: str | None,
+           call_timeout: float | None, out: str, endpoint: str | None, max_bytes: int,
+           timeout: float, force: bool) -> None:
+    """Save a snapshot of etcd (every cluster in it) to FILE, as `etcdctl snapshot save`
+    does, through etcd's Maintenance API: restorable with `etcdutl snapshot restore`.
+
+    Prints the file, its size and sha256. Exit code 0 when written; 1 when no member sent a
+    complete snapshot (nothing written); 2 on a usage or config error.
+    """
+    from awide_cluster.operator.backup import BackupError, take_snapshot
+
+    _, store_config = resolve(config, endpoints, cluster, call_timeout)
+
+    async def main() -> str:
+        async with EtcdStore(store_config) as store:
+            snap = await take_snapshot(store, Path(out), endpoint=endpoint, max_bytes=max_bytes,
+                                       timeout=timeout, replace=force)
+        return snap.describe()
+
+    try:
+        click.echo(f"awide-cluster: wrote {asyncio.run(main())}")
+    except BackupError as e:
+        click.echo(f"awide-cluster: backup failed: {e}", err=True)
+        sys.exit(EXIT_UNHEALTHY)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_UNHEALTHY)

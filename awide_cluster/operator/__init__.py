@@ -7,6 +7,8 @@
 - ``target``: which cluster and etcd: one lookup for every command (``--config``,
   ``--endpoints``, ``$AWIDE_CONFIG``, ``$AWIDE_ETCD_ENDPOINTS``, ``DEFAULT_CONFIG``);
 - ``clusters``: the cluster names an etcd holds (bounded), for "no such cluster".
+- ``backup``: ``take_snapshot(store, path)``, a snapshot of one etcd member written
+  atomically and checked (``awide-cluster backup``).
 
 Live rendering (e.g. the demo)::
 

@@ -1,12 +1,13 @@
 """The I/O shell of status: one bounded read of etcd, then the pure ``build_status``.
 
-One read is four concurrent reads: every endpoint's status, the member list and etcd's alarm
-list, each within the store's call bound (0.5 s by default), and one bounded read of the whole
-cluster prefix within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys, each
-value at most the largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a value
-over its bound is refused by name and shown as a problem, so one big key hides nothing else;
-the first read of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred ms).
-When the (linearizable) key read fails but some member answers, the keys are read again
+One read is five concurrent reads: every endpoint's status, every endpoint's backend quota (its
+own ``/metrics`` gauge; unread is shown as unknown, no problem), the member list and etcd's
+alarm list, each within the store's call bound (0.5 s by default), and one bounded read of the
+whole cluster prefix within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys,
+each value at most the largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a
+value over its bound is refused by name and shown as a problem, so one big key hides nothing
+else; the first read of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred
+ms). When the (linearizable) key read fails but some member answers, the keys are read again
 serializably from any member, so a cluster that lost quorum still shows what its members hold
 (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
@@ -38,6 +39,7 @@ class StatusStore(Protocol):
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
     async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
+    async def quotas(self, *, timeout: float | None = None) -> dict[str, int | StoreError]: ...
 
 
 def describe_error(e: BaseException) -> str:
@@ -79,12 +81,15 @@ async def read_raw(
         except StoreError as e:
             return None, describe_error(e)
 
+    async def quotas() -> dict[str, int | StoreError]:
+        return await store.quotas()
+
     start_wall, start_mono = wall(), mono()
     try:
         async with asyncio.timeout(bound):
             (result, read_error), (member_list, members_error), status_map, \
-                (alarm_list, alarms_error) = await asyncio.gather(
-                    keys(), members(), statuses(), alarms())
+                (alarm_list, alarms_error), quota_map = await asyncio.gather(
+                    keys(), members(), statuses(), alarms(), quotas())
             answered = any(isinstance(s, EndpointStatus) for s in status_map.values())
             if result is None and answered:
                 try:
@@ -101,7 +106,7 @@ async def read_raw(
             members=None, members_error=msg, kvs=None, read_error=msg, revision=None,
             wall=start_wall, mono=start_mono, alarms=None, alarms_error=msg)
     answers = tuple(
-        EndpointAnswer(ep, st, "") if isinstance(st, EndpointStatus)
+        EndpointAnswer(ep, st, "", _quota(quota_map.get(ep))) if isinstance(st, EndpointStatus)
         else EndpointAnswer(ep, None, describe_error(st))
         for ep, st in status_map.items())
     return RawSnapshot(
@@ -115,6 +120,10 @@ async def read_raw(
         refused=tuple(result.refused.values()) if result is not None else (),
         key_count=result.count if result is not None and result.more else None,
         alarms=tuple(alarm_list) if alarm_list is not None else None, alarms_error=alarms_error)
+
+
+def _quota(answer: int | StoreError | None) -> int | None:
+    return answer if isinstance(answer, int) else None
 
 
 class StatusReader:

@@ -49,8 +49,10 @@ class EtcdMemberView:
     raft_term: int | None
     raft_index: int | None
     version: str
-    db_size: int | None
+    db_size: int | None         # bytes of the member's database file
     error: str
+    db_size_in_use: int | None = None   # bytes of it in use (the rest: freed by a defrag)
+    quota: int | None = None    # the member's backend quota (None: not read)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,9 +109,11 @@ def table(st: ClusterStatus) -> str:
     if e.alarms:
         out.append("  ALARMS  " + ", ".join(f"{a.alarm} (raised by {a.member})"
                                             for a in e.alarms))
-    out += columns(("MEMBER", "ENDPOINT", "ID", "LEADER", "TERM", "VERSION", "DB", "STATUS"), [
+    out += columns(("MEMBER", "ENDPOINT", "ID", "LEADER", "TERM", "VERSION", "DB", "IN USE",
+                    "QUOTA", "STATUS"), [
         (m.name or "?", m.endpoint, m.id, "*" if m.is_leader else "",
          m.raft_term if m.raft_term is not None else "", m.version, size(m.db_size),
+         size(m.db_size_in_use), size(m.quota),
          "ok" if m.reachable and not m.error else (m.error or "down"))
         for m in e.members])
 

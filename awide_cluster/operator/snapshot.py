@@ -13,6 +13,7 @@ class EndpointAnswer:
     endpoint: str
     status: EndpointStatus | None
     error: str = ""
+    quota: int | None = None    # the member's backend quota, None: not read (its /metrics)
 
 
 @dataclass(frozen=True, slots=True)

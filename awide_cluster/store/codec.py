@@ -291,6 +291,8 @@ def endpoint_status(body: Mapping[str, Any], endpoint: str) -> EndpointStatus:
         raft_term=as_int(body, "raftTerm"), raft_index=as_int(body, "raftIndex"),
         version=str(body.get("version", "")), db_size=as_int(body, "dbSize"),
         errors=tuple(str(e) for e in body.get("errors", []) or []),
+        # never 0 in a real member: an absent field (the JSON gateway drops zeros) is unknown
+        db_size_in_use=as_int(body, "dbSizeInUse") or None,
     )
 
 

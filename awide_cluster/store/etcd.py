@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+import aiohttp
+
 from awide_cluster.store import bounded, codec
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
@@ -25,6 +27,7 @@ from awide_cluster.store.errors import (
     RevisionWentBack,
     StoreError,
     Timeout,
+    Unavailable,
 )
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
 from awide_cluster.store.port import Op
@@ -320,6 +323,32 @@ class EtcdStore:
         self.note_revision(codec.header_revision(answer))
         return codec.endpoint_status(answer, endpoint)
 
+    async def quota_bytes(self, endpoint: str, *, timeout: float | None = None) -> int:
+        """The backend quota of one member (``--quota-backend-bytes``), read from its own
+        gauge ``etcd_server_quota_backend_bytes`` on ``/metrics`` (etcd 3.4 and later): read
+        line by line, at most ``QUOTA_SCAN_BYTES``, stopped at the gauge. The quota is a flag
+        of the member, in no API answer."""
+        deadline = self.deadline(timeout)
+        endpoint = endpoint.rstrip("/")
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await _scan_quota(self.transport, endpoint)
+        except TimeoutError:
+            raise Timeout(f"{endpoint}: quota: no answer within the deadline") from None
+
+    async def quotas(self, *, timeout: float | None = None) -> dict[str, int | StoreError]:
+        """The quota of every configured endpoint, asked concurrently within one deadline."""
+        eps = self.config.endpoints
+        results = await asyncio.gather(
+            *(self.quota_bytes(ep, timeout=timeout) for ep in eps), return_exceptions=True)
+        out: dict[str, int | StoreError] = {}
+        for ep, res in zip(eps, results, strict=True):
+            if isinstance(res, (int, StoreError)):
+                out[ep] = res
+            else:
+                raise res  # a bug, not an etcd answer
+        return out
+
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]:
         """The status of every configured endpoint, asked concurrently within one deadline."""
@@ -354,3 +383,37 @@ class EtcdStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+QUOTA_GAUGE = b"etcd_server_quota_backend_bytes"
+# etcd serves its families sorted by name: etcd_server_* comes before the large go_*/grpc_*
+# families, within the first tens of kB
+QUOTA_SCAN_BYTES = 1 << 20
+
+
+async def _scan_quota(transport: Transport, endpoint: str) -> int:
+    try:
+        async with transport.session().get(endpoint + "/metrics") as resp:
+            if resp.status != 200:
+                raise BadResponse(f"{endpoint}: /metrics answered HTTP {resp.status}")
+            read = 0
+            async for raw in resp.content:          # lines
+                read += len(raw)
+                if read > QUOTA_SCAN_BYTES:
+                    break
+                line = raw.strip()
+                if line.startswith(QUOTA_GAUGE + b" "):
+                    try:
+                        value = float(line.split()[1])
+                    except (IndexError, ValueError):
+                        raise BadResponse(f"{endpoint}: /metrics: unreadable "
+                                          f"{QUOTA_GAUGE.decode()} line {line[:80]!r}") from None
+                    if not 0 < value < 2**63:
+                        raise BadResponse(f"{endpoint}: /metrics: quota {value!r} out of range")
+                    return int(value)
+    except (aiohttp.ClientError, OSError) as exc:
+        raise Unavailable(f"{endpoint}: /metrics: {type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:                   # aiohttp: a line over its buffer
+        raise BadResponse(f"{endpoint}: /metrics: {exc}") from None
+    raise BadResponse(f"{endpoint}: /metrics has no {QUOTA_GAUGE.decode()} within "
+                      f"{QUOTA_SCAN_BYTES} bytes (etcd before 3.4?)")

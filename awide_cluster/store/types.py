@@ -85,8 +85,9 @@ class EndpointStatus:
     raft_term: int
     raft_index: int
     version: str
-    db_size: int
+    db_size: int              # bytes of the backend file (dbSize)
     errors: tuple[str, ...] = ()
+    db_size_in_use: int | None = None   # bytes in use in it (dbSizeInUse; None: not said)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.operator.judge.daemons import judge_writes
-from awide_cluster.operator.judge.etcd import MemberCount, judge_quorum, roll_call
+from awide_cluster.operator.judge.etcd import (
+    NEAR_QUOTA,
+    MemberCount,
+    judge_alarms,
+    judge_quorum,
+    judge_space,
+    roll_call,
+)
 from awide_cluster.operator.judge.gateways import agreement
-from awide_cluster.operator.model import EtcdView, GatewayRecordView, HostView
+from awide_cluster.operator.model import EtcdMemberView, EtcdView, GatewayRecordView, HostView
 from awide_cluster.operator.observe import Age
 from awide_cluster.operator.snapshot import EndpointAnswer, StatusPolicy
-from awide_cluster.store.types import EndpointStatus, Member
+from awide_cluster.store.types import Alarm, EndpointStatus, Member
 
 
 @st.composite
@@ -119,3 +126,59 @@ def test_writes_refused_needs_a_majority_of_two_or_more_stale_reports(hosts):
     stale = [v for v in reporting if v.report_age is not None and v.report_age.at_least >= 3.0]
     assert bool(problems) == (len(stale) >= 2 and 2 * len(stale) > len(reporting))
     assert all(p.code == "writes_refused" for p in problems)
+
+
+# ---------------------------------------------------------------------- database space
+
+MiB = 1 << 20
+
+
+@st.composite
+def space_rows(draw):
+    quota = draw(st.one_of(st.none(), st.integers(16 * MiB, 8 << 30)))
+    top = (quota or 8 << 30) * 2
+    db = draw(st.one_of(st.none(), st.integers(20_000, top)))
+    in_use = draw(st.one_of(st.none(), st.integers(1, db or top)))
+    return EtcdMemberView(name="m1", id="1", endpoint=_url(1), reachable=db is not None,
+                          is_leader=False, raft_term=None, raft_index=None, version="3.5.1",
+                          db_size=db, error="", db_size_in_use=in_use, quota=quota)
+
+
+@given(row=space_rows())
+@settings(max_examples=300)
+def test_a_member_near_its_quota_is_a_warning_saying_what_frees_space(row):
+    problems = judge_space((row,))
+    near = (row.db_size is not None and row.quota is not None
+            and row.db_size >= NEAR_QUOTA * row.quota)
+    assert [p.code for p in problems] == (["etcd_db_near_quota"] if near else [])
+    if near:
+        (p,) = problems
+        assert p.severity == "warning" and p.subject == "m1"
+        assert f"{100 * row.db_size / row.quota:.0f}%" in p.message
+        assert "NOSPACE" in p.message and "docs/operations.md" in p.message
+        # a defrag alone frees it only when most of the file is not in use
+        defrag_only = row.db_size_in_use is not None and row.db_size_in_use < NEAR_QUOTA * row.quota
+        assert ("compact" not in p.message) == defrag_only
+
+
+def test_an_unknown_quota_is_never_judged():
+    row = EtcdMemberView(name="m1", id="1", endpoint=_url(1), reachable=True, is_leader=False,
+                         raft_term=1, raft_index=1, version="3.4.23", db_size=10 << 30,
+                         error="")
+    assert row.quota is None and judge_space((row,)) == []
+
+
+def test_answers_carry_size_in_use_and_quota_into_the_rows():
+    status = EndpointStatus(_url(1), 1, 1, 4, 100, "3.5.1", 5 * MiB, db_size_in_use=2 * MiB)
+    members = (Member(id=1, name="m1", client_urls=(_url(1),), peer_urls=()),)
+    roll = roll_call((EndpointAnswer(_url(1), status, "", 16 * MiB),), members, (_url(1),))
+    (row,) = roll.rows
+    assert (row.db_size, row.db_size_in_use, row.quota) == (5 * MiB, 2 * MiB, 16 * MiB)
+
+
+def test_a_corrupt_alarm_names_its_runbook():
+    _, problems = judge_alarms((Alarm(member_id=1, alarm="CORRUPT"),), "",
+                               {1: Member(id=1, name="m1", client_urls=(), peer_urls=())}, "ok")
+    (p,) = problems
+    assert (p.code, p.subject) == ("etcd_alarm", "CORRUPT")
+    assert "m1" in p.message and "docs/operations.md" in p.message

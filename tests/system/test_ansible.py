@@ -64,9 +64,10 @@ def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
 
 def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
     r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
-              "--syntax-check", "site.yml", "upgrade.yml"], cwd=ANSIBLE)
+              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml"], cwd=ANSIBLE)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
+    assert "playbook: backup.yml" in r.stdout
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -155,6 +156,8 @@ def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> d
                                                                "tasks_from": "config.yml"}},
             {"name": "Etcd flags", "ansible.builtin.import_role": {"name": "awide",
                                                                    "tasks_from": "etcd_env.yml"}},
+            {"name": "Housekeeping", "ansible.builtin.import_role": {
+                "name": "awide", "tasks_from": "maintenance_files.yml"}},
         ]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     old = "# the previous, valid file\ncluster: t1\nhost: w2\nrole: witness\n"
@@ -244,6 +247,80 @@ def test_etcd_flags_name_every_member(rendered: dict) -> None:
     assert env["ETCD_LISTEN_CLIENT_URLS"] == "http://[fd00::12]:2379,http://127.0.0.1:2379"
     assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == "1s"
     assert env["ETCD_PRE_VOTE"] == "true"
+
+
+def test_etcd_flags_compact_history_and_set_the_quota(rendered: dict) -> None:
+    for host in ("s1", "s2", "w1"):
+        env = _env_file(rendered["out"] / host / "etcd.env")
+        assert env["ETCD_AUTO_COMPACTION_MODE"] == "periodic"
+        assert env["ETCD_AUTO_COMPACTION_RETENTION"] == "1h"
+        assert env["ETCD_QUOTA_BACKEND_BYTES"] == str(2 * 1024**3)
+
+
+def test_etcdctl_of_the_housekeeping_units_reaches_this_member_only(rendered: dict) -> None:
+    path = rendered["out"] / "s2" / "etcdctl.env"
+    assert path.stat().st_mode & 0o777 == 0o600
+    env = _env_file(path)
+    assert env["ETCDCTL_ENDPOINTS"] == "http://[fd00::12]:2379"
+    assert env["ETCDCTL_API"] == "3"
+    assert env["AWIDE_BACKUP_DIR"] == "/var/lib/awide-etcd-backup"
+    assert env["AWIDE_BACKUP_KEEP_DAYS"] == "7" and env["AWIDE_BACKUP_NAME"] == "s2"
+
+
+def _dropin(rendered: dict, host: str, unit: str) -> str:
+    return (rendered["out"] / host / "units" / f"{unit}.d" / "10-awide.conf").read_text()
+
+
+def test_members_are_defragmented_one_at_a_time(rendered: dict) -> None:
+    times = {}
+    for host in ("s1", "s2", "w1"):
+        text = _dropin(rendered, host, "awide-etcd-defrag.timer")
+        # the unit's OnCalendar is reset, then this host's own time
+        assert re.search(r"^OnCalendar=$", text, re.M), text
+        times[host] = re.findall(r"^OnCalendar=\*-\*-\* (\d\d:\d\d):00$", text, re.M)
+    assert times == {"s1": ["03:00"], "s2": ["03:15"], "w1": ["03:30"]}
+    service = _dropin(rendered, "s1", "awide-etcd-defrag.service")
+    assert "Environment=ETCDCTL_COMMAND_TIMEOUT=300s" in service
+    assert "TimeoutStartSec=330" in service          # within the 15 min between two members
+
+
+def test_backups_are_daily_and_bounded(rendered: dict) -> None:
+    timer = _dropin(rendered, "w1", "awide-etcd-backup.timer")
+    assert re.findall(r"^OnCalendar=(.*)$", timer, re.M) == ["", "*-*-* 02:30:00"]
+    service = _dropin(rendered, "w1", "awide-etcd-backup.service")
+    assert "Environment=ETCDCTL_COMMAND_TIMEOUT=600s" in service
+    assert "TimeoutStartSec=660" in service
+    assert "ReadWritePaths" not in service            # the unit's own StateDirectory
+
+
+HOUSEKEEPING_UNITS = ("awide-etcd-defrag.service", "awide-etcd-defrag.timer",
+                      "awide-etcd-backup.service", "awide-etcd-backup.timer")
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze not installed")
+@pytest.mark.parametrize("host", ["s1", "w1"])
+def test_housekeeping_units_with_their_rendered_dropins_verify(rendered: dict, tmp_path: Path,
+                                                               host: str) -> None:
+    """The role's drop-ins beside the units, as on a host: systemd-analyze verify reads both
+    and says nothing (a bad calendar or key would be named)."""
+    true = shutil.which("true")
+    assert true is not None
+    etcd_unit = (ROOT / "systemd" / "awide-etcd.service").read_text()
+    (tmp_path / "awide-etcd.service").write_text(etcd_unit.replace("/usr/bin/etcd", true))
+    for name in HOUSEKEEPING_UNITS:
+        text = (ROOT / "systemd" / name).read_text()
+        for prog in ("/usr/local/bin/awide-etcd-backup", "/usr/bin/etcdctl"):
+            text = text.replace(prog, true)
+        (tmp_path / name).write_text(text)
+        shutil.copytree(rendered["out"] / host / "units" / f"{name}.d", tmp_path / f"{name}.d")
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                        *(str(tmp_path / n) for n in HOUSEKEEPING_UNITS)],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
+    noise = [line for line in r.stderr.splitlines() if "awide" in line or "Unknown" in line
+             or "Failed" in line or "Invalid" in line]
+    assert r.returncode == 0 and not noise, r.stderr
 
 
 def _etcd_programs() -> list[str]:

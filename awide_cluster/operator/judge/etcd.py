@@ -4,7 +4,8 @@
 2. ``count_members`` and ``judge_quorum``: how many members are up with a raft leader, and
    whether that is a majority (``ok``), not (``lost``) or cannot be told (``unknown``);
 3. ``member_problems``: members down, cut off, disagreeing, too few, version skew;
-4. ``judge_alarms``: etcd's alarm list (NOSPACE by name, any other alarm generically).
+4. ``judge_alarms``: etcd's alarm list (NOSPACE by name, any other alarm generically);
+5. ``judge_space``: members whose database is near their backend quota.
 
 ``judge_etcd`` runs them in that order and builds the ``EtcdView``.
 """
@@ -52,6 +53,7 @@ def judge_etcd(raw: RawSnapshot) -> tuple[EtcdView, tuple[Problem, ...]]:
     problems += member_problems(roll, by_id, quorum, raw.members)
     alarms, alarm_problems = judge_alarms(raw.alarms, raw.alarms_error, by_id, quorum)
     problems += alarm_problems
+    problems += judge_space(roll.rows)
     leader_id = raft_leader(roll.answered)
     terms = [st.raft_term for st in roll.answered]
     view = EtcdView(
@@ -75,7 +77,8 @@ def roll_call(answers: tuple[EndpointAnswer, ...], members: tuple[Member, ...] |
             rows.append(_silent_row(a.endpoint, _member_at(members, a.endpoint), a.error))
         else:
             answered[a.status.member_id] = a.status
-            rows.append(_answered_row(a.endpoint, a.status, by_id.get(a.status.member_id)))
+            rows.append(_answered_row(a.endpoint, a.status, by_id.get(a.status.member_id),
+                                      a.quota))
     not_asked = [m for m in members or ()
                  if m.id not in answered and not _reached(m, endpoints)]
     rows += [_unasked_row(m) for m in not_asked]
@@ -83,13 +86,15 @@ def roll_call(answers: tuple[EndpointAnswer, ...], members: tuple[Member, ...] |
                     unchecked=len(not_asked))
 
 
-def _answered_row(endpoint: str, st: EndpointStatus, member: Member | None) -> EtcdMemberView:
+def _answered_row(endpoint: str, st: EndpointStatus, member: Member | None,
+                  quota: int | None = None) -> EtcdMemberView:
     return EtcdMemberView(
         name=(member.name if member is not None else "") or f"{st.member_id:x}",
         id=f"{st.member_id:x}", endpoint=endpoint, reachable=True,
         is_leader=st.leader != 0 and st.leader == st.member_id,
         raft_term=st.raft_term, raft_index=st.raft_index, version=st.version,
-        db_size=st.db_size, error="; ".join(st.errors))
+        db_size=st.db_size, error="; ".join(st.errors), db_size_in_use=st.db_size_in_use,
+        quota=quota)
 
 
 def _silent_row(endpoint: str, member: Member | None, error: str) -> EtcdMemberView:
@@ -195,9 +200,51 @@ def judge_alarms(alarms: tuple[Alarm, ...] | None, alarms_error: str, by_id: dic
             "(runbook: compact, defragment each member, alarm disarm); reads still work"))
     for kind in sorted({v.alarm for v in views if v.alarm != "NOSPACE"}):
         who = ", ".join(sorted(v.member for v in views if v.alarm == kind))
+        runbook = _ALARM_RUNBOOK.get(kind, "see etcd's log")
         problems.append(Problem("error", "etcd_alarm", kind,
-                                f"etcd alarm {kind} raised by {who} (see etcd's log)"))
+                                f"etcd alarm {kind} raised by {who} ({runbook})"))
     return tuple(views), problems
+
+
+_ALARM_RUNBOOK = {
+    "CORRUPT": ("a member's data differs from the others': etcd refuses writes; see etcd's "
+                "log for the member, replace it from a healthy one or restore a backup "
+                "(runbook: docs/operations.md)"),
+}
+
+
+# ---------------------------------------------------------------------- 5. space
+
+NEAR_QUOTA = 0.8    # a member's database this full (of its quota) is a warning
+
+
+def judge_space(rows: tuple[EtcdMemberView, ...]) -> list[Problem]:
+    """``etcd_db_near_quota`` for each member whose database file is at least ``NEAR_QUOTA``
+    of its backend quota (when both are known): at the quota etcd raises NOSPACE and refuses
+    every write. The message says whether a defragmentation alone would free the space
+    (much of the file not in use) or history must be compacted first."""
+    problems: list[Problem] = []
+    for r in rows:
+        if r.db_size is None or not r.quota or r.db_size < NEAR_QUOTA * r.quota:
+            continue
+        if r.db_size_in_use is not None and r.db_size_in_use < NEAR_QUOTA * r.quota:
+            fix = (f"{size_text(r.db_size_in_use)} of it in use: defragment the member "
+                   "(awide-etcd-defrag.service)")
+        else:
+            fix = "compact etcd's history, then defragment each member"
+        problems.append(Problem(
+            "warning", "etcd_db_near_quota", r.name or r.endpoint,
+            f"etcd member {r.name or r.endpoint}'s database is {size_text(r.db_size)}, "
+            f"{100 * r.db_size / r.quota:.0f}% of its quota of {size_text(r.quota)}: at the "
+            f"quota etcd refuses every write (NOSPACE); {fix} (runbook: docs/operations.md)"))
+    return problems
+
+
+def size_text(n: int) -> str:
+    """Bytes as MiB (or GiB), one decimal."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 # ---------------------------------------------------------------------- helpers
