@@ -115,7 +115,10 @@ def test_status_shows_each_members_db_size_in_use_and_quota(etcd_cluster, cluste
 def test_near_the_quota_status_warns_and_compaction_with_defrag_clears_it(etcd_cluster,
                                                                          tmp_path):
     ctl = beside(etcd_cluster.binary, "etcdctl") or pytest.skip("no etcdctl next to etcd")
-    quota = 16 * MiB
+    # not a power of two: bbolt grows the file by doubling (8 MiB, then 16 MiB) and commits
+    # up to 100 ms after a put is answered, so a status read can still show the old size;
+    # with 20 MiB the 16 MiB file is at 80 % and one more 1 MiB put still fits under the quota
+    quota = 20 * MiB
     with EtcdCluster(tmp_path, size=1, binary=etcd_cluster.binary, stop_timeout=0.5,
                      extra_args=[f"--quota-backend-bytes={quota}"]) as small:
         state.write(small.endpoints, "nearq", state.healthy_state("nearq"))
