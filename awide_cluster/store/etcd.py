@@ -338,29 +338,26 @@ class EtcdStore:
 
     async def quotas(self, *, timeout: float | None = None) -> dict[str, int | StoreError]:
         """The quota of every configured endpoint, asked concurrently within one deadline."""
-        eps = self.config.endpoints
-        results = await asyncio.gather(
-            *(self.quota_bytes(ep, timeout=timeout) for ep in eps), return_exceptions=True)
-        out: dict[str, int | StoreError] = {}
-        for ep, res in zip(eps, results, strict=True):
-            if isinstance(res, (int, StoreError)):
-                out[ep] = res
-            else:
-                raise res  # a bug, not an etcd answer
-        return out
+        return await self._each_endpoint(
+            lambda ep: self.quota_bytes(ep, timeout=timeout))
 
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]:
         """The status of every configured endpoint, asked concurrently within one deadline."""
+        return await self._each_endpoint(
+            lambda ep: self.endpoint_status(ep, timeout=timeout))
+
+    async def _each_endpoint(self, ask: Callable[[str], Awaitable[T]]
+                             ) -> dict[str, T | StoreError]:
+        """``ask`` of every configured endpoint concurrently: its answer or its StoreError;
+        any other exception is a bug, not an etcd answer, and is raised."""
         eps = self.config.endpoints
-        results = await asyncio.gather(
-            *(self.endpoint_status(ep, timeout=timeout) for ep in eps), return_exceptions=True)
-        out: dict[str, EndpointStatus | StoreError] = {}
+        results = await asyncio.gather(*(ask(ep) for ep in eps), return_exceptions=True)
+        out: dict[str, T | StoreError] = {}
         for ep, res in zip(eps, results, strict=True):
-            if isinstance(res, (EndpointStatus, StoreError)):
-                out[ep] = res
-            else:
-                raise res  # a bug, not an etcd answer
+            if isinstance(res, BaseException) and not isinstance(res, StoreError):
+                raise res
+            out[ep] = res
         return out
 
     # ------------------------------------------------------------------ watch
