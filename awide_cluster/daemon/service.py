@@ -226,6 +226,7 @@ class Daemon:
             await self._sleep(random.uniform(0, self.config.timing.poll_interval))
             next_at = self.clock.monotonic()
             while not self._stop.is_set():
+                self._wake.clear()
                 await self._guarded_turn()
                 interval = self.config.timing.poll_interval
                 next_at += interval
@@ -456,14 +457,14 @@ class Daemon:
         if step.action is KeyAction.IGNORE:
             return
         self.key_steps[step.action.value] = self.key_steps.get(step.action.value, 0) + 1
-        had = self.leadership.has_key
         try:
             async with self._electing:
                 if step.action is KeyAction.VERIFY and self.leadership.has_key:
                     kv = await self.store.get(keys.LEADER,
                                               timeout=self.config.etcd.call_timeout)
                     self.leadership.observe_key(kv)
-                if not self.leadership.has_key and not self._stop.is_set():
+                had = self.leadership.has_key
+                if not had and not self._stop.is_set():
                     await self._campaign()
         except StoreError as e:
             log.warning("%s: leader key read on a watch event failed (%s); the next poll "
