@@ -77,9 +77,8 @@ class ProbeWorker:
     """Blocking probe jobs off the event loop: the jobs asked for in one loop iteration (every
     card's, in one turn) go to the worker thread as one submission and run one after the
     other, each to its end (its cleanup always runs, even when its task gave up); one that
-    hangs is left to its thread while a new thread takes the queue (see the module doc). A
-    job with a
-    ``key`` that is still running (it hung in an earlier turn) fails at once with
+    hangs is left to its thread while a new thread takes the queue (see the module doc). A job
+    whose ``key`` is still queued or running (it hung in an earlier turn) fails at once with
     ``StillStuck`` instead of queueing behind it."""
 
     def __init__(self, *, name: str = "awide-probes") -> None:

@@ -15,16 +15,19 @@ from .conftest import FAST, make_config, store_of, wait_for
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}
 
 
-async def leader_then_follower(etcd, cluster: str) -> tuple[Daemon, Daemon]:
-    """``a`` (fast timing) leads; ``b`` (5 s poll) has made its first turn (holds a lease)."""
-    a = Daemon(make_config(etcd, cluster, "h1", timing=FAST))
-    b = Daemon(make_config(etcd, cluster, "h2", timing=SLOW_POLL))
+def leader_and_follower(etcd, cluster: str) -> tuple[Daemon, Daemon]:
+    """``a`` with fast timing, ``b`` polling every 5 s."""
+    return (Daemon(make_config(etcd, cluster, "h1", timing=FAST)),
+            Daemon(make_config(etcd, cluster, "h2", timing=SLOW_POLL)))
+
+
+async def start(a: Daemon, b: Daemon) -> None:
+    """``a`` leads; ``b`` has made its first turn (it holds a lease)."""
     await a.start()
     await wait_for(lambda: a.is_leader, what="h1 leads")
     await b.start()
     await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
     assert not b.leadership.has_key
-    return a, b
 
 
 def alive(d: Daemon) -> bool:
@@ -32,9 +35,10 @@ def alive(d: Daemon) -> bool:
 
 
 async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, cluster_name):
-    a, b = await leader_then_follower(etcd, cluster_name)
+    a, b = leader_and_follower(etcd, cluster_name)
     store = store_of(etcd, cluster_name)
     try:
+        await start(a, b)
         assert alive(b)
         a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
         await a.stop()
@@ -58,17 +62,21 @@ async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, c
 async def test_a_revoked_lease_hands_the_key_over_on_the_watch(etcd, cluster_name):
     """A crash (no revoke by the daemon) and the lease ended in etcd: etcd deletes the key,
     the follower's watch sees it."""
-    a, b = await leader_then_follower(etcd, cluster_name)
+    a, b = leader_and_follower(etcd, cluster_name)
     store = store_of(etcd, cluster_name)
+    crashed = False
     try:
+        await start(a, b)
         lease = a.lease.id
         assert lease is not None
+        crashed = True
         await a.abort()
         await store.revoke(lease)
         await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's lease ended")
         assert b.key_wins == 1
     finally:
-        await a.stop()
+        if not crashed:
+            await a.stop()
         await b.stop()
         await store.close()
 
@@ -76,17 +84,21 @@ async def test_a_revoked_lease_hands_the_key_over_on_the_watch(etcd, cluster_nam
 async def test_an_expired_lease_hands_the_key_over_within_ttl(etcd, cluster_name):
     """A crash: nobody revokes; etcd deletes the key when the lease expires (its TTL, plus
     etcd's expiry granularity); the follower takes it at once, not at its 5 s poll."""
-    a, b = await leader_then_follower(etcd, cluster_name)
+    a, b = leader_and_follower(etcd, cluster_name)
     store = store_of(etcd, cluster_name)
+    crashed = False
     try:
+        await start(a, b)
         ttl = a.lease.granted_ttl
         assert ttl < SLOW_POLL["poll_interval"]
+        crashed = True
         await a.abort()
         await wait_for(lambda: b.is_leader, timeout=ttl + 1.0,
                        what="h2 leads after h1's lease expired")
         assert b.key_wins == 1
     finally:
-        await a.stop()
+        if not crashed:
+            await a.stop()
         await b.stop()
         await store.close()
 
