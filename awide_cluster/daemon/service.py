@@ -75,6 +75,9 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
 # etcd sends a progress notification every second (docs/deploy.md): a leader-key watch silent
 # for this long is re-opened on another member
 LEADER_WATCH_STALL = 3.0
+# a leader record is at most 4 KiB (base64 in the event): a message over this is refused unread
+# (the watch skips it and the daemon reads the key instead, bounded like its poll's read)
+LEADER_WATCH_MESSAGE_BYTES = 64 * 1024
 
 
 class ClusterTooSmall(RuntimeError):
@@ -413,7 +416,8 @@ class Daemon:
         missed = False
         while not self._stop.is_set():
             try:
-                async with self.store.watch(keys.LEADER, stall_after=LEADER_WATCH_STALL) as w:
+                async with self.store.watch(keys.LEADER, stall_after=LEADER_WATCH_STALL,
+                                            max_message_bytes=LEADER_WATCH_MESSAGE_BYTES) as w:
                     if missed:
                         await self._on_leader_key("lost")
                         missed = False

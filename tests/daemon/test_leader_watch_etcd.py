@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
-from awide_cluster.daemon.service import Daemon
+from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
 from tests.timing import bound
 
 from .conftest import FAST, make_config, store_of, wait_for
@@ -106,7 +106,8 @@ async def test_an_expired_lease_hands_the_key_over_within_ttl(etcd, cluster_name
 async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluster_name):
     """A value that is no leader record, put over the leader's key (and off its lease): the
     watch crashes nothing, no follower campaigns (the key is held), the leader rewrites its
-    record on its lease with the same fencing token (the existing repair rule)."""
+    record on its lease with the same fencing token (the existing repair rule). A value over
+    the watch's message bound is refused unread and only makes the daemons read the key."""
     a = Daemon(make_config(etcd, cluster_name, "h1", timing=FAST))
     b = Daemon(make_config(etcd, cluster_name, "h2", timing=FAST))
     store = store_of(etcd, cluster_name)
@@ -116,20 +117,27 @@ async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluste
         await b.start()
         await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
         token = a.leadership.revision
+
+        async def repaired() -> bool:
+            kv = await store.get(keys.LEADER)
+            return (kv is not None and kv.lease == a.lease.id and kv.create_revision == token
+                    and LeaderRecord.decode(kv.value) == a.leadership.record)
+
         for garbage in (b"\x00\xff not json", b'{"host": 7}', b"[]"):
             await store.put(keys.LEADER, garbage)
-
-            async def repaired() -> bool:
-                kv = await store.get(keys.LEADER)
-                return (kv is not None and kv.lease == a.lease.id
-                        and kv.create_revision == token
-                        and LeaderRecord.decode(kv.value) == a.leadership.record)
-
             await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
-        assert a.is_leader and a.leadership.revision == token
-        assert not b.leadership.has_key
-        assert b.key_wins == 0 and "campaign" not in b.key_steps
+            assert a.is_leader and a.leadership.revision == token
+            assert not b.leadership.has_key
+        assert b.key_wins == 0 and "campaign" not in b.key_steps    # a put: the key is held
         assert a.key_steps.get("verify", 0) >= 3       # the holder re-read its key
+        # a value over the watch's message bound: refused unread, the key read instead (the
+        # follower's read finds it held: no campaign succeeds), repaired as before
+        await store.put(keys.LEADER, b"x" * (LEADER_WATCH_MESSAGE_BYTES + 1024))
+        await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
+        await wait_for(lambda: b.key_steps.get("campaign", 0) >= 1, timeout=3.0,
+                       what="h2 read the key after the refused message")
+        assert a.is_leader and a.leadership.revision == token
+        assert not b.leadership.has_key and b.key_wins == 0
         assert a.turn_errors == b.turn_errors == 0
         assert alive(a) and alive(b)
     finally:
