@@ -21,11 +21,14 @@ from awide_cluster.cards.model import DISCOVERY, CardObservation, LocalCard, Pro
 from awide_cluster.cards.nvme import discover_nvme
 from awide_cluster.cards.probes import (
     Clock,
+    ProbeWorker,
+    StillStuck,
     check_device,
     check_identity,
     probe_listener,
     probe_store,
     probe_writable,
+    shared_worker,
 )
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.cli import NvmeCli
@@ -37,22 +40,26 @@ log = logging.getLogger(__name__)
 
 async def observe(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
                   known_identity: str | None, clock: Clock, *,
-                  nvme_program: str = "nvme", systemctl: str = "systemctl") -> CardObservation:
+                  nvme_program: str = "nvme", systemctl: str = "systemctl",
+                  worker: ProbeWorker | None = None) -> CardObservation:
     """Discover the card and run its probes concurrently, bounded by ``spec.probe_timeout``.
 
     ``known_identity``: the identity first seen for this card (None: nothing known yet, any
     readable identity passes and the caller should remember ``obs.card.identity``).
     ``clock``: monotonic seconds, used for ``ProbeResult.elapsed``.
+    ``worker``: where the blocking probes run (``shared_worker()`` when None); the cards
+    observed concurrently in one turn hand theirs over to it together.
     """
     bound = spec.probe_timeout
-    jobs = [_discover(spec, runner, sysfs, known_identity, clock, nvme_program)]
+    work = worker if worker is not None else shared_worker()
+    jobs = [_discover(spec, runner, sysfs, known_identity, clock, nvme_program, work)]
     if spec.store is not None:
         jobs.append(_one(probe_store(spec.store, runner, bound, clock, systemctl=systemctl)))
     if spec.target is not None:
         jobs.append(_one(probe_listener(spec.target, bound, clock)))
     if spec.kind == "dir":
         assert spec.path is not None
-        jobs.append(_one(probe_writable(spec.path, bound, clock)))
+        jobs.append(_one(probe_writable(spec.path, bound, clock, worker=work)))
     results = await asyncio.gather(*jobs)
     card, discovery_probes = results[0]
     probes = [*discovery_probes]
@@ -69,8 +76,8 @@ async def _one(probe: Awaitable[ProbeResult]) -> tuple[None, list[ProbeResult]]:
 
 
 async def _discover(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
-                    known_identity: str | None, clock: Clock,
-                    nvme_program: str) -> tuple[LocalCard | None, list[ProbeResult]]:
+                    known_identity: str | None, clock: Clock, nvme_program: str,
+                    worker: ProbeWorker) -> tuple[LocalCard | None, list[ProbeResult]]:
     bound = spec.probe_timeout
     start = clock()
 
@@ -82,8 +89,10 @@ async def _discover(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
             if spec.kind == "dir":
                 assert spec.path is not None
                 try:
-                    card = await asyncio.to_thread(discover_dir, spec.name, spec.path,
-                                                   spec.target)
+                    card = await worker.run(discover_dir, spec.name, spec.path, spec.target,
+                                            bound=bound, key=f"label {spec.path}")
+                except StillStuck as exc:
+                    return None, [found(False, f"card not found: {exc}")]
                 except LabelError as exc:
                     return None, [found(False, f"card not found: {exc}")]
                 return card, [found(True, f"label of {card.serial} found in {spec.path}"),

@@ -8,18 +8,27 @@ keys vanish. When etcd says the lease is gone, a new one is granted.
 bound to the lease, valued ``{"host", "since", "api", "run"}``. Its create_revision is the
 fencing token: every registry write compares it. A leader holds only while it has confirmed
 its lease within (TTL - margin) of now; past that it steps down without waiting for etcd.
+
+Every daemon also watches the ``leader`` key (``Daemon``): ``key_seen`` says what a watch
+batch shows (only the kind of the last event: its value is untrusted and never used) and
+``on_leader_key`` what to do about it. A vacated key (deleted on a clean stop, or by etcd when
+its lease expired) makes a follower run its campaign at once, the same read and fenced create
+as its poll; the poll stays the bounded safety net.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+from dataclasses import dataclass
+from typing import Literal
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.store.errors import LeaseExpired, StoreError
 from awide_cluster.store.port import Store
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put, TxnResult
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put, TxnResult, WatchBatch
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -229,3 +238,53 @@ def first_kv(res: TxnResult) -> KeyValue | None:
         if r is not None and r.kvs:
             return r.kvs[0]
     return None
+
+
+# ---------------------------------------------------------------------- the leader key's watch
+
+KeySeen = Literal["put", "delete", "progress", "lost"]
+"""What a watch of the ``leader`` key showed: the key written, the key deleted, nothing
+(a progress notification), or events that may have been missed (the watch was (re)opened,
+compacted, or a message refused)."""
+
+
+class KeyAction(enum.Enum):
+    CAMPAIGN = "campaign"   # a follower: read the key, take it if vacant (the poll's campaign)
+    VERIFY = "verify"       # the holder: read the key, step down if it is not ours any more
+    IGNORE = "ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStep:
+    action: KeyAction
+    reason: str
+
+
+def key_seen(batch: WatchBatch) -> KeySeen:
+    """The kind of the batch's last event (the key's state at the batch's revision); the
+    value in it is untrusted and not looked at."""
+    if not batch.events:
+        return "progress"
+    return batch.events[-1].kind
+
+
+def on_leader_key(seen: KeySeen, *, has_key: bool, lease_valid: bool) -> KeyStep:
+    """What a daemon does about what its watch of ``leader`` showed. Only a read and the
+    same checks as a poll's ever act on it: a follower campaigns (a fenced create that only
+    succeeds when the key is absent), the holder re-reads its key."""
+    if seen == "progress":
+        return KeyStep(KeyAction.IGNORE, "progress notification")
+    if has_key:
+        what = {"put": "written", "delete": "deleted", "lost": "events may have been missed"}
+        return KeyStep(KeyAction.VERIFY,
+                       f"leader key {what[seen]} while this daemon holds it: re-read it")
+    if seen == "put":
+        return KeyStep(KeyAction.IGNORE, "leader key written: it is held")
+    if not lease_valid:
+        return KeyStep(KeyAction.IGNORE, "no confirmed lease to campaign on: the next poll "
+                                         "renews it")
+    if seen == "delete":
+        return KeyStep(KeyAction.CAMPAIGN, "leader key vacated (revoked, or its lease "
+                                           "expired): campaign at once")
+    return KeyStep(KeyAction.CAMPAIGN, "leader key events may have been missed: read it and "
+                                       "campaign if vacant")

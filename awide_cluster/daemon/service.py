@@ -10,6 +10,12 @@ One turn:
    otherwise follow the registry (for the status view);
 5. heartbeat (health marks, systemd watchdog).
 
+Beside the turns, a watch of ``leader`` (``_watch_leader``): when the key is vacated (deleted
+on a clean stop, or by etcd when its holder's lease expired) a follower runs the campaign of
+step 4 at once instead of at its next poll, and a new leader's first cycle runs at once (the
+turn is started early). What the watch delivers only triggers that read; the poll stays the
+bounded safety net. ``lease.on_leader_key`` decides.
+
 ``Daemon`` is what ``awide-cluster run`` drives and what the demo and tests start in-process
 (``await d.start()`` ... ``await d.stop()``); ``abort()`` drops it like a crash (no revoke).
 """
@@ -37,12 +43,24 @@ from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
-from awide_cluster.daemon.lease import HostLease, Leadership
+from awide_cluster.daemon.lease import (
+    HostLease,
+    KeyAction,
+    KeySeen,
+    Leadership,
+    key_seen,
+    on_leader_key,
+)
 from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.reconcile import Policy
 from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
 from awide_cluster.nvme.runner import CommandRunner
-from awide_cluster.store.errors import StoreError, ValueTooLarge, refusal_reason
+from awide_cluster.store.errors import (
+    StoreError,
+    ValueTooLarge,
+    WatchMessageTooLarge,
+    refusal_reason,
+)
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
 
@@ -53,6 +71,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("awide_cluster.daemon")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
+
+# etcd sends a progress notification every second (docs/deploy.md): a leader-key watch silent
+# for this long is re-opened on another member
+LEADER_WATCH_STALL = 3.0
+# a leader record is at most 4 KiB (base64 in the event): a message over this is refused unread
+# (the watch skips it and the daemon reads the key instead, bounded like its poll's read)
+LEADER_WATCH_MESSAGE_BYTES = 64 * 1024
 
 
 class ClusterTooSmall(RuntimeError):
@@ -121,6 +146,12 @@ class Daemon:
         self._last_turn_error = ""
         self.turn_errors = 0                        # turns that raised (counted, survived)
         self.write_error: dict[str, str | int] | None = None   # the latest report write failed
+        self._electing = asyncio.Lock()     # one campaign at a time: the turn's or the watch's
+        self._wake = asyncio.Event()        # start the next turn now (leadership just won)
+        self._watch_task: asyncio.Task[None] | None = None
+        self._watch_error = ""
+        self.key_steps: dict[str, int] = {}     # leader-key watch: reads it triggered, by action
+        self.key_wins = 0                   # campaigns won on a leader-key watch event
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,11 +222,14 @@ class Daemon:
         try:
             if not await self._check_cluster():
                 return
+            self._watch_task = asyncio.create_task(
+                self._watch_leader(), name=f"awide-leader-watch-{self.config.host}")
             # a random phase: hosts started together must not poll in step (their reports
             # would land right at the leader's reads, and etcd would see bursts)
             await self._sleep(random.uniform(0, self.config.timing.poll_interval))
             next_at = self.clock.monotonic()
             while not self._stop.is_set():
+                self._wake.clear()
                 await self._guarded_turn()
                 interval = self.config.timing.poll_interval
                 next_at += interval
@@ -203,12 +237,19 @@ class Daemon:
                 if next_at < now:               # overran: start again now, keep the phase
                     next_at = now
                 await self._sleep(next_at - now)
+                if self._wake.is_set():         # leadership won on the watch: turn now
+                    next_at = self.clock.monotonic()
         except ClusterTooSmall as e:
             self.fatal, self.exit_code = str(e), EXIT_CLUSTER
             log.error("%s", e)
         except Exception as e:               # a bug: say so and exit non-zero
             self.fatal, self.exit_code = f"{type(e).__name__}: {e}", EXIT_FAILED
             log.exception("daemon main loop failed")
+        finally:
+            if self._watch_task is not None:
+                self._watch_task.cancel()
+                await asyncio.gather(self._watch_task, return_exceptions=True)
+                self._watch_task = None
 
     async def _guarded_turn(self) -> None:
         """One turn that cannot end the loop: whatever escapes it (content in etcd that a
@@ -229,16 +270,18 @@ class Daemon:
             self.notifier.watchdog()
 
     async def _sleep(self, seconds: float) -> None:
-        if seconds <= 0 or self._stop.is_set():
+        """Until ``seconds`` passed, a stop was asked, or the next turn is wanted now."""
+        if seconds <= 0 or self._stop.is_set() or self._wake.is_set():
             return
         stop = asyncio.ensure_future(self._stop.wait())
+        wake = asyncio.ensure_future(self._wake.wait())
         nap = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
-            await asyncio.wait({stop, nap}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({stop, wake, nap}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (stop, nap):
+            for f in (stop, wake, nap):
                 f.cancel()
-            await asyncio.gather(stop, nap, return_exceptions=True)
+            await asyncio.gather(stop, wake, nap, return_exceptions=True)
 
     async def _check_cluster(self) -> bool:
         """Refuse an etcd cluster of fewer than 3 members unless dev_cluster. Retries (each
@@ -275,6 +318,7 @@ class Daemon:
         had_key = self.leadership.has_key
         elected_ok = await self._elect()
         if self.leadership.has_key:
+            self._wake.clear()              # this turn leads: no early turn needed
             led_ok = await self._lead(report_failure)
         else:
             if had_key:
@@ -340,22 +384,100 @@ class Daemon:
         if self.leadership.has_key or not self.lease.valid():
             return True
         try:
-            kv = await self.store.get(keys.LEADER, timeout=self.config.etcd.call_timeout)
-            self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
-            # our own key still bound to our (confirmed) lease: we stepped down because
-            # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
-            # else can take the key while we renew the lease, so campaign (it adopts the
-            # key) instead of leaving the cluster without a leader
-            ours = kv is not None and kv.lease == self.lease.id
-            if not ours and await self.leadership.clear_orphan(
-                    kv, self.config.timing.lease_ttl):
-                kv = None
-            if (kv is None or ours) and await self.leadership.campaign():
-                self.leader_loop.reset(known=self.registry)
+            async with self._electing:
+                await self._campaign()
         except StoreError as e:
             self._note_error(f"leader election: {e}")
             return False
         return True
+
+    async def _campaign(self) -> None:
+        """Read the leader key; create it on our lease if it is vacant (or ours). The poll's
+        and the watch's campaign, under ``_electing``. Raises StoreError."""
+        if self.leadership.has_key or not self.lease.valid():
+            return
+        kv = await self.store.get(keys.LEADER, timeout=self.config.etcd.call_timeout)
+        self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
+        # our own key still bound to our (confirmed) lease: we stepped down because
+        # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
+        # else can take the key while we renew the lease, so campaign (it adopts the
+        # key) instead of leaving the cluster without a leader
+        ours = kv is not None and kv.lease == self.lease.id
+        if not ours and await self.leadership.clear_orphan(kv, self.config.timing.lease_ttl):
+            kv = None
+        if (kv is None or ours) and await self.leadership.campaign():
+            self.leader_loop.reset(known=self.registry)
+
+    async def _watch_leader(self) -> None:
+        """Follow the ``leader`` key with a watch (progress notifications, stall watchdog,
+        resumption: ``store.watch``) and act on what ``on_leader_key`` decides. Never ends
+        on an error: it is logged once, the watch re-opened after one poll interval, and the
+        key read then (events may have been missed meanwhile). The poll covers the gap."""
+        missed = False
+        while not self._stop.is_set():
+            try:
+                async with self.store.watch(keys.LEADER, stall_after=LEADER_WATCH_STALL,
+                                            max_message_bytes=LEADER_WATCH_MESSAGE_BYTES) as w:
+                    if missed:
+                        await self._on_leader_key("lost")
+                        missed = False
+                    while not self._stop.is_set():
+                        try:
+                            batch = await w.__anext__()
+                        except WatchMessageTooLarge as e:
+                            self._watch_failed(str(e))
+                            await self._on_leader_key("lost")
+                            continue
+                        except StopAsyncIteration:
+                            break
+                        await self._on_leader_key(key_seen(batch))
+            except StoreError as e:
+                self._watch_failed(str(e))
+                missed = True
+            except Exception as e:      # noqa: BLE001 - the watch must outlive any content
+                self._watch_failed(f"{type(e).__name__}: {e}", trace=True)
+                missed = True
+            await self._sleep(self.config.timing.poll_interval if missed else 0)
+
+    def _watch_failed(self, why: str, *, trace: bool = False) -> None:
+        why = clean_text(why, 300)
+        if why != self._watch_error:
+            log.warning("%s: leader key watch: %s; the poll reads the key meanwhile",
+                        self.config.host, why, exc_info=trace)
+        self._watch_error = why
+
+    async def _on_leader_key(self, seen: KeySeen) -> None:
+        """What the leader-key watch showed: decided by ``on_leader_key``; a campaign or a
+        read of the key, never the event's value. Never raises for etcd trouble."""
+        if self._stop.is_set():
+            return
+        step = on_leader_key(seen, has_key=self.leadership.has_key,
+                             lease_valid=self.lease.valid())
+        if seen == "progress":
+            return
+        host = self.config.host
+        log.info("%s: leader key watch saw %s: %s (%s)", host, seen, step.action.value,
+                 step.reason)
+        if step.action is KeyAction.IGNORE:
+            return
+        self.key_steps[step.action.value] = self.key_steps.get(step.action.value, 0) + 1
+        try:
+            async with self._electing:
+                if step.action is KeyAction.VERIFY and self.leadership.has_key:
+                    kv = await self.store.get(keys.LEADER,
+                                              timeout=self.config.etcd.call_timeout)
+                    self.leadership.observe_key(kv)
+                had = self.leadership.has_key
+                if not had and not self._stop.is_set():
+                    await self._campaign()
+        except StoreError as e:
+            log.warning("%s: leader key read on a watch event failed (%s); the next poll "
+                        "campaigns", host, clean_text(e, 300))
+            return
+        self._watch_error = ""
+        if self.leadership.has_key and not had:
+            self.key_wins += 1
+            self._wake.set()            # the first leader cycle now, not at the next poll
 
     async def _lead(self, report_failure: str) -> bool:
         """4b. One leader cycle (told whether this turn's report write failed). False: it

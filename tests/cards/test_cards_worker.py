@@ -1,0 +1,122 @@
+"""The probe worker: every card's blocking probes of one turn go to one thread in one
+submission; each gets its own result; a hung probe costs only its own card (bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from awide_cluster.cards.directory import LABEL_FILE, write_label
+from awide_cluster.cards.observe import observe
+from awide_cluster.cards.probes import ProbeWorker, StillStuck
+from awide_cluster.cards.spec import CardSpec
+from awide_cluster.nvme.runner import Runner
+from awide_cluster.nvme.sysfs import Sysfs
+from tests.timing import bound, wait_until
+
+clock = time.monotonic
+
+
+def square(n: int) -> int:
+    return n * n
+
+
+def refuse(n: int) -> int:
+    raise OSError(f"job {n} refused")
+
+
+async def test_one_turn_is_one_submission_to_one_thread_each_job_its_own_result():
+    worker = ProbeWorker()
+    futs = [worker.run(refuse if n == 3 else square, n, bound=1.0) for n in range(8)]
+    got = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), bound(2.0))
+    assert [g for n, g in enumerate(got) if n != 3] == [n * n for n in range(8) if n != 3]
+    assert isinstance(got[3], OSError) and "job 3 refused" in str(got[3])
+    assert worker.submissions == 1 and worker.threads_started == 1
+    # the next turn: the same thread (nothing started), one more submission
+    assert await asyncio.wait_for(worker.run(square, 9, bound=1.0), bound(2.0)) == 81
+    assert worker.submissions == 2 and worker.threads_started == 1
+
+
+async def test_a_hung_job_costs_only_itself_and_its_key_fails_at_once_while_stuck():
+    worker = ProbeWorker()
+    release = threading.Event()
+    try:
+        hung = worker.run(release.wait, 60.0, bound=0.5, key="label /hung")
+        others = [worker.run(square, n, bound=0.5) for n in range(4)]
+        # the others finish while the hung one still runs: within their own bound
+        assert await asyncio.wait_for(asyncio.gather(*others), bound(0.5)) == [0, 1, 4, 9]
+        assert not hung.done()
+        assert worker.threads_started == 2          # the hung thread was left to its job
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(hung, 0.1)       # its card gives up at its own bound
+        # the next turn: the same key fails at once instead of queueing behind it
+        with pytest.raises(StillStuck, match="still stuck"):
+            await asyncio.wait_for(worker.run(square, 1, bound=0.5, key="label /hung"),
+                                   bound(0.5))
+        # other jobs still run
+        assert await asyncio.wait_for(worker.run(square, 5, bound=0.5), bound(0.5)) == 25
+    finally:
+        release.set()
+
+    async def unstuck() -> bool:
+        fut = worker.run(square, 2, bound=0.5, key="label /hung")
+        try:
+            return await asyncio.wait_for(fut, bound(0.5)) == 4
+        except StillStuck:
+            return False
+
+    await wait_until(unstuck, 2.0, "the key is free once the hung job ended")
+
+
+def dir_spec(path, name: str) -> CardSpec:
+    return CardSpec.model_validate({"name": name, "kind": "dir", "path": str(path),
+                                    "probe_timeout": 1.0})
+
+
+async def test_cards_observed_together_share_one_submission_and_a_hung_label_costs_one_card(
+        tmp_path):
+    runner, sysfs = Runner(), Sysfs(tmp_path / "sys")
+    worker = ProbeWorker()
+    specs = []
+    for i in range(4):
+        d = tmp_path / f"c{i}"
+        d.mkdir()
+        write_label(d, f"DIR-{i}", "m")
+        specs.append(dir_spec(d, f"c{i}"))
+    obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+                                 for s in specs))
+    assert [o.card.serial for o in obs] == [f"DIR-{i}" for i in range(4)]
+    assert all(o.healthy for o in obs), [o.reason for o in obs]
+    assert worker.submissions == 1                  # 4 label reads + 4 write probes
+    assert worker.threads_started == 1
+
+    # a label read that hangs: a FIFO with no writer (open() blocks in the kernel)
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    fifo = stuck / LABEL_FILE
+    os.mkfifo(fifo)
+    specs.append(dir_spec(stuck, "stuck"))
+    try:
+        start = time.monotonic()
+        obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+                                     for s in specs))
+        assert time.monotonic() - start < bound(1.5)
+        assert all(o.healthy for o in obs[:4]), [o.reason for o in obs[:4]]
+        assert obs[4].card is None and "did not finish within 1 s" in obs[4].reason
+        # the next turn: that card fails at once, the others are as before
+        obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+                                     for s in specs))
+        assert all(o.healthy for o in obs[:4])
+        assert obs[4].card is None and "still stuck" in obs[4].reason
+    finally:
+        def writer_opened() -> bool:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))    # EOF for the reader
+                return True
+            except OSError:
+                return False
+        await wait_until(writer_opened, 2.0, "the hung label read released")

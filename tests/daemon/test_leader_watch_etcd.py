@@ -1,0 +1,146 @@
+"""The leader-key watch on real etcd: a vacated leader key is taken by a follower at once,
+not at its next poll. The followers poll every 5 s here, so a take-over well inside that (and
+counted as won on a watch event: ``key_wins``) is the watch's, not the poll's."""
+
+from __future__ import annotations
+
+from awide_cluster.contract import keys
+from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
+from tests.timing import bound
+
+from .conftest import FAST, make_config, store_of, wait_for
+
+# a poll the safety net cannot hide behind: 5 s (the lease must outlive poll + 2 calls)
+SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}
+
+
+def leader_and_follower(etcd, cluster: str) -> tuple[Daemon, Daemon]:
+    """``a`` with fast timing, ``b`` polling every 5 s."""
+    return (Daemon(make_config(etcd, cluster, "h1", timing=FAST)),
+            Daemon(make_config(etcd, cluster, "h2", timing=SLOW_POLL)))
+
+
+async def start(a: Daemon, b: Daemon) -> None:
+    """``a`` leads; ``b`` has made its first turn (it holds a lease)."""
+    await a.start()
+    await wait_for(lambda: a.is_leader, what="h1 leads")
+    await b.start()
+    await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
+    assert not b.leadership.has_key
+
+
+def alive(d: Daemon) -> bool:
+    return d._watch_task is not None and not d._watch_task.done()
+
+
+async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, cluster_name):
+    a, b = leader_and_follower(etcd, cluster_name)
+    store = store_of(etcd, cluster_name)
+    try:
+        await start(a, b)
+        assert alive(b)
+        a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
+        await a.stop()
+        # far below b's 5 s poll (bound() scales it by the machine's time factor)
+        await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's stop")
+        assert bound(1.0) < SLOW_POLL["poll_interval"]
+        assert b.key_wins == 1              # won on the watch event
+        kv = await store.get(keys.LEADER)
+        assert kv is not None and kv.lease == b.lease.id
+        rec = LeaderRecord.decode(kv.value)
+        assert rec is not None and rec.host == "h2"
+        # its first leader cycle ran at once too (a turn started early, as leader)
+        await wait_for(lambda: b.outcomes, timeout=1.0, what="h2's first leader cycle")
+        assert b.turn_errors == 0
+    finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
+
+
+async def test_a_revoked_lease_hands_the_key_over_on_the_watch(etcd, cluster_name):
+    """A crash (no revoke by the daemon) and the lease ended in etcd: etcd deletes the key,
+    the follower's watch sees it."""
+    a, b = leader_and_follower(etcd, cluster_name)
+    store = store_of(etcd, cluster_name)
+    crashed = False
+    try:
+        await start(a, b)
+        lease = a.lease.id
+        assert lease is not None
+        crashed = True
+        await a.abort()
+        await store.revoke(lease)
+        await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's lease ended")
+        assert b.key_wins == 1
+    finally:
+        if not crashed:
+            await a.stop()
+        await b.stop()
+        await store.close()
+
+
+async def test_an_expired_lease_hands_the_key_over_within_ttl(etcd, cluster_name):
+    """A crash: nobody revokes; etcd deletes the key when the lease expires (its TTL, plus
+    etcd's expiry granularity); the follower takes it at once, not at its 5 s poll."""
+    a, b = leader_and_follower(etcd, cluster_name)
+    store = store_of(etcd, cluster_name)
+    crashed = False
+    try:
+        await start(a, b)
+        ttl = a.lease.granted_ttl
+        assert ttl < SLOW_POLL["poll_interval"]
+        crashed = True
+        await a.abort()
+        await wait_for(lambda: b.is_leader, timeout=ttl + 1.0,
+                       what="h2 leads after h1's lease expired")
+        assert b.key_wins == 1
+    finally:
+        if not crashed:
+            await a.stop()
+        await b.stop()
+        await store.close()
+
+
+async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluster_name):
+    """A value that is no leader record, put over the leader's key (and off its lease): the
+    watch crashes nothing, no follower campaigns (the key is held), the leader rewrites its
+    record on its lease with the same fencing token (the existing repair rule). A value over
+    the watch's message bound is refused unread and only makes the daemons read the key."""
+    a = Daemon(make_config(etcd, cluster_name, "h1", timing=FAST))
+    b = Daemon(make_config(etcd, cluster_name, "h2", timing=FAST))
+    store = store_of(etcd, cluster_name)
+    try:
+        await a.start()
+        await wait_for(lambda: a.is_leader, what="h1 leads")
+        await b.start()
+        await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
+        token = a.leadership.revision
+
+        async def repaired() -> bool:
+            kv = await store.get(keys.LEADER)
+            return (kv is not None and kv.lease == a.lease.id and kv.create_revision == token
+                    and LeaderRecord.decode(kv.value) == a.leadership.record)
+
+        for garbage in (b"\x00\xff not json", b'{"host": 7}', b"[]"):
+            await store.put(keys.LEADER, garbage)
+            await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
+            assert a.is_leader and a.leadership.revision == token
+            assert not b.leadership.has_key
+        assert b.key_wins == 0 and "campaign" not in b.key_steps    # a put: the key is held
+        assert a.key_steps.get("verify", 0) >= 3       # the holder re-read its key
+        # a value over the watch's message bound: refused unread, the key read instead (the
+        # follower's read finds it held: no campaign succeeds), repaired as before
+        await store.put(keys.LEADER, b"x" * (LEADER_WATCH_MESSAGE_BYTES + 1024))
+        await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
+        await wait_for(lambda: b.key_steps.get("campaign", 0) >= 1, timeout=3.0,
+                       what="h2 read the key after the refused message")
+        assert a.is_leader and a.leadership.revision == token
+        assert not b.leadership.has_key and b.key_wins == 0
+        assert a.turn_errors == b.turn_errors == 0
+        assert alive(a) and alive(b)
+    finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
