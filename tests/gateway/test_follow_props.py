@@ -96,7 +96,7 @@ delivery_st = st.lists(st.tuples(st.sampled_from(("event", "poll", "fail")),
                                  st.integers(0, 7)), max_size=30)
 
 
-def run(writes: tuple[Write, ...], deliveries: list[tuple[str, int]]):  # type: ignore[no-untyped-def]
+def run(writes: tuple[Write, ...], deliveries: list[tuple[str, int]]):
     state = FollowState()
     trace = []
     delivered: list[Write] = []
