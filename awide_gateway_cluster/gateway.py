@@ -280,16 +280,17 @@ class ClusterGateway:
     # ------------------------------------------------------------------ registry
 
     async def _poll_loop(self) -> None:
-        await asyncio.sleep(self._rng.uniform(0, self._interval))   # random phase
+        wait = self._rng.uniform(0, self._interval)     # random phase
         while True:
+            with contextlib.suppress(TimeoutError):     # or earlier, when the watch asks
+                async with asyncio.timeout(wait):
+                    await self._poll_now.wait()
             self._poll_now.clear()
             try:
                 await self._poll_once()
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
-                    await self._poll_now.wait()
+            wait = self._interval
 
     async def _poll_once(self) -> None:
         assert self._follower is not None
