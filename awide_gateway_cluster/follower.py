@@ -195,7 +195,9 @@ class Follower:
     when the answer arrives, so a watch event taken meanwhile is never lost).
 
     ``linearizable_every``: every Nth poll (the first one included) is linearizable, the
-    others serializable; 1 = all linearizable."""
+    others serializable; 1 = all linearizable. After a linearizable poll that failed, every
+    poll is linearizable until one is answered: a member that answers serializable reads
+    without a quorum behind it (cut off, or the quorum lost) cannot make the view look fresh."""
 
     def __init__(self, store: Store, *, cluster: str, call_timeout: float,
                  clock: Callable[[], float], linearizable_every: int = 10) -> None:
@@ -206,10 +208,11 @@ class Follower:
         self.clock = clock
         self.linearizable_every = linearizable_every
         self.state = FollowState()
+        self._confirming = False        # a linearizable poll failed: the next ones are too
 
     def serializable_next(self) -> bool:
         """Whether the next poll is a serializable read."""
-        return self.state.polls % self.linearizable_every != 0
+        return not self._confirming and self.state.polls % self.linearizable_every != 0
 
     async def poll(self) -> FollowStep:
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
@@ -224,6 +227,8 @@ class Follower:
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
         self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
+        self._confirming = not serializable and isinstance(answer, BaseException) and not (
+            isinstance(answer, ValueTooLarge) and answer.mod_revision)
         return taken
 
     def observe(self, event: WatchEvent) -> FollowStep:

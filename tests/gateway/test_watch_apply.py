@@ -166,3 +166,39 @@ async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, w
         await gw.stop()
         await store.close()
 
+
+
+async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stale(
+        etcd, leader, world, cluster_name):
+    """Two members frozen: the third still answers serializable reads, but not the
+    linearizable one; from that failure on every poll is linearizable, so the view stays
+    stale until a quorum answers again."""
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
+    gw = gateway(cfg, world, store=store)
+    await gw.start()
+    try:
+        await wait_for(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
+                       what="polls answered")
+        etcd.freeze(0)
+        etcd.freeze(1)
+        await wait_for(lambda: gw.stats().stale, what="stale without quorum")
+        first = len(store.registry_reads)
+        failed = gw.stats().failed_polls
+        await wait_for(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
+        after = store.registry_reads[first:]
+        assert len(after) >= 3 and not any(r.get("serializable") for r in after)
+        assert gw.stats().stale and "registry not read" in gw.stats().problem
+        assert in_service(gw, a.id) and gw.stats().generation == 1
+        etcd.thaw(0)
+        etcd.thaw(1)
+        await wait_for(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
+        back = len(store.registry_reads)
+        await wait_for(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
+        assert any(r.get("serializable") for r in store.registry_reads[back:])
+    finally:
+        await gw.stop()
+        await store.close()
