@@ -130,14 +130,14 @@ def _event(state: FollowState, event: WatchEvent, cluster: str) -> tuple[FollowS
                    known_revision=max(state.known_revision, kv.mod_revision))
     if event.kind == "delete":
         if kv.mod_revision <= state.seen_revision:
-            return _unchanged(base)
+            return base, FollowStep("unchanged")
         why = (f"registry key deleted (watch, revision {kv.mod_revision}); keeping the last "
                "good")
         return (replace(base, seen_revision=kv.mod_revision, problem=why),
                 FollowStep("failed", detail=why))
     new, taken = _look(base, kv, cluster)
-    if taken.outcome == "applied" and state.failures:
-        # polls are failing: the view is newer, not proven fresh (the stale flag stays)
+    if taken.outcome == "unchanged" or (taken.outcome == "applied" and state.failures):
+        # only a poll proves the view fresh: while polls fail the stale flag stays
         new = replace(new, problem=state.problem)
     return new, taken
 
