@@ -5,7 +5,8 @@ The poll is one ranged read of ``registry`` with ``min_mod_revision`` = the last
 ``mod_revision`` + 1: while the key is unchanged etcd answers with no value (a couple of
 hundred bytes) and nothing is decoded. ``count`` tells "unchanged" (1) from "absent" (0).
 Polls are serializable (any member answers from its own copy, no raft round) except every
-``linearizable_every``-th, which is linearizable (docs/gateway.md, "Consistency"). The store
+``linearizable_every``-th, and every one after a linearizable poll that failed until one is
+answered, which are linearizable (docs/gateway.md, "Consistency"). The store
 refuses an answer below the highest revision it has seen (``RevisionWentBack``: the hedge moves
 on to another member), so a lagging member cannot answer a poll once a newer revision is known.
 
