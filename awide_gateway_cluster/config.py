@@ -10,12 +10,14 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     etcd:
       endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
       tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
-    timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10}
+    timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10,
+             linearizable_every: 10}
     key_placement: dialog
     model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,
             block_tokens: 16, num_layers: 32, num_kv_heads: 8, head_dim: 128}
     nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0}
     watch: true
+    watch_stall_after: 30.0
 
 Combinations that cannot work are refused when the file is loaded (exit code 2 from
 ``awide-cluster gateway check-config``), never discovered at run time.
@@ -66,6 +68,10 @@ class TimingSection(Section):
                                description="good observations in a row before it comes back")
     lease_ttl: int = Field(default=10, ge=2, le=600,
                            description="TTL (s) of the lease gateways/<id> is bound to")
+    linearizable_every: int = Field(
+        default=10, ge=1, le=3600,
+        description="every Nth registry poll is linearizable, the others serializable "
+                    "(1 = all linearizable); bounds what a lagging member can hide")
 
 
 class ModelSection(Section):
@@ -133,6 +139,11 @@ class GatewayConfig(Section):
     model: ModelSection
     nvme: NvmeSection = NvmeSection()
     watch: bool = Field(default=True, description="also watch the registry (the poll stays)")
+    watch_stall_after: float = Field(
+        default=30.0, ge=2.0, le=3600.0,
+        description="a registry watch silent this long (no event, no progress notification) "
+                    "is re-opened on another member; keep it above the members' "
+                    "--experimental-watch-progress-notify-interval")
     wipe_on_start: bool = Field(default=False,
                                 description="always refused in cluster mode: cards are shared")
     start_timeout: float = Field(

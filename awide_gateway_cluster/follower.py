@@ -1,19 +1,36 @@
-"""Following the registry: a pure decision over each poll's outcome, and a bounded poll.
+"""Following the registry: a pure decision over each poll's answer and each watch event,
+and the bounded poll.
 
 The poll is one ranged read of ``registry`` with ``min_mod_revision`` = the last seen
 ``mod_revision`` + 1: while the key is unchanged etcd answers with no value (a couple of
 hundred bytes) and nothing is decoded. ``count`` tells "unchanged" (1) from "absent" (0).
+Polls are serializable (any member answers from its own copy, no raft round) except every
+``linearizable_every``-th, and every one after a linearizable poll that failed until one is
+answered, which are linearizable (docs/gateway.md, "Consistency"). The store
+refuses an answer below the highest revision it has seen (``RevisionWentBack``: the hedge moves
+on to another member), so a lagging member cannot answer a poll once a newer revision is known.
+
+A watch event on ``registry`` goes through the same ``step`` as a polled answer: the value it
+carries is checked exactly like a polled one (same bound, decode, cluster, ``went_back``,
+slot check, same counters); it costs no read.
 
 What is applied, and what is kept (``step``):
+- a document whose ``mod_revision`` is not above the last one looked at (``seen_revision``) is
+  old news (a lagging member, a poll overtaken by a watch event): not decoded, nothing changes;
 - a changed document over its bound (``bounds.REGISTRY_MAX_BYTES``) is refused by name
-  without being decoded (``ValueTooLarge`` names its mod_revision), like a corrupt one;
+  without being decoded (``ValueTooLarge`` names its mod_revision; a watch event's value is
+  measured), like a corrupt one;
 - a changed document is decoded, checked to name this cluster and not to go back (within one
   lineage the generation only grows: ``contract.registry.went_back``), and its slot table recomputed
   with the shared slot function (``contract.registry.check_slots``); any failure (corrupt,
   unknown schema, other cluster, version skew) keeps the last good registry, is counted and
   reported, and the same bad revision is not fetched again;
 - a failed read (etcd unreachable, frozen, no quorum, timeout), or a registry key that is
-  absent: keeps the last good registry. Never empties it: "unreachable is not empty".
+  absent (polled, or deleted in a watch event): keeps the last good registry. Never empties
+  it: "unreachable is not empty".
+
+Only polls set ``last_ok`` (the freshness the stale flag rests on): a watch event makes the
+view newer, never the proof that it is fresh.
 """
 
 from __future__ import annotations
@@ -34,9 +51,15 @@ from awide_cluster.contract.registry import (
 )
 from awide_cluster.store.errors import StoreError, ValueTooLarge
 from awide_cluster.store.port import Store
-from awide_cluster.store.types import RangeResult
+from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
+Answer = RangeResult | WatchEvent | BaseException
+
+# the most one watch message on ``registry`` may hold: one event whose value is at the bound
+# (base64: 4/3) plus its key, revisions and header (8 KiB is generous). A larger message is
+# refused unparsed (WatchMessageTooLarge) and the gateway polls instead: one bounded read.
+WATCH_MESSAGE_BYTES = (bounds.REGISTRY_MAX_BYTES + 2) // 3 * 4 + 8 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +74,8 @@ class FollowState:
     failed_polls: int = 0
     rejected: int = 0                    # documents refused (corrupt, unknown, skew, cluster)
     skew: int = 0                        # of which version skew
+    events: int = 0                      # watch events on ``registry`` folded in
+    known_revision: int = 0              # cluster revision the view is known up to
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +83,27 @@ class FollowStep:
     outcome: StepOutcome
     registry: Registry | None = None     # the newly applied registry (outcome "applied")
     detail: str = ""
+    replaced: Registry | None = None     # the registry it replaced (outcome "applied")
+    problem_before: str = ""             # the state's problem before this step
 
 
-def step(state: FollowState, answer: RangeResult | BaseException, now: float, *,
-           cluster: str) -> tuple[FollowState, FollowStep]:
-    """Fold one poll's answer (or its error) into the follow state."""
+def step(state: FollowState, answer: Answer, now: float, *,
+         cluster: str) -> tuple[FollowState, FollowStep]:
+    """Fold one poll's answer (or its error), or one watch event, into the follow state."""
+    if isinstance(answer, WatchEvent):
+        new, taken = _event(state, answer, cluster)
+    else:
+        new, taken = _poll(state, answer, now, cluster)
+    return new, replace(taken, problem_before=state.problem,
+                        replaced=state.registry if taken.outcome == "applied" else None)
+
+
+def _poll(state: FollowState, answer: RangeResult | BaseException, now: float,
+          cluster: str) -> tuple[FollowState, FollowStep]:
     polls = state.polls + 1
     if isinstance(answer, ValueTooLarge) and answer.mod_revision:
+        if answer.mod_revision <= state.seen_revision:     # already refused (or older)
+            return _unchanged(replace(state, polls=polls, last_ok=now, failures=0))
         # refused like a corrupt document, and that revision is not fetched again
         base = replace(state, polls=polls, last_ok=now, failures=0,
                        seen_revision=answer.mod_revision)
@@ -78,12 +117,47 @@ def step(state: FollowState, answer: RangeResult | BaseException, now: float, *,
             why = "registry key absent (no leader has written one yet); keeping the last good"
             return replace(state, polls=polls, failures=state.failures + 1, problem=why,
                            failed_polls=state.failed_polls + 1), FollowStep("failed", detail=why)
-        fresh = replace(state, polls=polls, last_ok=now, failures=0,
-                        problem=state.problem if state.seen_revision != state.applied_revision
-                        else "")
-        return fresh, FollowStep("unchanged")
-    kv = answer.kvs[0]
-    base = replace(state, polls=polls, last_ok=now, failures=0, seen_revision=kv.mod_revision)
+        return _unchanged(replace(state, polls=polls, last_ok=now, failures=0,
+                                  known_revision=max(state.known_revision, answer.revision)))
+    base = replace(state, polls=polls, last_ok=now, failures=0,
+                   known_revision=max(state.known_revision, answer.revision))
+    return _look(base, answer.kvs[0], cluster)
+
+
+def _event(state: FollowState, event: WatchEvent, cluster: str) -> tuple[FollowState, FollowStep]:
+    """A watch event: its value is looked at like a polled one; no read, no ``last_ok``."""
+    kv = event.kv
+    base = replace(state, events=state.events + 1,
+                   known_revision=max(state.known_revision, kv.mod_revision))
+    if event.kind == "delete":
+        if kv.mod_revision <= state.seen_revision:
+            return base, FollowStep("unchanged")
+        why = (f"registry key deleted (watch, revision {kv.mod_revision}); keeping the last "
+               "good")
+        return (replace(base, seen_revision=kv.mod_revision, problem=why),
+                FollowStep("failed", detail=why))
+    new, taken = _look(base, kv, cluster)
+    if taken.outcome == "unchanged" or (taken.outcome == "applied" and state.failures):
+        # only a poll proves the view fresh: while polls fail the stale flag stays
+        new = replace(new, problem=state.problem)
+    return new, taken
+
+
+def _unchanged(state: FollowState) -> tuple[FollowState, FollowStep]:
+    fresh = replace(state, problem=state.problem if state.seen_revision != state.applied_revision
+                    else "")
+    return fresh, FollowStep("unchanged")
+
+
+def _look(base: FollowState, kv: KeyValue, cluster: str) -> tuple[FollowState, FollowStep]:
+    """The one check of a registry document, polled or watched."""
+    if kv.mod_revision <= base.seen_revision:
+        # already looked at (applied or refused) or older: a lagging member, an overtaken poll
+        return _unchanged(base)
+    state = base
+    base = replace(state, seen_revision=kv.mod_revision)
+    if len(kv.value) > bounds.REGISTRY_MAX_BYTES:
+        return _reject(base, f"registry refused: value over {bounds.REGISTRY_MAX_BYTES} bytes")
     try:
         reg = regdoc.decode(kv.value)
         if reg.cluster != cluster:
@@ -117,27 +191,50 @@ def _reject(state: FollowState, why: str) -> tuple[FollowState, FollowStep]:
 
 
 class Follower:
-    """The I/O shell: one bounded poll at a time. ``state`` is swapped, never mutated."""
+    """The I/O shell: one bounded poll at a time, and the watch events handed to ``observe``.
+    ``state`` is swapped, never mutated (the poll folds its answer into the state as it is
+    when the answer arrives, so a watch event taken meanwhile is never lost).
+
+    ``linearizable_every``: every Nth poll (the first one included) is linearizable, the
+    others serializable; 1 = all linearizable. After a linearizable poll that failed, every
+    poll is linearizable until one is answered: a member that answers serializable reads
+    without a quorum behind it (cut off, or the quorum lost) cannot make the view look fresh."""
 
     def __init__(self, store: Store, *, cluster: str, call_timeout: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], linearizable_every: int = 10) -> None:
+        if linearizable_every < 1:
+            raise ValueError("linearizable_every must be >= 1")
         self.store, self.cluster = store, cluster
         self.call_timeout = call_timeout
         self.clock = clock
+        self.linearizable_every = linearizable_every
         self.state = FollowState()
+        self._confirming = False        # a linearizable poll failed: the next ones are too
+
+    def serializable_next(self) -> bool:
+        """Whether the next poll is a serializable read."""
+        return not self._confirming and self.state.polls % self.linearizable_every != 0
 
     async def poll(self) -> FollowStep:
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
+        serializable = self.serializable_next()
         answer: RangeResult | BaseException
         try:
             # the store bounds the call; the outer bound is a second, independent fence
             async with asyncio.timeout(self.call_timeout * 1.2 + 0.05):
                 answer = await self.store.range(
-                    keys.REGISTRY, min_mod_revision=since, timeout=self.call_timeout,
-                    max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+                    keys.REGISTRY, min_mod_revision=since, serializable=serializable,
+                    timeout=self.call_timeout, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
         self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
+        self._confirming = not serializable and isinstance(answer, BaseException) and not (
+            isinstance(answer, ValueTooLarge) and answer.mod_revision)
+        return taken
+
+    def observe(self, event: WatchEvent) -> FollowStep:
+        """Fold one watch event on ``registry`` (no I/O)."""
+        self.state, taken = step(self.state, event, self.clock(), cluster=self.cluster)
         return taken
 
     def staleness(self) -> float | None:

@@ -1,8 +1,9 @@
 """``ClusterGateway``: the library's asyncio face. See docs/gateway.md.
 
 Tasks on the caller's event loop (all started by ``start()``, cancelled by ``stop()``):
-- the registry poll, every ``poll_interval`` at a random phase, each poll bounded; a watch
-  on ``registry`` (optional) only wakes the poll early;
+- the registry poll, every ``poll_interval`` at a random phase, each poll bounded and
+  serializable but every ``linearizable_every``-th; a watch on ``registry`` (optional) whose
+  events are applied as they come, checked exactly like a polled answer (no second read);
 - the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
 - one worker per registry card: connect/probe it once per poll, bounded.
 
@@ -29,7 +30,7 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, WatchCompacted, WatchMessageTooLarge
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
@@ -38,13 +39,14 @@ from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
-from awide_gateway_cluster.follower import Follower, FollowStep
+from awide_gateway_cluster.follower import WATCH_MESSAGE_BYTES, Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.subscribe import Hub, Subscription
 
 if TYPE_CHECKING:
     from awide_cluster.store.etcd import EtcdStore
+    from awide_cluster.store.watch import Watch
 
 log = logging.getLogger("awide_gateway_cluster")
 
@@ -67,6 +69,8 @@ class GatewayStats:
     layout_ok: bool
     events_dropped: int
     loop_errors: int = 0            # exceptions the poll/registration loops survived
+    watch_events: int = 0           # registry watch events taken (each checked like a poll)
+    watch_restarts: int = 0         # registry watches opened again after they ended
 
 
 class ClusterGateway:
@@ -102,6 +106,7 @@ class ClusterGateway:
         self._hub = Hub()
         self._hostile = self._refused = 0
         self._loop_errors = 0
+        self._watch_restarts = 0
         self._last_loop_error = ""
         self._started = False
         self._poll_now = asyncio.Event()
@@ -147,6 +152,7 @@ class ClusterGateway:
             layout_ok=self._layout_ok,
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
+            watch_events=fs.events if fs else 0, watch_restarts=self._watch_restarts,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -211,7 +217,8 @@ class ClusterGateway:
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label)
         self._follower = Follower(store, cluster=self.config.cluster,
-                                  call_timeout=self._call, clock=self._clock)
+                                  call_timeout=self._call, clock=self._clock,
+                                  linearizable_every=self.config.timing.linearizable_every)
         self._registration = Registration(store, self.id, ttl=self.config.timing.lease_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
@@ -273,30 +280,34 @@ class ClusterGateway:
     # ------------------------------------------------------------------ registry
 
     async def _poll_loop(self) -> None:
-        await asyncio.sleep(self._rng.uniform(0, self._interval))   # random phase
+        wait = self._rng.uniform(0, self._interval)     # random phase
         while True:
+            with contextlib.suppress(TimeoutError):     # or earlier, when the watch asks
+                async with asyncio.timeout(wait):
+                    await self._poll_now.wait()
             self._poll_now.clear()
             try:
                 await self._poll_once()
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
-                    await self._poll_now.wait()
+            wait = self._interval
 
     async def _poll_once(self) -> None:
         assert self._follower is not None
-        before = self._follower.state
-        decision = await self._follower.poll()
+        self._take(await self._follower.poll())
+
+    def _take(self, decision: FollowStep) -> None:
+        """Act on one step of the follower (a poll's or a watch event's), right after it."""
+        assert self._follower is not None
         after = self._follower.state
         if decision.outcome == "applied":
-            self._apply(before.registry, decision)
+            self._apply(decision.replaced, decision)
         elif decision.outcome in ("failed", "rejected"):
-            if decision.outcome == "rejected" or not before.problem:
+            if decision.outcome == "rejected" or not decision.problem_before:
                 log.warning("registry stale: %s", decision.detail)
                 self._publish(ev.ChangeEvent("stale", detail=decision.detail,
                                              generation=self._view.generation))
-        if before.problem and not after.problem and decision.outcome != "failed":
+        if decision.problem_before and not after.problem and decision.outcome != "failed":
             log.info("registry fresh again at generation %d", self._view.generation)
             self._publish(ev.ChangeEvent("fresh", generation=self._view.generation,
                                          detail="registry read and applied"))
@@ -332,18 +343,54 @@ class ClusterGateway:
             self._tasks.append(asyncio.create_task(self._connector.release(card)))
 
     async def _watch_loop(self) -> None:
-        """Wake the poll early on a registry change; the poll stays the safety net."""
+        """Apply what the registry watch delivers (each event checked like a polled answer);
+        the poll stays the guarantee of freshness. The watch starts right after the revision
+        the view is known up to, so no change between a poll and the watch is missed."""
+        assert self._follower is not None
+        resume, first, compacted = 0, True, False
         while True:
+            start = 0 if compacted else max(resume, self._follower.state.known_revision) + 1
+            if not first:
+                self._watch_restarts += 1
+            first = False
             try:
-                async with self._started_store().watch(keys.REGISTRY, stall_after=30.0) as watch:
-                    async for batch in watch:
-                        if batch.events:
-                            self._poll_now.set()
+                async with self._started_store().watch(
+                        keys.REGISTRY, start_revision=start if start > 1 else None,
+                        stall_after=self.config.watch_stall_after,
+                        max_message_bytes=WATCH_MESSAGE_BYTES) as watch:
+                    compacted = False
+                    try:
+                        await self._follow_watch(watch)
+                    finally:
+                        resume = max(resume, watch.revision)
             except asyncio.CancelledError:
                 raise
+            except WatchCompacted as e:
+                # the poll (now, and every poll_interval) covers what the watch cannot resume
+                log.info("registry watch: %s; polling now, then watching from the present", e)
+                resume, compacted = 0, True
+                self._poll_now.set()
+                await asyncio.sleep(self._interval * (1 + self._rng.random()))
+                continue
             except Exception as e:  # noqa: BLE001 - any watch failure: the poll covers it
                 log.debug("registry watch ended: %s", e)
             await asyncio.sleep(self._interval * (1 + self._rng.random()))
+
+    async def _follow_watch(self, watch: Watch) -> None:
+        assert self._follower is not None
+        while True:
+            try:
+                batch = await watch.__anext__()
+            except StopAsyncIteration:
+                return
+            except WatchMessageTooLarge as e:
+                # refused unparsed; the poll reads the key (bounded) and refuses it by name
+                log.warning("registry watch: %s; polling now", e)
+                self._poll_now.set()
+                continue
+            for event in batch.events:
+                if event.kv.key == keys.REGISTRY:
+                    self._take(self._follower.observe(event))
 
     # ------------------------------------------------------------------ etcd side
 

@@ -46,6 +46,7 @@ def test_config_defaults():
     assert c.id == "gpu1-vllm-0" and c.key_placement == "dialog" and c.watch
     assert (c.timing.poll_interval, c.timing.sick_polls, c.timing.healthy_polls) == (1.0, 3, 1)
     assert c.etcd.call_timeout == 0.5
+    assert c.timing.linearizable_every == 10 and c.watch_stall_after == 30.0
 
 
 @pytest.mark.parametrize("over,field,words", [
@@ -54,6 +55,8 @@ def test_config_defaults():
     ({"timing": {"poll_interval": 0.4}}, "timing", "call_timeout"),
     ({"timing": {"lease_ttl": 2}}, "timing", "lease_ttl"),
     ({"timing": {"sick_polls": 0}}, "timing.sick_polls", "greater"),
+    ({"timing": {"linearizable_every": 0}}, "timing.linearizable_every", "greater"),
+    ({"watch_stall_after": 1.0}, "watch_stall_after", "greater"),
     ({"cluster": "bad name/"}, "cluster", "not a valid name"),
     ({"etcd": {"endpoints": ["10.0.0.1:2379"]}}, "etcd.endpoints", "http"),
     ({"model": {"dtype": "float7"}}, "model.dtype", "float7"),

@@ -1,0 +1,219 @@
+"""The gateway applies what the registry watch delivers, against real etcd (3 members).
+
+The gateway's store is a real ``EtcdStore`` that records the body of every range request it
+sends on the registry key (``ReadCountingStore``), so the tests count the gateway's registry
+reads and see what each one asks. A gateway whose polls come late (its random phase drawn at
+the end of a long interval) gets a registry change only through its watch.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from awide_cluster.contract import bounds, keys
+from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.codec import b64
+from awide_gateway_cluster import ClusterGateway
+from tests.gateway.support import (
+    config,
+    gateway,
+    in_service,
+    make_card,
+    serve,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+BIG = b"{" * (bounds.REGISTRY_MAX_BYTES + 1)          # over the bound, within a watch message
+HUGE = b"{" * (1536 * 1024 - 8 * 1024)               # over a watch message's bound too
+
+
+class ReadCountingStore(EtcdStore):
+    """A real store; every range request body on ``registry`` is recorded before it is sent
+    (``registry_reads``), and whether etcd answered it (``answered``, same index)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.registry_reads: list[dict[str, Any]] = []
+        self.answered: list[bool | None] = []
+
+    async def read(self, path: str, body: dict[str, Any], timeout: float | None, what: str,
+                   *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
+        if path != "/v3/kv/range" or body.get("key") != b64(self.codec.key(keys.REGISTRY)):
+            return await super().read(path, body, timeout, what, max_bytes=max_bytes)
+        i = len(self.registry_reads)
+        self.registry_reads.append(dict(body))
+        self.answered.append(None)
+        try:
+            answer = await super().read(path, body, timeout, what, max_bytes=max_bytes)
+        except BaseException:
+            self.answered[i] = False
+            raise
+        self.answered[i] = True
+        return answer
+
+
+class LatePhase(random.Random):
+    """Every random phase at the end of its interval: the poll loop's first poll comes one
+    whole ``poll_interval`` after start."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def counting_store(etcd: Any, cluster_name: str) -> ReadCountingStore:
+    return ReadCountingStore(StoreConfig(endpoints=etcd.endpoints, call_timeout=0.3,
+                                         hedge_after=0.05, prefix=keys.prefix(cluster_name)))
+
+
+def watching_gateway(etcd: Any, world: Any, cluster_name: str,
+                     store: EtcdStore) -> ClusterGateway:
+    """Watch on, polls one minute apart (the start's poll, then none during a test)."""
+    cfg = config(cluster_name, etcd.endpoints, world, watch=True,
+                 timing={"poll_interval": 60.0, "lease_ttl": 70})
+    return gateway(cfg, world, store=store, rng=LatePhase())
+
+
+async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a_read(
+        etcd, leader, world, cluster_name):
+    a, b = make_card(1), make_card(2, admitted=2)
+    serve(world, a)
+    serve(world, b)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    gw = watching_gateway(etcd, world, cluster_name, store)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, a.id), what="a in")
+        reads, st = len(store.registry_reads), gw.stats()
+        assert reads == 1 and st.polls == 1 and st.generation == 1     # the start's poll
+        for n in (2, 3):
+            reg = await leader.publish([a, b] if n == 2 else [b])
+            await wait_for(lambda reg=reg: gw.snapshot().generation == reg.generation,
+                           what=f"generation {reg.generation} applied")
+        # two changes applied, not one registry read for them (a watch event used to wake
+        # one poll each: two reads)
+        st = gw.stats()
+        assert len(store.registry_reads) == reads and st.polls == 1
+        assert st.watch_events == 2 and st.registries_rejected == 0 and not st.stale
+        await wait_for(lambda: in_service(gw, b.id) and gw.snapshot().card(a.id) is None,
+                       what="b in, a forgotten")
+    finally:
+        await gw.stop()
+        await store.close()
+
+
+async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one(
+        etcd, leader, world, world_b, cluster_name):
+    a = make_card(1)
+    serve(world, a)
+    serve(world_b, a)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    watched = watching_gateway(etcd, world, cluster_name, store)
+    polled = gateway(config(cluster_name, etcd.endpoints, world_b, watch=False), world_b)
+    await watched.start()
+    await polled.start()
+    try:
+        for g in (watched, polled):
+            await wait_for(lambda g=g: in_service(g, a.id), what="a in")
+        reads = len(store.registry_reads)
+        other = leader.doc([a])
+        other["cluster"] = "elsewhere"
+        hostile = [(b'{"schema": 1, "generation": ', "corrupt registry"),
+                   (json.dumps(other).encode(), "names cluster 'elsewhere'"),
+                   (BIG, f"value over {bounds.REGISTRY_MAX_BYTES} bytes")]
+        for n, (raw, why) in enumerate(hostile, 1):
+            await leader.put_raw(raw)
+            await wait_for(lambda n=n: watched.stats().registries_rejected == n
+                           and polled.stats().registries_rejected == n, what=f"{why} refused")
+            w, p = watched.stats(), polled.stats()
+            assert why in w.problem and w.problem == p.problem      # the same refusal
+            assert w.stale and p.stale and w.generation == p.generation == 1
+            assert in_service(watched, a.id) and in_service(polled, a.id)
+        # all three came through the watch: not one read
+        assert len(store.registry_reads) == reads and watched.stats().polls == 1
+        assert watched.stats().watch_events == 3
+        # a value over a watch message's bound is refused unparsed; one bounded poll refuses it
+        await leader.put_raw(HUGE)
+        await wait_for(lambda: watched.stats().registries_rejected == 4
+                       and polled.stats().registries_rejected == 4, what="huge refused")
+        assert watched.stats().polls == 2 and watched.stats().problem == polled.stats().problem
+        assert in_service(watched, a.id)
+        reg = await leader.publish([a])
+        for g in (watched, polled):
+            await wait_for(lambda g=g: g.snapshot().generation == reg.generation
+                           and not g.stats().stale, what="a good registry again")
+        assert watched.stats().polls == 2
+    finally:
+        await polled.stop()
+        await watched.stop()
+        await store.close()
+
+
+async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, world,
+                                                                  cluster_name):
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
+    gw = gateway(cfg, world, store=store)
+    await gw.start()
+    try:
+        await wait_for(lambda: len(store.registry_reads) >= 8, what="8 polls")
+        sent = store.registry_reads[:7]
+        flags = [bool(r.get("serializable")) for r in sent]
+        # the first and every third are linearizable, and any one after a linearizable poll
+        # that etcd did not answer (a loaded machine may time one out)
+        expected = [i % 3 != 0 and not (i and not flags[i - 1] and not store.answered[i - 1])
+                    for i in range(7)]
+        assert flags == expected and sum(flags) >= 2
+        # each one asks only for a newer value than the one it has
+        assert all(int(r["min_mod_revision"]) >= 1 for r in sent[1:])
+        assert gw.stats().generation == 1 and not gw.stats().stale
+    finally:
+        await gw.stop()
+        await store.close()
+
+
+
+async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stale(
+        etcd, leader, world, cluster_name):
+    """Two members frozen: the third still answers serializable reads, but not the
+    linearizable one; from that failure on every poll is linearizable, so the view stays
+    stale until a quorum answers again."""
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
+    gw = gateway(cfg, world, store=store)
+    await gw.start()
+    try:
+        await wait_for(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
+                       what="polls answered")
+        etcd.freeze(0)
+        etcd.freeze(1)
+        await wait_for(lambda: gw.stats().stale, what="stale without quorum")
+        first = len(store.registry_reads)
+        failed = gw.stats().failed_polls
+        await wait_for(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
+        after = store.registry_reads[first:]
+        assert len(after) >= 3 and not any(r.get("serializable") for r in after)
+        assert gw.stats().stale and "registry not read" in gw.stats().problem
+        assert in_service(gw, a.id) and gw.stats().generation == 1
+        etcd.thaw(0)
+        etcd.thaw(1)
+        await wait_for(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
+        back = len(store.registry_reads)
+        await wait_for(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
+        assert any(r.get("serializable") for r in store.registry_reads[back:])
+    finally:
+        await gw.stop()
+        await store.close()
