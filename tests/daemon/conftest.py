@@ -19,7 +19,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness import EtcdCluster
-from tests.timing import wait_until
+from tests.timing import bound, wait_until
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
@@ -98,8 +98,10 @@ def make_config(*args, **kwargs) -> daemon_config.DaemonConfig:
 
 
 def store_of(etcd: EtcdCluster, cluster: str) -> EtcdStore:
+    """The test's own reader and writer: its calls are bounded like the waits (a read that
+    a loaded machine answers in over a second is not what a test checks)."""
     return EtcdStore(StoreConfig(endpoints=tuple(etcd.client_urls), prefix=keys.prefix(cluster),
-                                 call_timeout=1.0))
+                                 call_timeout=bound(1.0)))
 
 
 async def registry(store: EtcdStore) -> regdoc.Registry | None:

@@ -17,6 +17,7 @@ from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness.etcd_cluster import EtcdCluster
 from awide_harness.fakes import FakeNvmeWorld
 from tests.gateway.support import RegistryWriter
+from tests.timing import bound
 
 _names = itertools.count()
 
@@ -46,8 +47,9 @@ def cluster_name() -> str:
 
 @pytest.fixture
 async def store(etcd: EtcdCluster, cluster_name: str) -> AsyncIterator[EtcdStore]:
+    # the test's own reader and writer, bounded like the waits (scaled by the time factor)
     s = EtcdStore(StoreConfig(endpoints=etcd.endpoints, prefix=keys.prefix(cluster_name),
-                              call_timeout=1.0))
+                              call_timeout=bound(1.0)))
     try:
         yield s
     finally:
