@@ -102,6 +102,10 @@ class DaemonMetrics:
         self.leader_changes = Counter("awide_leader_changes",
                                       "Changes of the leader daemon seen by this daemon",
                                       registry=r)
+        self.leader_cycles = Counter("awide_leader_cycles",
+                                     "Leader cycles this daemon ran, by what started them "
+                                     "(poll: its own; report: a host report that arrived)",
+                                     ["trigger"], registry=r)
 
         self.etcd_duration = Histogram("awide_etcd_call_duration_seconds",
                                        "Duration of etcd calls, by operation", ["op"],

@@ -21,6 +21,7 @@ import asyncio
 import enum
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from awide_cluster.daemon.reconcile import (
     LeaderMemory,
     Policy,
     Snapshot,
+    Trigger,
     decide,
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
@@ -194,6 +196,8 @@ class LeaderLoop:
         self._refusals: dict[str, str] = {}          # key -> last reason logged
         self.repairs = 0
         self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
+        self._why = ""                  # what the decision's log lines add: the cycle's trigger
+        self.reports: Mapping[str, HostReport] = {}     # the host reports the last cycle read
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -251,9 +255,13 @@ class LeaderLoop:
         except ValueTooLarge as e:
             return e
 
-    async def cycle(self, write_failure: str = "") -> Outcome:
-        """One cycle. ``write_failure``: this host's report write failed in this turn (why)."""
+    async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll") -> Outcome:
+        """One cycle. ``write_failure``: this host's report write failed in this turn (why).
+        ``trigger``: "report" for a cycle run because a host report arrived between polls
+        (``reconcile``: only the reports that advanced count; a failed transaction is left
+        for the next poll cycle to judge)."""
         ld = self.leadership
+        self._why = " (on a report's arrival)" if trigger == "report" else ""
         if not ld.is_leader:
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
@@ -280,11 +288,15 @@ class LeaderLoop:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         if snap.registry is not None and not snap.repair:
             self.registry = snap.registry
-        failure = "; ".join(f for f in (write_failure, self.txn_failure) if f)
-        self.txn_failure = ""
-        snap = replace(snap, write_failure=failure) if failure else snap
+        if trigger == "poll":
+            failure = "; ".join(f for f in (write_failure, self.txn_failure) if f)
+            self.txn_failure = ""
+            snap = replace(snap, write_failure=failure) if failure else snap
+        else:
+            snap = replace(snap, trigger=trigger)
         was = self.memory.outage
         d = decide(snap, self.memory, self.policy, now=self.clock.wall())
+        self.reports = snap.reports
         self.memory = d.memory
         self._outage_changed(was, d.memory.outage)
         self.last_error = ""
@@ -292,7 +304,7 @@ class LeaderLoop:
             self.own = d.registry       # adopted as it is: this term's baseline
         if not d.write and not d.consumed:
             for line in d.log:
-                log.info(line)
+                log.info("%s%s", line, self._why)
             return Outcome.UNCHANGED
         if not ld.is_leader or ld.revision is None:     # the decision took time: check again
             ld.step_down("lease not confirmed within TTL - margin")
@@ -332,7 +344,7 @@ class LeaderLoop:
                      "since it was read; re-reading next cycle")
             return Outcome.CONFLICT
         for line in d.log:
-            log.info(line)
+            log.info("%s%s", line, self._why)
         if d.write:
             self.registry = self.own = reg
             self.attempted = None

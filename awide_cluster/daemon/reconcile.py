@@ -30,6 +30,16 @@ counts as usual. A single frozen host is never a majority of 2 or more hosts rep
 still loses its cards after ``sick_polls`` cycles (one or two later when another host's jitter
 falls in its first two stale cycles).
 
+Two kinds of cycle (``Snapshot.trigger``). A *poll* cycle is the leader's own, one per poll
+period: every card has one observation, as above. A *report* cycle runs when a host report
+arrives between two polls (the leader watches ``members/``): only the reports that advanced
+since the last cycle of either kind are observed, and nothing else counts (no "did not
+advance", no missing or unreadable report, no write-outage judgement), so a card's sick
+reports are counted as its host writes them, whatever the leader's own phase. A report
+observed in a report cycle is not observed again by the next poll cycle, nor counted as not
+advancing (``LeaderMemory.polled`` keeps what the last poll cycle saw): with report cycles
+or without, each report is one observation and each poll period without a report is one.
+
 ``contract.health.tally`` turns observations into ``in``/``out``; ``drained`` stays drained
 until an undrain intent. A reported card whose id is not in the registry is admitted. Cards
 claiming one serial are marked in conflict, never merged. Intents are applied in the same
@@ -62,6 +72,9 @@ from awide_cluster.contract.registry import (
 from awide_cluster.contract.report import HostReport, ReportedCard
 
 Action = Literal["drain", "undrain", "forget"]
+# what started a cycle: the leader's own poll (one per poll period), or a host report that
+# arrived between two polls (the leader's watch of members/)
+Trigger = Literal["poll", "report"]
 ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget")
 
 
@@ -95,6 +108,10 @@ class Snapshot:
     # this leader's own writes failed (its host report in this turn, or its last registry
     # transaction): why, "" when they did not. Then the hosts' writes fail too: a write outage
     write_failure: str = ""
+    # "poll": the leader's own cycle, one per poll period (a report that did not advance since
+    # the last poll cycle counts); "report": a cycle run because a host report arrived (only
+    # the reports that advanced since the last cycle are observed, nothing else counts)
+    trigger: Trigger = "poll"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +129,9 @@ class LeaderMemory:
 
     cycles: int = 0
     seen: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # host -> (run, seq)
+    # host -> (run, seq) at the last poll cycle: a report that did not advance since then
+    # did not advance for a whole poll period (report cycles leave it alone)
+    polled: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     health: Mapping[str, Hysteresis] = field(default_factory=dict)     # card id -> hysteresis
     # cards whose observation in the last cycle was a fresh sick report: re-reading that same
     # report next cycle (it did not advance) is not another sick poll
@@ -144,6 +164,10 @@ class Reading:
 
     baseline: bool                  # a new leader's first cycle: no bad observation counts
     fresh: frozenset[str]           # hosts whose report advanced since the last cycle
+    # hosts whose report advanced since the last poll cycle but was observed already (by a
+    # report cycle), and in a report cycle every host whose report did not advance: their
+    # cards have no observation in this cycle (neither good nor "did not advance")
+    idle: frozenset[str]
     streaks: Mapping[str, int]      # host -> cycles in a row its report did not advance
     outage: str                     # why this cycle is a write outage, "" when it is not
     stale_counts: bool              # a report that did not advance counts as a bad poll
@@ -226,12 +250,15 @@ def within_cluster(snap: Snapshot, policy: Policy) -> Snapshot:
 
 
 def stale_streaks(snap: Snapshot, memory: LeaderMemory) -> dict[str, int]:
-    """host -> cycles in a row its report did not advance, counting this one (hosts whose
-    report advanced, or that have none, are absent). Empty in a new leader's first cycle."""
+    """host -> poll cycles in a row its report did not advance, counting this one (hosts
+    whose report advanced, or that have none, are absent). Empty in a new leader's first
+    cycle; a report cycle judges no streak (the last poll cycle's stand)."""
     if memory.cycles == 0:
         return {}
+    if snap.trigger == "report":
+        return dict(memory.stale_for)
     return {h: memory.stale_for.get(h, 0) + 1 for h, r in snap.reports.items()
-            if memory.seen.get(h) == r.freshness}
+            if memory.polled.get(h) == r.freshness}
 
 
 def write_outage(snap: Snapshot, memory: LeaderMemory, streaks: Mapping[str, int]) -> str:
@@ -255,11 +282,18 @@ def judge_reports(snap: Snapshot, memory: LeaderMemory) -> Reading:
     the cycle after it (a new freshness baseline), a report that did not advance counts
     nothing."""
     streaks = stale_streaks(snap, memory)
-    outage = write_outage(snap, memory, streaks)
+    fresh = frozenset(h for h, r in snap.reports.items() if memory.seen.get(h) != r.freshness)
+    if snap.trigger == "report":    # the outage stands as the last poll cycle judged it
+        outage = memory.outage
+        idle = frozenset(snap.reports) - fresh
+    else:
+        outage = write_outage(snap, memory, streaks)
+        idle = frozenset(h for h, r in snap.reports.items()
+                         if h not in fresh and memory.polled.get(h) != r.freshness)
     return Reading(
         baseline=memory.cycles == 0,
-        fresh=frozenset(h for h, r in snap.reports.items()
-                        if memory.seen.get(h) != r.freshness),
+        fresh=fresh,
+        idle=idle,
         streaks=streaks,
         outage=outage,
         stale_counts=not outage and not memory.outage,
@@ -348,7 +382,11 @@ def drop_foreign(ledger: Ledger, seen: Sightings, policy: Policy) -> Ledger:
 
 # --- phase 3: one poll per registry card, and its health ------------------------------------
 
-def _did_not_advance(host: str) -> Poll:
+def _not_fresh(host: str, reading: Reading) -> Poll:
+    """A card whose host's report did not advance since the last cycle: no observation when
+    the report was observed already (or this is a report cycle), else "did not advance"."""
+    if host in reading.idle:
+        return Poll(good=None)
     return Poll(good=False, reason=f"report of {host} did not advance since the last cycle",
                 stale=True)
 
@@ -360,7 +398,7 @@ def poll_card(c: CardEntry, snap: Snapshot, seen: Sightings, reading: Reading) -
     if places:
         host, rc = next(((h, r) for h, r in places if h == c.host), places[0])
         if not reading.baseline and host not in reading.fresh:
-            return _did_not_advance(host)
+            return _not_fresh(host, reading)
         if rc.healthy:
             return Poll(good=True, source=(host, rc))
         return Poll(good=None if reading.baseline else False,
@@ -368,6 +406,8 @@ def poll_card(c: CardEntry, snap: Snapshot, seen: Sightings, reading: Reading) -
     if reading.baseline:
         return Poll(good=None)
     host = c.host
+    if snap.trigger == "report" and host not in reading.fresh:
+        return Poll(good=None)      # only the reports that arrived are observed
     if host in snap.bad_reports:
         return Poll(good=False, reason=f"report of {host} unreadable: {snap.bad_reports[host]}")
     r = snap.reports.get(host)
@@ -375,7 +415,7 @@ def poll_card(c: CardEntry, snap: Snapshot, seen: Sightings, reading: Reading) -
         return Poll(good=False,
                     reason=f"no report from {host} (daemon stopped or its lease expired)")
     if host not in reading.fresh:
-        return _did_not_advance(host)
+        return _not_fresh(host, reading)
     same_name = next((rc for rc in r.cards if rc.name == c.name), None)
     if same_name is None:
         why = f"not in the report of {host}"
@@ -604,16 +644,28 @@ def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") 
     ledger = admit(ledger, seen, taken.forgotten, stamp)
     ledger = mark_conflicts(ledger, seen)
     settled = settle(ledger, snap, policy, generation, now)
+    seen_now = {h: r.freshness for h, r in snap.reports.items()}
     remembered = LeaderMemory(
         cycles=memory.cycles + 1,
-        seen={h: r.freshness for h, r in snap.reports.items()},
+        seen=seen_now,
+        polled=seen_now if snap.trigger == "poll" else memory.polled,
         health=ledger.health,
-        fresh_bad=frozenset(cid for cid, p in polls.items() if p.good is False and not p.stale),
+        fresh_bad=fresh_bad(polls, memory),
         stale_for=reading.streaks,
         outage=reading.outage,
     )
     return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
                     memory=remembered, log=settled.log, moves=settled.moves)
+
+
+def fresh_bad(polls: Mapping[str, Poll], memory: LeaderMemory) -> frozenset[str]:
+    """Cards whose last observation was a fresh sick report (re-reading that report when it
+    did not advance is not another sick poll): this cycle's, and the last one's for a card
+    not observed in this cycle (its report already observed)."""
+    return frozenset(cid for cid, p in polls.items()
+                     if (p.good is False and not p.stale)
+                     or (p.good is None and not p.stale and p.source is None
+                         and cid in memory.fresh_bad))
 
 
 def _by(it: Intent) -> str:

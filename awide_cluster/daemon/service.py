@@ -16,6 +16,13 @@ step 4 at once instead of at its next poll, and a new leader's first cycle runs 
 turn is started early). What the watch delivers only triggers that read; the poll stays the
 bounded safety net. ``lease.on_leader_key`` decides.
 
+While it leads, a watch of ``members/`` (``_watch_reports``): a host report that arrives
+between two polls and says something the registry does not show yet (``arrivals``
+decides, from the event's value as a hint only) runs a *report cycle* at once, its own
+bounded reads and fenced write like any cycle; so a card is out when its host's
+``sick_polls``-th sick report arrives, whatever the leader's phase. Cycles never overlap
+(``_cycling``) and report cycles are at least ``REPORT_CYCLE_GAP`` of a poll apart.
+
 ``Daemon`` is what ``awide-cluster run`` drives and what the demo and tests start in-process
 (``await d.start()`` ... ``await d.stop()``); ``abort()`` drops it like a crash (no revoke).
 """
@@ -41,6 +48,7 @@ from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import Registry, RegistryError
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.daemon.arrivals import arrival_news
 from awide_cluster.daemon.clock import Clock, SystemClock
 from awide_cluster.daemon.leader import LeaderLoop, Outcome
 from awide_cluster.daemon.lease import (
@@ -63,6 +71,7 @@ from awide_cluster.store.errors import (
 )
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import WatchBatch
 
 if TYPE_CHECKING:
     from awide_cluster.api.notify import Notifier
@@ -78,6 +87,12 @@ LEADER_WATCH_STALL = 3.0
 # a leader record is at most 4 KiB (base64 in the event): a message over this is refused unread
 # (the watch skips it and the daemon reads the key instead, bounded like its poll's read)
 LEADER_WATCH_MESSAGE_BYTES = 64 * 1024
+# a members/ watch message holds a few reports (base64 in the event): over this it is not
+# looked at (a report cycle runs, its read bounded like the poll's)
+REPORTS_WATCH_MESSAGE_BYTES = 4 * bounds.REPORT_MAX_BYTES * 4 // 3 + 64 * 1024
+# report cycles are at least this share of a poll interval apart (a burst of arrivals, or a
+# writer that rewrites its report in a loop, costs at most 1/gap reads per poll)
+REPORT_CYCLE_GAP = 0.05
 
 
 class ClusterTooSmall(RuntimeError):
@@ -152,6 +167,12 @@ class Daemon:
         self._watch_error = ""
         self.key_steps: dict[str, int] = {}     # leader-key watch: reads it triggered, by action
         self.key_wins = 0                   # campaigns won on a leader-key watch event
+        self._cycling = asyncio.Lock()      # one leader cycle at a time: the turn's or a report's
+        self._term = asyncio.Event()        # set while this daemon leads (the reports watch)
+        self._reports_task: asyncio.Task[None] | None = None
+        self._last_report_cycle = float("-inf")
+        self.report_cycles: dict[str, int] = {}  # report cycles run, by outcome (for tests)
+        self._reports_error = ""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -224,6 +245,8 @@ class Daemon:
                 return
             self._watch_task = asyncio.create_task(
                 self._watch_leader(), name=f"awide-leader-watch-{self.config.host}")
+            self._reports_task = asyncio.create_task(
+                self._watch_reports(), name=f"awide-reports-watch-{self.config.host}")
             # a random phase: hosts started together must not poll in step (their reports
             # would land right at the leader's reads, and etcd would see bursts)
             await self._sleep(random.uniform(0, self.config.timing.poll_interval))
@@ -246,10 +269,11 @@ class Daemon:
             self.fatal, self.exit_code = f"{type(e).__name__}: {e}", EXIT_FAILED
             log.exception("daemon main loop failed")
         finally:
-            if self._watch_task is not None:
-                self._watch_task.cancel()
-                await asyncio.gather(self._watch_task, return_exceptions=True)
-                self._watch_task = None
+            for task in (self._watch_task, self._reports_task):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            self._watch_task = self._reports_task = None
 
     async def _guarded_turn(self) -> None:
         """One turn that cannot end the loop: whatever escapes it (content in etcd that a
@@ -324,6 +348,10 @@ class Daemon:
             if had_key:
                 self.leader_loop.reset(known=self.registry)
             led_ok = await self._follow()
+        if self.leadership.has_key:
+            self._term.set()
+        else:
+            self._term.clear()
         holder = self.leadership.holder
         self.metrics.observe_leader(holder.host if holder else None,
                                     me=self.leadership.has_key)
@@ -482,11 +510,102 @@ class Daemon:
     async def _lead(self, report_failure: str) -> bool:
         """4b. One leader cycle (told whether this turn's report write failed). False: it
         read or wrote nothing."""
-        outcome = await self.leader_loop.cycle(write_failure=report_failure)
+        async with self._cycling:
+            outcome = await self.leader_loop.cycle(write_failure=report_failure)
+        self.metrics.leader_cycles.labels(trigger="poll").inc()
         self.outcomes = (self.outcomes + [outcome])[-50:]
         if self.leader_loop.registry is not None:
             self.registry = self.leader_loop.registry
         return outcome not in (Outcome.SKIPPED, Outcome.ERROR)
+
+    async def _watch_reports(self) -> None:
+        """While this daemon leads, follow ``members/`` with a watch and run a report cycle
+        for a report that says something new (``arrivals.arrival_news``). Never ends on an
+        error: logged once, re-opened after one poll interval; the poll cycles go on."""
+        while not self._stop.is_set():
+            await self._until_leading()
+            if self._stop.is_set():
+                return
+            try:
+                async with self.store.watch(keys.MEMBERS, prefix=True,
+                                            stall_after=LEADER_WATCH_STALL,
+                                            max_message_bytes=REPORTS_WATCH_MESSAGE_BYTES) as w:
+                    while self._term.is_set() and not self._stop.is_set():
+                        try:
+                            batch = await w.__anext__()
+                        except WatchMessageTooLarge as e:
+                            await self._report_cycle(f"a members/ watch message not looked "
+                                                     f"at: {e}")
+                            continue
+                        except StopAsyncIteration:
+                            break
+                        why = self._news(batch)
+                        if why:
+                            await self._report_cycle(why)
+            except StoreError as e:
+                self._reports_watch_failed(str(e))
+                await self._sleep_plain(self.config.timing.poll_interval)
+            except Exception as e:      # noqa: BLE001 - the watch must outlive any content
+                self._reports_watch_failed(f"{type(e).__name__}: {e}", trace=True)
+                await self._sleep_plain(self.config.timing.poll_interval)
+
+    def _news(self, batch: WatchBatch) -> str:
+        """Why one of the batch's reports may change the registry, "" if none may."""
+        loop = self.leader_loop
+        for ev in batch.events:
+            if ev.kind != "put":
+                continue        # a report gone: the poll cycle counts it
+            why = arrival_news(ev.kv.key, ev.kv.value, loop.registry, loop.memory.seen,
+                               loop.reports, loop.policy.hosts)
+            if why:
+                return why
+        return ""
+
+    async def _until_leading(self) -> None:
+        if self._term.is_set() or self._stop.is_set():
+            return
+        stop = asyncio.ensure_future(self._stop.wait())
+        term = asyncio.ensure_future(self._term.wait())
+        try:
+            await asyncio.wait({stop, term}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in (stop, term):
+                f.cancel()
+            await asyncio.gather(stop, term, return_exceptions=True)
+
+    async def _sleep_plain(self, seconds: float) -> None:
+        """Until ``seconds`` passed or a stop was asked (an early turn does not end it)."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _report_cycle(self, why: str) -> None:
+        """One leader cycle started by a report's arrival, at least ``REPORT_CYCLE_GAP`` of a
+        poll after the last one, never beside the turn's cycle."""
+        gap = REPORT_CYCLE_GAP * self.config.timing.poll_interval
+        wait = self._last_report_cycle + gap - self.clock.monotonic()
+        if wait > 0:
+            await self._sleep_plain(wait)
+        async with self._cycling:
+            if not self.leadership.has_key or self._stop.is_set():
+                return
+            self._last_report_cycle = self.clock.monotonic()
+            log.debug("%s: report cycle: %s", self.config.host, clean_text(why, 300))
+            outcome = await self.leader_loop.cycle(trigger="report")
+        self.metrics.leader_cycles.labels(trigger="report").inc()
+        self.report_cycles[outcome.value] = self.report_cycles.get(outcome.value, 0) + 1
+        self.outcomes = (self.outcomes + [outcome])[-50:]
+        if self.leader_loop.registry is not None:
+            self.registry = self.leader_loop.registry
+        self._reports_error = ""
+
+    def _reports_watch_failed(self, why: str, *, trace: bool = False) -> None:
+        why = clean_text(why, 300)
+        if why != self._reports_error:
+            log.warning("%s: members/ watch: %s; the poll cycles go on", self.config.host, why,
+                        exc_info=trace)
+        self._reports_error = why
 
     def _heartbeat(self, etcd_ok: bool, start: float) -> None:
         """5. Health marks, the systemd watchdog (and readiness once), the poll's figures."""

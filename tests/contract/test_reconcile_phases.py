@@ -68,7 +68,8 @@ def test_one_frozen_host_is_never_a_write_outage(hosts, frozen_at, cycles) -> No
     """Of two or more reporting hosts, one whose report stops advancing (the others advance)
     never makes a write outage, however long it stays frozen."""
     frozen = hosts[frozen_at % len(hosts)]
-    memory = LeaderMemory(cycles=1, seen={h: ("r", 1) for h in hosts})
+    memory = LeaderMemory(cycles=1, seen={h: ("r", 1) for h in hosts},
+                          polled={h: ("r", 1) for h in hosts})
     for i in range(cycles):
         snap = Snapshot(reports={h: report(h, 1 if h == frozen else i + 2) for h in hosts},
                         bad_reports={}, registry=None)
@@ -77,6 +78,7 @@ def test_one_frozen_host_is_never_a_write_outage(hosts, frozen_at, cycles) -> No
         assert set(reading.streaks) == {frozen} and frozen not in reading.fresh
         memory = replace(memory, cycles=memory.cycles + 1,
                          seen={h: r.freshness for h, r in snap.reports.items()},
+                         polled={h: r.freshness for h, r in snap.reports.items()},
                          stale_for=reading.streaks, outage=reading.outage)
 
 
@@ -87,7 +89,8 @@ def test_an_outage_never_outs_a_card(card, before, recounted, write_failure) -> 
     its counters, state and health stay as they were."""
     card = replace(card, kind="dir", target=None, path="/d")
     before = agreeing(before, card)
-    memory = LeaderMemory(cycles=3, seen={card.host: ("r", 5)}, outage="earlier")
+    memory = LeaderMemory(cycles=3, seen={card.host: ("r", 5)}, polled={card.host: ("r", 5)},
+                          outage="earlier")
     snap = Snapshot(reports={card.host: report(card.host, 5, reported(card))},
                     bad_reports={}, registry=None, write_failure=write_failure)
     reading = replace(judge_reports(snap, memory),

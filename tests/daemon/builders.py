@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.contract.report import HostReport, ReportedCard
-from awide_cluster.daemon.reconcile import Decision, LeaderMemory, Policy, Snapshot, decide
+from awide_cluster.daemon.reconcile import (
+    Decision,
+    LeaderMemory,
+    Policy,
+    Snapshot,
+    Trigger,
+    decide,
+)
 
 
 def card(name: str, serial: str, *, healthy: bool = True, found: bool = True,
@@ -47,11 +54,13 @@ class Leader:
         self.cycle = 0
 
     def step(self, *reports: HostReport, bad: dict[str, str] | None = None,
-             intents=(), bad_intents=None, write_failure: str = "") -> Decision:
+             intents=(), bad_intents=None, write_failure: str = "",
+             trigger: Trigger = "poll") -> Decision:
         self.cycle += 1
         snap = Snapshot(reports={r.host: r for r in reports}, bad_reports=bad or {},
                         registry=self.registry, intents=tuple(intents),
-                        bad_intents=bad_intents or {}, write_failure=write_failure)
+                        bad_intents=bad_intents or {}, write_failure=write_failure,
+                        trigger=trigger)
         d = decide(snap, self.memory, self.policy, now=f"t{self.cycle}")
         self.memory = d.memory
         if d.write:

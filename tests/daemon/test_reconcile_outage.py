@@ -172,7 +172,8 @@ def test_a_failed_registry_write_alone_is_an_outage() -> None:
 
 def test_the_rule_itself() -> None:
     r = {h: report(h, 5) for h in ("h1", "h2", "h3", "h4", "h5")}
-    mem = LeaderMemory(cycles=3, seen={h: ("run1", 5) for h in r})
+    mem = LeaderMemory(cycles=3, seen={h: ("run1", 5) for h in r},
+                       polled={h: ("run1", 5) for h in r})
     snap = Snapshot(reports=r, bad_reports={}, registry=None)
     assert stale_streaks(snap, LeaderMemory()) == {}             # a new leader: baseline
     assert stale_streaks(snap, mem) == dict.fromkeys(r, 1)
@@ -182,7 +183,7 @@ def test_the_rule_itself() -> None:
     assert not write_outage(snap, mem, {"h2": 1, "h3": 1})
     assert not write_outage(snap, mem, {"h2": 7, "h3": 9, "h4": 1})
     # ... unless the outage is already on
-    held = LeaderMemory(cycles=3, seen=mem.seen, outage="x")
+    held = LeaderMemory(cycles=3, seen=mem.seen, polled=mem.polled, outage="x")
     assert write_outage(snap, held, {"h2": 7, "h3": 9, "h4": 1})
     assert not write_outage(snap, held, {"h2": 7, "h3": 9})
     # the leader's own failed write is one, whatever the reports say
