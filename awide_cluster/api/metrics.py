@@ -102,6 +102,10 @@ class DaemonMetrics:
         self.leader_changes = Counter("awide_leader_changes",
                                       "Changes of the leader daemon seen by this daemon",
                                       registry=r)
+        self.etcd_voting_members = Gauge("awide_etcd_voting_members",
+                                         "Voting members of the etcd cluster, as this daemon "
+                                         "last read its member list (learners not counted)",
+                                         registry=r)
         self.leader_cycles = Counter("awide_leader_cycles",
                                      "Leader cycles this daemon ran, by what started them "
                                      "(poll: its own; report: a host report that arrived)",

@@ -8,7 +8,9 @@ One turn:
 4. campaign for ``leader`` when nobody holds it; as leader run one ``LeaderLoop.cycle`` (told
    whether this turn's report write failed: then the hosts cannot write, a write outage);
    otherwise follow the registry (for the status view);
-5. heartbeat (health marks, systemd watchdog).
+5. heartbeat (health marks, systemd watchdog); every ``members_recheck`` seconds, the etcd
+   member list again (a cluster that shrank below 3 voting members is logged, shown in
+   ``/v1/status`` and ``awide_etcd_voting_members``; the daemon keeps running).
 
 Beside the turns, a watch of ``leader`` (``_watch_leader``): when the key is vacated (deleted
 on a clean stop, or by etcd when its holder's lease expired) a follower runs the campaign of
@@ -71,7 +73,7 @@ from awide_cluster.store.errors import (
 )
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
-from awide_cluster.store.types import WatchBatch
+from awide_cluster.store.types import Member, WatchBatch
 
 if TYPE_CHECKING:
     from awide_cluster.api.notify import Notifier
@@ -90,9 +92,16 @@ LEADER_WATCH_MESSAGE_BYTES = 64 * 1024
 # a members/ watch message holds a few reports (base64 in the event): over this it is not
 # looked at (a report cycle runs, its read bounded like the poll's)
 REPORTS_WATCH_MESSAGE_BYTES = 4 * bounds.REPORT_MAX_BYTES * 4 // 3 + 64 * 1024
+# the etcd member list is read again this often while running (seconds)
+MEMBERS_RECHECK = 60.0
 # report cycles are at least this share of a poll interval apart (a burst of arrivals, or a
 # writer that rewrites its report in a loop, costs at most 1/gap reads per poll)
 REPORT_CYCLE_GAP = 0.05
+
+
+def voting(members: tuple[Member, ...]) -> int:
+    """How many of the members vote (learners do not)."""
+    return sum(1 for m in members if not m.is_learner)
 
 
 class ClusterTooSmall(RuntimeError):
@@ -148,7 +157,9 @@ class Daemon:
         self.report: HostReport | None = None
         self.registry: Registry | None = None
         self._registry_rev = 0
-        self.cluster_size: int | None = None
+        self.cluster_size: int | None = None        # voting etcd members, as last read
+        self.members_recheck = MEMBERS_RECHECK      # seconds between member-list reads
+        self._members_at = 0.0                      # monotonic time of the last read
         self.turns = 0
         self.outcomes: list[Outcome] = []           # last leader outcomes (bounded, for tests)
         self.exit_code: int | None = None
@@ -320,7 +331,9 @@ class Daemon:
                 self.notifier.watchdog()
                 await self._sleep(self.config.timing.poll_interval)
                 continue
-            n = self.cluster_size = len(members)
+            n = self.cluster_size = voting(members)
+            self._members_at = self.clock.monotonic()
+            self.metrics.etcd_voting_members.set(n)
             if n < 3 and not self.config.dev_cluster:
                 raise ClusterTooSmall(
                     f"etcd cluster has {n} member(s): a card cluster needs 3 or more to survive "
@@ -355,6 +368,8 @@ class Daemon:
         holder = self.leadership.holder
         self.metrics.observe_leader(holder.host if holder else None,
                                     me=self.leadership.has_key)
+        if self.clock.monotonic() - self._members_at >= self.members_recheck:
+            await self._recheck_members()
         self._heartbeat(lease_ok and not report_failure and elected_ok and led_ok, start)
 
     async def _renew_lease(self) -> bool:
@@ -406,6 +421,31 @@ class Daemon:
         self.health.report_written()
         self.write_error = None
         return ""
+
+    async def _recheck_members(self) -> None:
+        """The member list again (bounded; a failure is tried again a period later): a change
+        of the voting members is logged, a count under 3 as a warning (not fatal: the daemon
+        keeps its cards reported; docs/operations.md says how to add a member)."""
+        self._members_at = self.clock.monotonic()     # a failure waits as long (no retry storm)
+        try:
+            members = await self.store.members(timeout=self.config.etcd.call_timeout)
+        except StoreError as e:
+            self._note_error(f"etcd member list: {e}")
+            return
+        n, was = voting(members), self.cluster_size
+        self.cluster_size = n
+        self.metrics.etcd_voting_members.set(n)
+        if n == was:
+            return
+        learners = len(members) - n
+        also = f" (and {learners} learner(s))" if learners else ""
+        if n < 3 and not self.config.dev_cluster:
+            log.warning("%s: etcd now has %d voting member(s)%s, was %s: it tolerates no "
+                        "member failure; add a member (docs/operations.md)", self.config.host,
+                        n, also, was)
+        else:
+            log.info("%s: etcd now has %d voting member(s)%s, was %s", self.config.host, n,
+                     also, was)
 
     async def _elect(self) -> bool:
         """4a. Campaign for ``leader`` when nobody holds it. False: etcd failed."""
@@ -738,6 +778,8 @@ class Daemon:
             "cluster": self.config.cluster,
             "dev_cluster": self.config.dev_cluster,
             "etcd_members": self.cluster_size,
+            "etcd_too_small": (self.cluster_size is not None and self.cluster_size < 3
+                               and not self.config.dev_cluster),
             "lease": f"{self.lease.id:x}" if self.lease.id else None,
             "error": self._last_error or None,
             "leader_error": self.leader_loop.last_error or None,

@@ -281,7 +281,8 @@ def member(obj: Any) -> Member:
     d = as_dict(obj, "member")
     return Member(id=as_int(d, "ID"), name=str(d.get("name", "")),
                   client_urls=tuple(str(u) for u in d.get("clientURLs", []) or []),
-                  peer_urls=tuple(str(u) for u in d.get("peerURLs", []) or []))
+                  peer_urls=tuple(str(u) for u in d.get("peerURLs", []) or []),
+                  is_learner=d.get("isLearner") is True)
 
 
 def endpoint_status(body: Mapping[str, Any], endpoint: str) -> EndpointStatus:

@@ -75,6 +75,7 @@ class Member:
     name: str
     client_urls: tuple[str, ...]
     peer_urls: tuple[str, ...]
+    is_learner: bool = False        # a learner replicates but does not vote (no quorum share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,11 @@ from awide_cluster.operator.judge.daemons import judge_writes
 from awide_cluster.operator.judge.etcd import (
     NEAR_QUOTA,
     MemberCount,
+    count_members,
     judge_alarms,
     judge_quorum,
     judge_space,
+    member_problems,
     roll_call,
 )
 from awide_cluster.operator.judge.gateways import agreement
@@ -182,3 +184,23 @@ def test_a_corrupt_alarm_names_its_runbook():
     (p,) = problems
     assert (p.code, p.subject) == ("etcd_alarm", "CORRUPT")
     assert "m1" in p.message and "docs/operations.md" in p.message
+
+
+@given(st.integers(1, 5), st.integers(0, 3))
+def test_learners_have_no_share_of_the_quorum_nor_of_the_member_count(voters, learners):
+    """A learner (a member being added) answers and has a raft leader, but does not vote: the
+    quorum counts voters only, and too few voters is ``etcd_too_small`` whatever learners
+    there are."""
+    members = tuple(Member(i, f"m{i}", (_url(i),), (), is_learner=i >= voters)
+                    for i in range(voters + learners))
+    answers = tuple(EndpointAnswer(_url(m.id), EndpointStatus(_url(m.id), m.id, 1, 4, 100,
+                                                              "3.5.1", 20000))
+                    for m in members)
+    roll = roll_call(answers, members, tuple(_url(m.id) for m in members))
+    count = count_members(roll, members, ())
+    assert (count.total, count.up) == (voters, voters)
+    problems = member_problems(roll, {m.id: m for m in members}, "ok", members)
+    small = [p for p in problems if p.code == "etcd_too_small"]
+    assert bool(small) == (voters < 3)
+    if small and learners:
+        assert f"{learners} learner(s)" in small[0].message

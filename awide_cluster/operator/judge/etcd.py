@@ -115,10 +115,12 @@ def _unasked_row(member: Member) -> EtcdMemberView:
 
 def count_members(roll: RollCall, members: tuple[Member, ...] | None,
                   endpoints: tuple[str, ...]) -> MemberCount:
+    """Voting members only: a learner (a member being added) has no share of the quorum."""
+    learners = {m.id for m in members or () if m.is_learner}
     return MemberCount(
         answered=len(roll.answered),
-        up=sum(1 for st in roll.answered if st.leader != 0),
-        total=len(members) if members else len(endpoints),
+        up=sum(1 for st in roll.answered if st.leader != 0 and st.member_id not in learners),
+        total=len(members) - len(learners) if members else len(endpoints),
         unchecked=roll.unchecked)
 
 
@@ -166,10 +168,13 @@ def member_problems(roll: RollCall, by_id: dict[int, Member], quorum: Quorum,
     if len({st.leader for st in roll.answered if st.leader != 0}) > 1:
         problems.append(Problem("warning", "etcd_leader_disagreement", "etcd",
                                 "members name different raft leaders (an election is going on)"))
-    if members is not None and 0 < len(members) < 3:
+    voters = [m for m in members or () if not m.is_learner]
+    if members is not None and 0 < len(voters) < 3:
+        learners = len(members) - len(voters)
+        extra = f" and {learners} learner(s), which do not vote" if learners else ""
         problems.append(Problem("warning", "etcd_too_small", "etcd",
-                                f"etcd has {len(members)} member(s): it tolerates no member "
-                                "failure (3 or more are needed for that)"))
+                                f"etcd has {len(voters)} voting member(s){extra}: it tolerates "
+                                "no member failure (3 or more are needed for that)"))
     versions = sorted({r.version for r in roll.rows if r.version})
     if len(versions) > 1:
         problems.append(Problem("warning", "etcd_version_skew", "etcd",
