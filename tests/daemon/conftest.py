@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,12 @@ TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `
 # poll 0.1 s, lease 1 s (> 0.1 + 2 x 0.3), 3 sick polls
 FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
 ETCD_CALL = 0.3
+# tests that drive Daemon.turn without its loop wait on nothing but their own turns: their
+# etcd calls get a bound scaled like the waits (a turn whose read a loaded machine answered
+# late would count nothing, and the test would see a registry it did not expect), and a
+# lease that outlives them
+TURN_CALL = bound(0.5)
+TURNS = dict(FAST, lease_ttl=math.ceil(FAST["poll_interval"] + 2 * TURN_CALL) + 1)
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +89,11 @@ TEST_HOSTS = ("h1", "h2", "h3")
 
 def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: Sequence[dict] = (), *,
                 role: str = "storage", timing: dict | None = None, dev: bool = False,
-                **extra: Any) -> dict[str, Any]:
+                call: float = ETCD_CALL, **extra: Any) -> dict[str, Any]:
     # the cluster's hosts: the test host names in use (h1..h3, the ones named here)
     d = {"cluster": cluster, "host": host, "hosts": sorted({host, *TEST_HOSTS}),
          "role": role, "dev_cluster": dev,
-         "etcd": {"endpoints": list(etcd.client_urls), "call_timeout": ETCD_CALL},
+         "etcd": {"endpoints": list(etcd.client_urls), "call_timeout": call},
          "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
          "cards": list(cards)}
     d.update(extra)

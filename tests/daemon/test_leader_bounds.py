@@ -10,7 +10,7 @@ from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError
 
-from .conftest import FAST, make_config, registry
+from .conftest import FAST, TURN_CALL, make_config, registry
 from .test_leader_etcd import cid_of
 
 NEAR_LIMIT = 1536 * 1024 - 8 * 1024     # just under etcd's default --max-request-bytes
@@ -40,9 +40,9 @@ async def test_a_huge_report_and_intent_are_refused_by_name_the_rest_is_read(
     cards.make("c0", "SN1")
     cards.make("c1", "SN2")
     d1 = Daemon(make_config(etcd, cluster_name, "h1", [cards.spec("c0")],
-                                timing=SLOW_LEASE), serve_api=False)
-    d2 = Daemon(make_config(etcd, cluster_name, "h2", [cards.spec("c1")], timing=SLOW_LEASE),
-                serve_api=False)
+                            timing=SLOW_LEASE, call=TURN_CALL), serve_api=False)
+    d2 = Daemon(make_config(etcd, cluster_name, "h2", [cards.spec("c1")], timing=SLOW_LEASE,
+                            call=TURN_CALL), serve_api=False)
     store = big_store(etcd, cluster_name)
     try:
         await d1.turn()

@@ -11,7 +11,7 @@ from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 
-from .conftest import FakeClock, make_config, registry, store_of
+from .conftest import TURN_CALL, TURNS, FakeClock, make_config, registry, store_of
 from .stores import HeldTxn, Severable
 
 
@@ -21,6 +21,9 @@ def cid_of(path) -> str:
 
 
 def daemon(etcd, cluster, host, specs, **kw) -> Daemon:
+    """A daemon driven turn by turn (``TURNS`` timing, ``TURN_CALL`` bound)."""
+    kw.setdefault("timing", TURNS)
+    kw.setdefault("call", TURN_CALL)
     return Daemon(make_config(etcd, cluster, host, specs, **kw), serve_api=False)
 
 
@@ -217,7 +220,8 @@ async def test_ninth_card_is_kept_without_a_slot(etcd, cluster_name, cards):
     try:
         await d.turn()
         before = (await registry(store)).slots
-        d.request_reload(make_config(etcd, cluster_name, "h1", specs))
+        d.request_reload(make_config(etcd, cluster_name, "h1", specs, timing=TURNS,
+                                     call=TURN_CALL))
         await d.turn()
         reg = await registry(store)
         ninth = cid_of(paths[8])

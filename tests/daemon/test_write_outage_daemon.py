@@ -18,7 +18,7 @@ from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
 
-from .conftest import make_config, registry, store_of
+from .conftest import TURN_CALL, TURNS, make_config, registry, store_of
 from .stores import RefusingTxn
 
 
@@ -28,7 +28,8 @@ def cid_of(path) -> str:
 
 
 def daemon(etcd, cluster, host, specs) -> Daemon:
-    return Daemon(make_config(etcd, cluster, host, specs), serve_api=False)
+    return Daemon(make_config(etcd, cluster, host, specs, timing=TURNS, call=TURN_CALL),
+                  serve_api=False)
 
 
 class Alarms:
