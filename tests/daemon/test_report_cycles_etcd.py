@@ -34,9 +34,12 @@ async def test_a_card_goes_out_and_back_on_its_hosts_reports_not_the_leaders_pol
         for healthy, state in ((False, "out"), (True, "in")):
             cards.set_healthy("h2c0", healthy)
             await wait_for(lambda s=state: _is(store, cid, s), what=f"the card {state}")
-            said = [r.getMessage() for r in caplog.records
-                    if f"card {cid}" in r.getMessage() and f"{state}:" in r.getMessage()]
-            assert said and said[-1].endswith(ARRIVAL), said
+            # the leader logs its decision once etcd answered the commit: wait for the line
+            said = await wait_for(lambda s=state: [
+                r.getMessage() for r in caplog.records
+                if f"card {cid}" in r.getMessage() and f"{s}:" in r.getMessage()],
+                what=f"the leader's line for the card {state}")
+            assert said[-1].endswith(ARRIVAL), said
         assert lead.report_cycles.get("wrote", 0) >= 3      # admitted, out, in
         assert lead.turn_errors == 0 and host.turn_errors == 0
     finally:
