@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint deps venv bench bench-quick faults system-test clean
+.PHONY: demo test lint deps venv bench bench-quick soak faults system-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench: deps venv
 
 bench-quick: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench --quick
+
+# etcd's database under 24 h of the cluster's writes, replayed 100 times faster with the
+# compaction retention scaled alike (about 16 min; bench/soak.py, docs/performance.md)
+soak: deps venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.soak
 
 SEED ?= 1
 FAULTS ?= 40
