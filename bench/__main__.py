@@ -11,6 +11,7 @@ import datetime
 import importlib
 import json
 import logging
+import random
 import shutil
 import sys
 import tempfile
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--quick bench/results-quick.json: a quick run never overwrites the full "
                     "run's results that docs/performance.md is rendered from)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--seed", type=int, help="seed of the faults' random phases (default: a "
+                    "fresh one per run, printed and recorded in the results)")
     args = ap.parse_args(argv)
     if args.out is None:
         name = "results-quick.json" if args.quick else "results.json"
@@ -90,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     when = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     work = Path(tempfile.mkdtemp(prefix="awide-bench-"))
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     ctx = Context(quick=args.quick, work=work, etcd_binary=find_bench_etcd(),
-                  log=lambda s: print(s, file=sys.stderr, flush=True))
+                  log=lambda s: print(s, file=sys.stderr, flush=True), seed=seed)
+    ctx.say(f"seed of the fault phases: {seed} (--seed {seed} repeats them)")
     # the library's own log lines (e.g. "registry stale" while etcd is frozen) go to a file
     logging.basicConfig(filename=str(work / "bench.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     end_load = loadavg()
     doc = {
         "command": "python -m bench" + (" --quick" if args.quick else "")
-                   + (f" --only {args.only}" if args.only else ""),
+                   + (f" --only {args.only}" if args.only else "") + f" --seed {seed}",
+        "seed": seed,
         "mode": "quick" if args.quick else "full",
         "date": when,
         "elapsed_s": round(elapsed, 1),

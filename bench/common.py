@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,12 @@ class Context:
     work: Path                        # scratch directory of this run (removed at the end)
     etcd_binary: str
     log: Any = None                   # callable(str) for progress lines
+    seed: int = 0                     # of this run's fault phases (drawn afresh per run)
+
+    def rng(self, figure: int) -> random.Random:
+        """The random phases of one figure: fresh with each run's seed, repeatable with
+        ``--seed``."""
+        return random.Random(self.seed * 100 + figure)
 
     def say(self, text: str) -> None:
         if self.log is not None:

@@ -142,10 +142,11 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
     b = bounds(t)
     det, ret, det_miss, ret_miss = [], [], 0, 0
     keys_ = list(c.cards)
+    rng = ctx.rng(1)
     for r in range(runs):
         key = keys_[r % len(keys_)]
         cid = c.card_id(key)
-        time.sleep(t.poll_interval * (0.3 + 0.7 * ((r * 0.37) % 1)))   # vary the phase
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # the fault at a random phase
         t0 = c.card_store_kill(key)
         d = _every(c.wait_until(card_out(cid), b.detection, since=t0), t0)
         if d is None:
@@ -201,6 +202,7 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
     out: list[float] = []
     missed = 0
     campaign: list[float] = []
+    rng = ctx.rng(4)
     for r in range(runs):
         got = c.wait_leader(b.election)
         if got is None:
@@ -210,7 +212,7 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
         # a card of another host takes the pending change (a drain intent)
         victim = next(k for k in c.cards if c.card_host(k) != old)
         cid = c.card_id(victim)
-        time.sleep(t.poll_interval * (0.2 + 0.8 * ((r * 0.61) % 1)))
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # the kill at a random phase
         if how == "SIGKILL":
             t0 = c.kill_daemon(old)
             _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
@@ -248,8 +250,9 @@ def _joins(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int) -> tuple[list
     out: list[float] = []
     missed = 0
     hosts = list(c.storage_hosts)
+    rng = ctx.rng(3)
     for r in range(runs):
-        time.sleep(t.poll_interval * (0.3 + 0.7 * ((r * 0.43) % 1)))
+        time.sleep(rng.uniform(0.0, t.poll_interval))
         key = c.add_card(hosts[r % len(hosts)])
         t0 = c.last_fault_at
         assert t0 is not None
@@ -267,7 +270,7 @@ def run(ctx: Context) -> list[Row]:
     if ctx.quick:
         t, dr_runs, ho_runs, join_runs, gateways = Timing.quick(), 3, 2, 2, 2
     else:
-        t, dr_runs, ho_runs, join_runs, gateways = Timing(), 8, 5, 6, 3
+        t, dr_runs, ho_runs, join_runs, gateways = Timing(), 30, 30, 10, 3
     spec = ClusterSpec(cluster="bench", storage_hosts=2, cards_per_host=1, witness_hosts=1,
                        gateways=gateways, timing=t, etcd_binary=ctx.etcd_binary,
                        first_leader="w1")

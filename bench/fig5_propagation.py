@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import random
 import time
 import uuid
 from typing import Any
@@ -77,7 +76,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
             got = w.expect("lag", 10.0)
             failed0, polls0 = failed0 + got["failed_polls"], polls0 + got["polls"]
         c0, r0 = fleet_cpu(), time.monotonic()
-        rng = random.Random(5)
+        rng = ctx.rng(5)
         every: list[float] = []
         each: list[float] = []
         missing = 0
@@ -123,7 +122,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
 
 
 def run(ctx: Context) -> list[Row]:
-    rounds = 4 if ctx.quick else 20
+    rounds = 4 if ctx.quick else 30
     etcd = start_etcd(ctx, "etcd5")
     rows: list[Row] = []
     try:
