@@ -22,6 +22,9 @@ class Window:
     late_ms_max: float = 0.0
     late_over_100ms: int = 0
     load_cpu_s: float = 0.0          # CPU seconds of the load processes over the window
+    requests: int = 0                # requests answered since the mark (bench.leanload only)
+    gen_cpu_s: float = 0.0           # the load processes' own CPU since the mark (leanload)
+    skipped: int = 0                 # polls not sent because the gateway was behind (leanload)
 
     @property
     def seconds(self) -> list[float]:
@@ -30,17 +33,20 @@ class Window:
 
 class LoadSet:
     def __init__(self, endpoints: tuple[str, ...], cluster: str, *, procs: int, log_dir: Path,
-                 name: str, rotate: bool = True, call_timeout: float = 0.5) -> None:
+                 name: str, rotate: bool = True, call_timeout: float = 0.5,
+                 module: str = "bench.pollers", extra: dict[str, Any] | None = None,
+                 seed: int = 0) -> None:
         self.workers = [
-            Worker("bench.pollers", {"endpoints": list(endpoints), "cluster": cluster,
-                                     "first": k * 100_000, "seed": k + 1, "rotate": rotate,
-                                     "call_timeout": call_timeout},
+            Worker(module, {"endpoints": list(endpoints), "cluster": cluster,
+                            "first": k * 100_000, "seed": seed * 10 + k + 1, "rotate": rotate,
+                            "call_timeout": call_timeout, **(extra or {})},
                    log_dir=log_dir, name=f"{name}{k}")
             for k in range(procs)
         ]
         for w in self.workers:
             w.expect("hello", 30.0)
         self.count = 0
+        self.module = module
 
     def set(self, count: int, kind: str = "follower") -> None:
         n = len(self.workers)
@@ -50,6 +56,16 @@ class LoadSet:
         for w in self.workers:
             w.expect("set", 60.0)
         self.count = count
+
+    def mark(self) -> None:
+        """bench.leanload only (a no-op for bench.pollers): start counting requests and the
+        processes' own CPU."""
+        if self.module != "bench.leanload":
+            return
+        for w in self.workers:
+            w.send({"cmd": "mark"})
+        for w in self.workers:
+            w.expect("mark", 30.0)
 
     def cpu(self) -> float:
         total = 0.0
@@ -74,6 +90,9 @@ class LoadSet:
             win.over += got["over"]
             win.late_ms_max = max(win.late_ms_max, got["late_ms_max"])
             win.late_over_100ms += got["late_over_100ms"]
+            win.requests += got.get("requests", 0)
+            win.gen_cpu_s += got.get("gen_cpu_s", 0.0)
+            win.skipped += got.get("skipped", 0)
         return win
 
     def close(self) -> None:
