@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -185,11 +184,15 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
               help="one JSON object per line (events and slot tables, with time.monotonic())")
 @click.option("--metrics", "metrics", default=None, metavar="HOST:PORT",
               help="also serve the gateway's Prometheus metrics on GET /metrics there")
+@click.option("--log-format", default="text", show_default=True, envvar="AWIDE_LOG_FORMAT",
+              type=click.Choice(["text", "json"]),
+              help="log lines on stderr as text or one JSON object each [env: AWIDE_LOG_FORMAT]")
 def watch(config_file: str | None, duration: float | None, verbose: bool,
-          as_json: bool, metrics: str | None) -> None:
+          as_json: bool, metrics: str | None, log_format: str) -> None:
     """Run the gateway library standalone: print the slot table and every change."""
     from awide_cluster.cli.lookup import config_file as lookup_config
     cfg = _load(lookup_config(config_file, kind="gateway"))
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from awide_cluster.logs import setup
+    setup("info" if verbose else "warning", "json" if log_format == "json" else "text",
+          fields={"cluster": cfg.cluster, "gateway": cfg.id})
     sys.exit(asyncio.run(_watch(cfg, duration, as_json, metrics)))
