@@ -24,6 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from awide_cluster.contract.registry import STATES, Registry
+from awide_cluster.store.errors import WRITE_REFUSAL_REASONS
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -119,6 +120,9 @@ class DaemonMetrics:
                                       "confirm, by write (report, registry) and reason "
                                       "(nospace, auth, timeout, unavailable, other)",
                                       ["write", "reason"], registry=r)
+        for write in ("report", "registry"):      # every label set from 0: rate() sees it
+            for reason in WRITE_REFUSAL_REASONS:
+                self.writes_refused.labels(write=write, reason=reason)
         self.write_outage_gauge = Gauge("awide_write_outage",
                                         "1 while this daemon, as leader, judges that the hosts "
                                         "cannot write (reports that did not advance count "
