@@ -4,18 +4,21 @@ embedded cluster: ``card`` is the card id and ``card_name`` its name wherever a 
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from awide_harness import netns
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import ClusterSpec, Timing
 from tests.timing import bound, wait_until_sync
 
 from .support import etcd_or_skip
 
-SPEC = ClusterSpec(cluster="labels", storage_hosts=2, cards_per_host=2, witness_hosts=0,
+SPEC = ClusterSpec(cluster="labels", storage_hosts=2, cards_per_host=2, witness_hosts=1,
                    gateways=1, timing=Timing.quick())
 
 CARD_METRICS = ("awide_local_card_healthy", "awide_probe_results_total", "awide_card_state",
@@ -32,9 +35,14 @@ def cards_of(samples: list[Sample], name: str) -> set[tuple[str, str]]:
     return {(s.labels["card"], s.labels["card_name"]) for s in samples if s.name == name}
 
 
-def test_card_labels_join_every_series_has_cluster_and_none_is_created(tmp_path):
+@pytest.mark.parametrize("network", ["loopback", "netns"])
+def test_card_labels_join_every_series_has_cluster_and_none_is_created(tmp_path, network):
     etcd_or_skip()
-    with EmbeddedCluster(tmp_path, SPEC) as c:
+    if network == "netns":
+        ok, why = netns.available()
+        if not ok:
+            pytest.skip(why)
+    with EmbeddedCluster(tmp_path, dataclasses.replace(SPEC, network=network)) as c:
         want = {(c.card_id(k), c.card(k).name) for k in c.cards}
         (gw,) = c.gateway_ids
         urls = {h: c.metrics_url(h) for h in c.hosts} | {gw: c.metrics_url(gw)}
