@@ -3,7 +3,8 @@
 - ``text`` (default): ``TIME LEVEL LOGGER: message``;
 - ``json``: one JSON object per line: ``level``, ``logger``, ``message``, ``time`` and the
   process's fields (``cluster``, ``host``, or ``gateway``) plus, where a line is about a card,
-  ``card`` (its id) and ``card_host``; a traceback is ``exception``.
+  ``card`` (its id) and ``card_host`` (from ``extra=``, else read from the message's
+  ``card <id> (SERIAL on HOST)``); a traceback is ``exception``.
 
 Under journald (``JOURNAL_STREAM`` names the device and inode of stderr, as systemd sets it
 for a unit whose stderr is the journal) every line starts with the syslog priority ``<N>``
@@ -25,7 +26,7 @@ from typing import IO, Literal
 Format = Literal["text", "json"]
 FORMATS: tuple[Format, ...] = ("text", "json")
 
-# the attributes a log call may pass in ``extra=`` (card_fields) and that json carries
+# the attributes a log call may pass in ``extra=``; else json takes them from the message
 CARD_FIELDS = ("card", "card_host")
 
 
@@ -33,8 +34,8 @@ _CARD = re.compile(r"\bcard (c[0-9a-f]{11})\b(?: \([^()]* on ([^\s()]+)\))?")
 
 
 def card_fields(line: str) -> dict[str, str]:
-    """``extra=`` for a decision line about a card: the first ``card <id>`` it names and, when
-    it follows as ``(SERIAL on HOST)`` (``reconcile.describe``), the card's host."""
+    """The card a log line is about: the first ``card <id>`` it names and, when it follows as
+    ``(SERIAL on HOST)`` (``reconcile.describe``, the leader's decisions), the card's host."""
     m = _CARD.search(line)
     if m is None:
         return {}
@@ -99,10 +100,8 @@ class JsonFormatter(logging.Formatter):
                 timespec="milliseconds")
         doc |= {"level": record.levelname.lower(), "logger": record.name,
                 "message": record.getMessage(), **self.fields}
-        for name in CARD_FIELDS:
-            value = getattr(record, name, None)
-            if value:
-                doc[name] = str(value)
+        given = {n: str(v) for n in CARD_FIELDS if (v := getattr(record, n, None))}
+        doc.update(given or card_fields(record.getMessage()))
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         line = json.dumps(doc, ensure_ascii=False, default=str)   # newlines escaped: one line

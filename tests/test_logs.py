@@ -87,3 +87,13 @@ def test_card_fields_of_decision_lines():
 def test_setup_refuses_an_unknown_format():
     with pytest.raises(ValueError, match="log format 'xml'"):
         setup("info", "xml", stream=io.StringIO())
+
+
+def test_json_reads_the_card_from_the_message_when_not_given():
+    f = JsonFormatter(journald=False)
+    r = logging.LogRecord("awide_cluster.daemon.leader", logging.INFO, __file__, 1,
+                          "%s%s", ("card c0123456789a (SN-1 on s2) out: sick", ""), None)
+    doc = json.loads(f.format(r))
+    assert (doc["card"], doc["card_host"]) == ("c0123456789a", "s2")
+    plain = json.loads(f.format(record(logging.INFO, "lease 1a granted")))
+    assert "card" not in plain and "card_host" not in plain

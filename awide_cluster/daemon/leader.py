@@ -43,7 +43,6 @@ from awide_cluster.daemon.reconcile import (
     Trigger,
     decide,
 )
-from awide_cluster.logs import card_fields
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.port import Op, Store
 from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
@@ -305,7 +304,7 @@ class LeaderLoop:
             self.own = d.registry       # adopted as it is: this term's baseline
         if not d.write and not d.consumed:
             for line in d.log:
-                log.info("%s%s", line, self._why, extra=card_fields(line))
+                log.info("%s%s", line, self._why)
             return Outcome.UNCHANGED
         if not ld.is_leader or ld.revision is None:     # the decision took time: check again
             ld.step_down("lease not confirmed within TTL - margin")
@@ -345,7 +344,7 @@ class LeaderLoop:
                      "since it was read; re-reading next cycle")
             return Outcome.CONFLICT
         for line in d.log:
-            log.info("%s%s", line, self._why, extra=card_fields(line))
+            log.info("%s%s", line, self._why)
         if d.write:
             self.registry = self.own = reg
             self.attempted = None

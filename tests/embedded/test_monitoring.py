@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
