@@ -76,7 +76,8 @@ def _vaulted(tools: Path, tmp: Path, value: str, name: str) -> str:
     return r.stdout
 
 
-def _setup(tools: Path, tmp: Path, **over: object) -> dict[str, Path]:
+def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
+           **over: object) -> dict[str, Path]:
     """The example inventory on a local connection, its paths under tmp, and the secrets in a
     vars file, two of them as vault-encrypted strings."""
     roles = _stub_handlers(tmp)
@@ -90,7 +91,7 @@ def _setup(tools: Path, tmp: Path, **over: object) -> dict[str, Path]:
                     card["path"] = str(tmp / "cards" / host / card["name"])
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
     (tmp / "vault-pw").write_text(VAULT_PASSWORD + "\n")
-    keys = list(DHCHAP.items())
+    keys = list(dhchap.items())
     secrets = (
         _vaulted(tools, tmp, ETCD_PASSWORD, "awide_etcd_password")
         + "awide_gateway_dhchap_keys:\n"
@@ -195,8 +196,18 @@ def test_the_rendered_card_env_drives_the_export_script(runs: dict, tmp_path: Pa
     assert {h: (hosts / h / "dhchap_key").read_text().strip() for h in DHCHAP} == DHCHAP
 
 
+def test_the_loud_opt_out_is_written_instead_of_the_list(tools: Path, tmp_path: Path) -> None:
+    s = _setup(tools, tmp_path, awide_gateway_hostnqns=[], awide_nvmet_insecure_any_host=True)
+    r = _playbook(tools, s, "--check", "--diff")
+    assert r.returncode == 0, _text(r)[-3000:]
+    assert _text(r).count("AWIDE_INSECURE_ANY_HOST=yes") == 2
+    assert "AWIDE_HOST_NQNS" not in _text(r) and "AWIDE_DHCHAP_KEYS_FILE" not in _text(r)
+
+
 @pytest.mark.parametrize("over,words", [
     ({"awide_gateway_hostnqns": []}, "must list the gateways' host NQNs"),
+    ({"dhchap": {**DHCHAP, "nqn.2024-01.io.awide:gpu1": "DHHC-1:00:not-a-key-3f9a:"}},
+     "hosts with a malformed key: ['nqn.2024-01.io.awide:gpu1']"),
     ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "gpu2,evil"]}, "gpu2,evil"),
     ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "nqn.2024-01.io.awide:gpu3"]},
      "missing: ['nqn.2024-01.io.awide:gpu3']"),
@@ -210,3 +221,4 @@ def test_the_inventory_checks_refuse_bad_access_settings(tools: Path, tmp_path: 
     assert r.returncode != 0
     assert words in _text(r), _text(r)[-3000:]
     assert not any(secret in _text(r) for secret in SECRETS)
+    assert "not-a-key-3f9a" not in _text(r)
