@@ -12,6 +12,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
@@ -222,3 +227,34 @@ def test_the_inventory_checks_refuse_bad_access_settings(tools: Path, tmp_path: 
     assert words in _text(r), _text(r)[-3000:]
     assert not any(secret in _text(r) for secret in SECRETS)
     assert "not-a-key-3f9a" not in _text(r)
+
+
+# --- the role's NQN rule is the gateway library's (pure) ------------------------------------
+
+def _role_nqn_pattern() -> re.Pattern[str]:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    pattern = defaults["awide_nqn_pattern"].replace("{{ awide_nqn_label }}",
+                                                     defaults["awide_nqn_label"])
+    assert "{{" not in pattern
+    return re.compile(pattern)
+
+
+@settings(max_examples=300, deadline=None)
+@example(date="2024-01", domain="io.awide", name="gw\n", extra="")
+@example(date="2024-01", domain="io.awide", name="gw\nAWIDE_INSECURE_ANY_HOST=yes", extra="")
+@given(date=st.sampled_from(["2024-01", "2014-08", "2024-12", "2024-13", "2024-00", "24-01"]),
+       domain=st.lists(st.sampled_from(["io", "awide", "a-b", "x1", "7", "-a", "a-", "", "a_b",
+                                        "A"]), min_size=1, max_size=3).map(".".join),
+       name=st.one_of(st.text("abXY09.-_:@+", min_size=1, max_size=6),
+                      st.text("abc019.-_:@+,=/ \n", min_size=0, max_size=6)),
+       extra=st.sampled_from(["", "x" * 220]))
+def test_the_role_accepts_exactly_the_nqns_the_library_accepts(date: str, domain: str,
+                                                                name: str, extra: str) -> None:
+    nqn = f"nqn.{date}.{domain}:{name}{extra}"
+    try:
+        validate_nqn(nqn)
+        library = True
+    except InvalidTarget:
+        library = False
+    # ansible's `match` test is re.match
+    assert (_role_nqn_pattern().match(nqn) is not None) == library, nqn

@@ -11,6 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "systemd" / "awide-nvmet-export"
@@ -144,3 +148,42 @@ def test_the_dhchap_key_never_reaches_a_command_line(tmp_path: Path) -> None:
     log = trace.read_text()
     assert "mkdir" in log and "ln -s" in log           # the trace saw the programs
     assert "DHHC-1" not in log
+
+
+# --- the script's NQN rule is the gateway library's ---------------------------------------------
+
+_NQN_CHARS = "abcXYZ019.-_:@+,=/ "
+_LABELS = ["io", "awide", "a-b", "x1", "7", "-a", "a-", "", "a_b", "A"]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(date=st.sampled_from(["2024-01", "2014-08", "2024-12", "2024-13", "2024-00", "24-01"]),
+       domain=st.lists(st.sampled_from(_LABELS), min_size=1, max_size=3).map(".".join),
+       name=st.one_of(st.text("abXY09.-_:@+", min_size=1, max_size=6),
+                      st.text(_NQN_CHARS, min_size=0, max_size=6)),
+       extra=st.sampled_from(["", "x" * 220]))
+def test_the_script_accepts_exactly_the_nqns_the_library_accepts(
+        tmp_path: Path, date: str, domain: str, name: str, extra: str) -> None:
+    nqn = f"nqn.{date}.{domain}:{name}{extra}"
+    try:
+        validate_nqn(nqn, "hostnqn")
+        library = True
+    except InvalidTarget:
+        library = False
+    r = _export(tmp_path, "down", AWIDE_HOST_NQNS=nqn)
+    script = r.returncode == 0
+    if " " in nqn:      # a space separates hosts in AWIDE_HOST_NQNS: each part is judged
+        assert script == all(_library_accepts(part) for part in nqn.split())
+    else:
+        assert script == library, (nqn, r.stderr)
+    if not script:
+        assert "AWIDE_HOST_NQNS" in r.stderr
+
+
+def _library_accepts(nqn: str) -> bool:
+    try:
+        validate_nqn(nqn)
+        return True
+    except InvalidTarget:
+        return False
