@@ -131,10 +131,13 @@ class Prometheus:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         try:
-            doc = json.loads(get(url))
-        except urllib.error.HTTPError as e:
-            doc = json.loads(e.read().decode() or "{}")
-        return doc
+            return json.loads(get(url))
+        except urllib.error.HTTPError as e:      # a bad query: its JSON error; else the text
+            body = e.read().decode(errors="replace")
+            try:
+                return json.loads(body)
+            except ValueError:
+                return {"status": "error", "error": f"HTTP {e.code}: {body[:200]}"}
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         doc = self.api("query", query=expr)
