@@ -10,16 +10,20 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # apt packages when root (Debian etcd 3.4.23 for the second etcd version, nvme-cli,
-# systemd-container and iproute2 for the system tests); skipped with a note otherwise.
+# systemd-container and iproute2 for the system tests, prometheus for promtool and the
+# monitoring/ tests); skipped with a note otherwise. The services these packages enable are
+# disabled again: the tests start their own.
 deps:
 	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
 	  need=""; \
-	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2 debootstrap openssh-client; do \
+	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2 debootstrap openssh-client \
+	           prometheus; do \
 	    dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
 	  if [ -n "$$need" ]; then \
 	    echo "apt: installing$$need"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
 	    systemctl disable --now etcd >/dev/null 2>&1 || true; \
+	    systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true; \
 	  fi; \
 	else echo "not root: skipping apt packages (tests needing Debian etcd 3.4 are skipped)"; fi
 

@@ -37,7 +37,8 @@ With ``spec.first_leader`` that host's daemon starts first and leads before the 
 Operations (fault methods return the ``time.monotonic()`` at which the fault was made):
 - names: ``hosts``, ``storage_hosts``, ``gateway_ids``, ``cards`` (keys ``"s1/c0"``),
   ``card_id(key)`` (registry id), ``card_host(key)``, ``cards_of(host)``, ``card_path(key)``,
-  ``api_url(host)``, ``config_path(host or gateway id)``, ``work_dir``, ``spec``;
+  ``api_url(host)``, ``metrics_url(host or gateway id)``, ``config_path(host or gateway
+  id)``, ``work_dir``, ``spec``;
 - cards: ``card(key)`` (``Card``: kind, id, serial, path ...), ``card_by_id(id)``, ``names()``,
   ``card_store_kill(key)``, ``card_store_start(key)``, ``add_card(host) -> key`` (new
   labelled directory + store service, config rewritten, SIGHUP to that daemon),
@@ -113,6 +114,7 @@ from awide_harness.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, r
 from awide_harness.spec import (
     API_PORT_NETNS,
     DIR_MODEL,
+    METRICS_PORT_NETNS,
     NVME_MODEL,
     NVME_PORT_NETNS,
     CardKind,
@@ -141,7 +143,8 @@ from awide_harness.views import (
 # the default command of each role (``spec.commands`` replaces one)
 DEFAULT_COMMANDS = {
     "daemon": Command((*CLI, "run", "--config", "{config}")),
-    "gateway": Command((*CLI, "gateway", "watch", "--json", "--config", "{config}")),
+    "gateway": Command((*CLI, "gateway", "watch", "--json", "--config", "{config}",
+                        "--metrics", "{metrics}")),
     "store": Command((*STORE_SERVICE, "--host", "{host}", "--port", "{port}", "--card", "{card}",
                       "--dir", "{dir}")),
 }
@@ -213,6 +216,7 @@ class _Gateway:
     host: str
     config: Path
     feed: GatewayFeed
+    metrics: str = ""               # HOST:PORT of its /metrics (the default command serves it)
     proc: Proc | None = None
 
 
@@ -734,6 +738,13 @@ class EmbeddedCluster:
         with feed.changed:
             return list(feed.events)
 
+    def metrics_url(self, name: str) -> str:
+        """The ``/metrics`` URL of a daemon host or a gateway (a gateway's is served by the
+        default gateway command, ``--metrics``)."""
+        if name in self._gateways:
+            return f"http://{self._gateways[name].metrics}/metrics"
+        return self.api_url(name) + "/metrics"
+
     def gateway_proc(self, gid: str) -> Proc | None:
         return self._gateway(gid).proc
 
@@ -900,9 +911,12 @@ class EmbeddedCluster:
         path = self.work_dir / "config" / f"{gid}.yaml"
         doc = gateway_config(self.spec, index, self.etcd.endpoints, nvme)
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        g = self._gateways[gid] = _Gateway(gid, index, ghost, path, GatewayFeed(gid))
+        port = METRICS_PORT_NETNS if self.net is not None else free_port()
+        g = self._gateways[gid] = _Gateway(gid, index, ghost, path, GatewayFeed(gid),
+                                           f"{self.addr(ghost)}:{port}")
         cmd = self._command("gateway")
-        g.proc = self.launcher.spawn(f"gateway-{gid}", fill(cmd.argv, config=path),
+        g.proc = self.launcher.spawn(f"gateway-{gid}",
+                                     fill(cmd.argv, config=path, metrics=g.metrics),
                                      netns=self.netns(ghost), pipe_stdout=True,
                                      env={**env, **cmd.env})
         assert g.proc.popen.stdout is not None

@@ -19,6 +19,7 @@ DIR_MODEL = "awide-dir-card"
 NVME_MODEL = "AWIDE Fake NVMe Ctrl"
 NVME_PORT_NETNS = 4420          # an NVMe card's target port when its host is a namespace
 API_PORT_NETNS = 9700           # a daemon's API port when its host is a namespace
+METRICS_PORT_NETNS = 9701       # a gateway's metrics port when its host is a namespace
 ROLES = ("daemon", "gateway", "store")
 
 CardKind = Literal["dir", "nvme"]

@@ -142,9 +142,15 @@ def test_problem_codes_documented_both_ways():
 
 
 def test_metric_families_documented_both_ways():
+    from awide_gateway_cluster import ClusterGateway, parse_config
+    from awide_gateway_cluster.metrics import families
     metrics = DaemonMetrics(host="h", role="storage", version="x")
+    gateway = ClusterGateway(parse_config({                # not started: no I/O
+        "mode": "cluster", "cluster": "kv", "host": "gpu1", "pod": "p1",
+        "etcd": {"endpoints": ["http://127.0.0.1:2379"]},
+        "model": {"name": "test/model-7b", "num_layers": 4}}))
     exposed = {{"counter": name + "_total", "info": name + "_info"}.get(kind, name)
-               for name, kind in metrics.families()}
+               for name, kind in (*metrics.families(), *families(gateway))}
     doc = ROOT / "docs" / "metrics.md"
     documented = {m.group(1): n for n, line in lines(doc)
                   if (m := re.match(r"\| `(awide_[a-z_]+)` \|", line))}

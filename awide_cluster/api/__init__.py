@@ -6,7 +6,8 @@ Modules: ``health`` (``DaemonHealth``: liveness and readiness), ``metrics``
 docs/operations.md, "Daemon HTTP API")::
 
     health = DaemonHealth.for_timing(cfg.timing.poll_interval, cfg.etcd.call_timeout)
-    metrics = DaemonMetrics(host=cfg.host, role=cfg.role, version=__version__)
+    metrics = DaemonMetrics(host=cfg.host, role=cfg.role, version=__version__,
+                            cluster=cfg.cluster)
     api = DaemonApi(health=health, metrics=metrics, view=lambda: host_view(...),
                     listen=cfg.api.listen)
     notifier = Notifier()

@@ -3,6 +3,11 @@ so several daemons in one process, as in tests and the demo, do not mix their fi
 
 The daemon constructs one ``DaemonMetrics`` and calls the ``record``-style methods below from
 its loop; ``/metrics`` renders ``exposition()``. Every metric is listed in docs/metrics.md.
+
+Conventions (shared with the gateway's, ``awide_gateway_cluster.metrics``): wherever a card is
+meant, ``card`` is its id and ``card_name`` its name in its host's config, so the daemons' and
+the gateways' series join on ``card``; every series carries the constant label ``cluster``; no
+``_created`` series (prometheus-client's are switched off when this module is imported).
 """
 
 from __future__ import annotations
@@ -12,12 +17,19 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from awide_cluster.contract.registry import STATES, Registry
+from awide_cluster.store.errors import WRITE_REFUSAL_REASONS
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# a counter's ``_created`` series is a timestamp nobody queries, one more series per label set
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # etcd calls are bounded at 0.5 s by default: buckets resolve the interesting part below it.
 _ETCD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -34,11 +46,27 @@ def error_name(error: BaseException | str | None) -> str:
     return error
 
 
+class ConstantLabels(Collector):
+    """A collector that yields ``source``'s families with ``labels`` added to every sample
+    (prometheus-client has no constant labels of its own)."""
+
+    def __init__(self, source: CollectorRegistry, labels: dict[str, str]) -> None:
+        self._source = source
+        self._labels = {k: v for k, v in labels.items() if v}    # "" is no label at all
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self._source.collect():
+            fam.samples = [s._replace(labels={**s.labels, **self._labels})
+                           for s in fam.samples]
+            yield fam
+
+
 class DaemonMetrics:
     """All metrics of one daemon. ``registry`` is this daemon's own CollectorRegistry."""
 
-    def __init__(self, *, host: str, role: str, version: str) -> None:
+    def __init__(self, *, host: str, role: str, version: str, cluster: str = "") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.labelled = ConstantLabels(self.registry, {"cluster": cluster})
         r = self.registry
         self.build = Info("awide_build", "Daemon identity", registry=r)
         self.build.info({"host": host, "role": role, "version": version})
@@ -53,17 +81,17 @@ class DaemonMetrics:
                                    registry=r)
 
         self.probes = Counter("awide_probe_results", "Card probe results, by card, probe, result",
-                              ["card", "probe", "result"], registry=r)
+                              ["card", "card_name", "probe", "result"], registry=r)
         self.probe_duration = Histogram("awide_probe_duration_seconds",
                                         "Time one card probe took", ["probe"],
                                         buckets=_PROBE_BUCKETS, registry=r)
         self.card_healthy = Gauge("awide_local_card_healthy",
                                   "1 if this host's latest probe of the card was healthy, else 0",
-                                  ["card"], registry=r)
+                                  ["card", "card_name"], registry=r)
 
         self.card_state = Gauge("awide_card_state",
                                 "Registry state of each card: 1 for its current state, 0 others",
-                                ["card", "host", "state"], registry=r)
+                                ["card", "card_name", "host", "state"], registry=r)
         self.cards = Gauge("awide_cards", "Cards in the registry, by state", ["state"], registry=r)
         self.cards_unplaced = Gauge("awide_cards_unplaced",
                                     "Registry cards with no slot (a 9th card, a conflict)",
@@ -92,6 +120,9 @@ class DaemonMetrics:
                                       "confirm, by write (report, registry) and reason "
                                       "(nospace, auth, timeout, unavailable, other)",
                                       ["write", "reason"], registry=r)
+        for write in ("report", "registry"):      # every label set from 0: rate() sees it
+            for reason in WRITE_REFUSAL_REASONS:
+                self.writes_refused.labels(write=write, reason=reason)
         self.write_outage_gauge = Gauge("awide_write_outage",
                                         "1 while this daemon, as leader, judges that the hosts "
                                         "cannot write (reports that did not advance count "
@@ -129,7 +160,8 @@ class DaemonMetrics:
                                         "good state, by what it found in etcd", ["found"],
                                         registry=r)
 
-        self._cards_seen: set[tuple[str, str]] = set()
+        self._cards_seen: set[tuple[str, str, str]] = set()
+        self._local_ids: dict[str, str] = {}        # card name on this host -> id labelled
         self._leader: str | None = None
         self._leader_known = False
 
@@ -154,30 +186,42 @@ class DaemonMetrics:
         self.heartbeat_age.set_function(age)
 
     # ------------------------------------------------------------------ probes
-    def probe_result(self, card: str, probe: str, ok: bool, seconds: float | None = None) -> None:
-        self.probes.labels(card=card, probe=probe, result="ok" if ok else "fail").inc()
+    def probe_result(self, card: str, name: str, probe: str, ok: bool,
+                     seconds: float | None = None) -> None:
+        """``card``: the card's id ("" while unknown), ``name``: its name on this host."""
+        self.probes.labels(card=card, card_name=name, probe=probe,
+                           result="ok" if ok else "fail").inc()
         if seconds is not None:
             self.probe_duration.labels(probe=probe).observe(max(0.0, seconds))
 
-    def local_card(self, card: str, healthy: bool) -> None:
-        self.card_healthy.labels(card=card).set(1 if healthy else 0)
+    def local_card(self, card: str, name: str, healthy: bool) -> None:
+        """This host's card ``name`` (id ``card``, "" while unknown) was last seen healthy or
+        not; a card whose id changed (another card under that name) leaves its old series."""
+        was = self._local_ids.get(name)
+        if was is not None and was != card:
+            try:
+                self.card_healthy.remove(was, name)
+            except KeyError:
+                pass
+        self._local_ids[name] = card
+        self.card_healthy.labels(card=card, card_name=name).set(1 if healthy else 0)
 
     # ------------------------------------------------------------------ registry
     def observe_registry(self, reg: Registry) -> None:
         """Set generation and card-state gauges from a registry read or written."""
         self.registry_generation.set(reg.generation)
-        now: set[tuple[str, str]] = set()
+        now: set[tuple[str, str, str]] = set()
         counts = dict.fromkeys(STATES, 0)
         for c in reg.cards:
-            now.add((c.id, c.host))
+            now.add((c.id, c.name, c.host))
             counts[c.state] += 1
             for s in STATES:
-                self.card_state.labels(card=c.id, host=c.host, state=s).set(
+                self.card_state.labels(card=c.id, card_name=c.name, host=c.host, state=s).set(
                     1 if s == c.state else 0)
-        for card, host in self._cards_seen - now:        # forgotten cards leave the output
+        for card, name, host in self._cards_seen - now:   # forgotten cards leave the output
             for s in STATES:
                 try:
-                    self.card_state.remove(card, host, s)
+                    self.card_state.remove(card, name, host, s)
                 except KeyError:
                     pass
         self._cards_seen = now
@@ -244,7 +288,7 @@ class DaemonMetrics:
 
     # ------------------------------------------------------------------ output
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self.labelled)
 
     def families(self) -> Iterable[tuple[str, str]]:
         """(name, type) of every metric family, as exposed (for the docs test)."""

@@ -49,9 +49,9 @@ def _load(path: str) -> daemon_config.DaemonConfig:
         sys.exit(EXIT_CONFIG)
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _logging(level: str, fmt: str = "text", **fields: str) -> None:
+    from awide_cluster.logs import setup
+    setup(level, "json" if fmt == "json" else "text", fields=fields)
 
 
 @cli.command("check-config")
@@ -74,12 +74,16 @@ def check_config(file: str | None) -> None:
                    "/etc/awide-cluster/cluster.yaml]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def run(config: str | None, log_level: str) -> None:
+@click.option("--log-format", default="text", show_default=True, envvar="AWIDE_LOG_FORMAT",
+              type=click.Choice(["text", "json"]),
+              help="text lines, or one JSON object per line (docs/operations.md, Logs); "
+                   "[env: AWIDE_LOG_FORMAT]")
+def run(config: str | None, log_level: str, log_format: str) -> None:
     """Run the daemon: report this host's cards, take part in leader election, and as leader
     keep the card registry. SIGTERM stops cleanly (lease revoked), SIGHUP reloads."""
     config = config_file(config, kind="daemon")
     cfg = _load(config)                   # a bad file stops here, before etcd is touched
-    _logging(log_level)
+    _logging(log_level, log_format, cluster=cfg.cluster, host=cfg.host)
     warning = cfg.etcd.plaintext_warning()
     if warning:
         logging.getLogger("awide_cluster.daemon").warning("%s", warning)

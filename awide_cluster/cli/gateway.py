@@ -11,13 +11,14 @@
   "slots": [null | {"slot", "card", "in", "why", "serial", "host", "name", "state"}],
   "unplaced"}`` (a table after each event and whenever the view changed, checked every 0.1 s),
   plus ``started`` / ``stopped``; every object has ``gateway``. Exit 3 when the gateway
-  refuses to start (layout mismatch, wipe asked for), 2 on a bad config.
+  refuses to start (layout mismatch, wipe asked for), 2 on a bad config. With
+  ``--metrics HOST:PORT`` it also serves the gateway's Prometheus metrics on ``GET /metrics``
+  (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -110,10 +111,20 @@ async def _json_printer(gw: ClusterGateway, sub: Subscription) -> None:
         tick.cancel()
 
 
-async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = False) -> int:
+async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = False,
+                 metrics: str | None = None) -> int:
     from awide_gateway_cluster import ClusterGateway, LayoutMismatch, WipeRefused
+    from awide_gateway_cluster.metrics import MetricsServer
 
     gw = ClusterGateway(cfg)
+    server = None
+    if metrics is not None:
+        try:
+            server = MetricsServer(gw, metrics)
+            await server.start()
+        except ValueError as e:
+            click.echo(f"gateway {cfg.id}: --metrics: {e}", err=True)
+            return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -123,6 +134,8 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
         await gw.start()
     except (LayoutMismatch, WipeRefused) as e:
         click.echo(f"gateway {cfg.id} refused to start: {e}", err=True)
+        if server is not None:
+            await server.stop()
         return 3
 
     async def printer() -> None:
@@ -151,6 +164,8 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if server is not None:
+            await server.stop()
         await gw.stop()
         if as_json:
             _json_line("stopped", gw.id)
@@ -167,11 +182,17 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
 @click.option("-v", "--verbose", is_flag=True, help="log the library's INFO lines to stderr")
 @click.option("--json", "as_json", is_flag=True,
               help="one JSON object per line (events and slot tables, with time.monotonic())")
+@click.option("--metrics", "metrics", default=None, metavar="HOST:PORT",
+              help="also serve the gateway's Prometheus metrics on GET /metrics there")
+@click.option("--log-format", default="text", show_default=True, envvar="AWIDE_LOG_FORMAT",
+              type=click.Choice(["text", "json"]),
+              help="log lines on stderr as text or one JSON object each [env: AWIDE_LOG_FORMAT]")
 def watch(config_file: str | None, duration: float | None, verbose: bool,
-          as_json: bool) -> None:
+          as_json: bool, metrics: str | None, log_format: str) -> None:
     """Run the gateway library standalone: print the slot table and every change."""
     from awide_cluster.cli.lookup import config_file as lookup_config
     cfg = _load(lookup_config(config_file, kind="gateway"))
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(asyncio.run(_watch(cfg, duration, as_json)))
+    from awide_cluster.logs import setup
+    setup("info" if verbose else "warning", "json" if log_format == "json" else "text",
+          fields={"cluster": cfg.cluster, "gateway": cfg.id})
+    sys.exit(asyncio.run(_watch(cfg, duration, as_json, metrics)))

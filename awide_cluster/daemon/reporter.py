@@ -15,6 +15,7 @@ from typing import Protocol
 from awide_cluster.cards.model import DISCOVERY, CardObservation, ProbeResult, summarize
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.registry import Registry, card_id
 from awide_cluster.contract.report import (
     ELAPSED_MAX,
     HostReport,
@@ -69,6 +70,18 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
         if obs.card is not None and obs.card.identity and spec.name not in known:
             known[spec.name] = obs.card.identity
     return list(results)
+
+
+def local_card_id(host: str, obs: CardObservation, registry: Registry | None) -> str:
+    """The id of this host's card as observed (what the leader derives from the report), else
+    the registry's entry under this host and name (a card not found now), else "" (unknown)."""
+    c = obs.card
+    if c is not None and c.serial and c.identity:
+        return card_id(c.serial, c.model, c.identity)
+    for entry in registry.cards if registry is not None else ():
+        if entry.host == host and entry.name == obs.spec_name:
+            return entry.id
+    return ""
 
 
 # Texts from probes, nvme-cli, sysfs and exception messages go through the contract's

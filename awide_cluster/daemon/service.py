@@ -63,7 +63,13 @@ from awide_cluster.daemon.lease import (
 )
 from awide_cluster.daemon.metered import MeteredStore
 from awide_cluster.daemon.reconcile import Policy
-from awide_cluster.daemon.reporter import CardObserver, LocalObserver, build_report, observe_all
+from awide_cluster.daemon.reporter import (
+    CardObserver,
+    LocalObserver,
+    build_report,
+    local_card_id,
+    observe_all,
+)
 from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.store.errors import (
     StoreError,
@@ -131,7 +137,8 @@ class Daemon:
         self.config_path = config_path
         self.clock = clock or SystemClock()
         self._own_store = store is None
-        self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version)
+        self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version,
+                                     cluster=config.cluster)
         self.store: Store = MeteredStore(store if store is not None else store_for(config),
                                          self.metrics)
         self._own_observer = observer is None
@@ -393,9 +400,10 @@ class Daemon:
         cards = self.config.cards
         observations = await observe_all(self.observer, cards, self.known_identity)
         for spec, obs in zip(cards, observations, strict=True):
-            self.metrics.local_card(spec.name, obs.healthy)
+            cid = local_card_id(self.config.host, obs, self.registry)
+            self.metrics.local_card(cid, spec.name, obs.healthy)
             for p in obs.probes:
-                self.metrics.probe_result(spec.name, p.probe, p.ok, p.elapsed)
+                self.metrics.probe_result(cid, spec.name, p.probe, p.ok, p.elapsed)
         return observations
 
     async def _write_report(self, observations: list[CardObservation]) -> str:

@@ -144,8 +144,8 @@ async def test_metrics_text_format(api):
     health.beat()
     metrics.poll_done(0.02)
     metrics.poll_done(0.3, ok=False)
-    metrics.probe_result("card0", "read", True, 0.004)
-    metrics.probe_result("card0", "read", False, 0.5)
+    metrics.probe_result("c0123456789a", "card0", "read", True, 0.004)
+    metrics.probe_result("c0123456789a", "card0", "read", False, 0.5)
     metrics.observe_registry(state["registry"])
     metrics.observe_leader("h1", me=True)
     metrics.observe_leader("h2", me=False)
@@ -159,9 +159,10 @@ async def test_metrics_text_format(api):
     for want in (
         'awide_polls_total{result="ok"} 1.0',
         'awide_polls_total{result="error"} 1.0',
-        'awide_probe_results_total{card="card0",probe="read",result="fail"} 1.0',
-        'awide_card_state{card="c0123456789b",host="h2",state="out"} 1.0',
-        'awide_card_state{card="c0123456789b",host="h2",state="in"} 0.0',
+        'awide_probe_results_total{card="c0123456789a",card_name="card0",probe="read",'
+        'result="fail"} 1.0',
+        'awide_card_state{card="c0123456789b",card_name="card0",host="h2",state="out"} 1.0',
+        'awide_card_state{card="c0123456789b",card_name="card0",host="h2",state="in"} 0.0',
         'awide_cards{state="out"} 1.0',
         "awide_registry_generation 4.0",
         "awide_leader_changes_total 1.0",
@@ -220,3 +221,27 @@ def test_parse_listen():
         with pytest.raises(ApiError):
             parse_listen(bad)
 
+
+
+def test_cluster_label_on_every_series_and_no_created():
+    m = DaemonMetrics(host="h1", role="storage", version="x", cluster="kv1")
+    m.observe_registry(_registry())
+    m.local_card("c0123456789a", "card0", True)
+    m.probe_result("c0123456789a", "card0", "read", True, 0.001)
+    m.registry_write("written")
+    samples = [line for line in m.exposition().decode().splitlines()
+               if line and not line.startswith("#")]
+    assert samples
+    assert all('cluster="kv1"' in line for line in samples), samples
+    assert not any("_created" in line for line in m.exposition().decode().splitlines())
+    assert ('awide_local_card_healthy{card="c0123456789a",card_name="card0",cluster="kv1"} 1.0'
+            in samples)
+
+
+def test_a_local_card_under_another_id_leaves_its_old_series():
+    m = DaemonMetrics(host="h1", role="storage", version="x")
+    m.local_card("", "card0", False)                 # not found yet: id unknown
+    m.local_card("c0123456789a", "card0", True)
+    text = m.exposition().decode()
+    assert 'awide_local_card_healthy{card="c0123456789a",card_name="card0"} 1.0' in text
+    assert 'card=""' not in text

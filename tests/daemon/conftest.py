@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,6 +22,9 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness import EtcdCluster
 from tests.timing import bound, wait_until
+
+if TYPE_CHECKING:
+    from awide_cluster.daemon.service import Daemon
 
 _names = itertools.count()
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
@@ -146,3 +150,12 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+def metrics_text(d: Daemon) -> str:
+    """The daemon's /metrics text without its constant ``cluster`` label (the tests match the
+    other labels exactly; tests/embedded/test_metrics_labels.py checks the cluster label)."""
+    text = d.metrics.exposition().decode()
+    text = re.sub(r'\{cluster="[^"]*"\}', "", text)
+    return re.sub(r',?cluster="[^"]*",?', lambda m: "," if m.group(0).startswith(",") and
+                  m.group(0).endswith(",") else "", text)

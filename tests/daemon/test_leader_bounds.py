@@ -10,7 +10,7 @@ from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError
 
-from .conftest import FAST, TURN_CALL, make_config, registry
+from .conftest import FAST, TURN_CALL, make_config, metrics_text, registry
 from .test_leader_etcd import cid_of
 
 NEAR_LIMIT = 1536 * 1024 - 8 * 1024     # just under etcd's default --max-request-bytes
@@ -112,14 +112,14 @@ async def test_a_registry_over_its_bound_is_refused_unread_and_repaired(etcd, cl
         assert d2.registry == good
         assert d2.store.inner.transport.bytes_read - before < 64 * 1024
         assert 'awide_registry_rejected_total{reason="too_large"} 1.0' in \
-            d2.metrics.exposition().decode()
+            metrics_text(d2)
         # the leader refuses it unread and repairs it: same slots, a higher generation
         await d1.turn()
         assert d1.outcomes[-1] is Outcome.WROTE
         fixed = await registry(store)
         assert fixed.slots == good.slots and fixed.generation > good.generation
         assert fixed.lineage == good.lineage
-        text = d1.metrics.exposition().decode()
+        text = metrics_text(d1)
         assert 'awide_registry_rejected_total{reason="too_large"} 1.0' in text
         assert 'awide_registry_repairs_total{found="too_large"} 1.0' in text
         await d2.turn()

@@ -11,7 +11,7 @@ from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 
-from .conftest import TURN_CALL, TURNS, FakeClock, make_config, registry, store_of
+from .conftest import TURN_CALL, TURNS, FakeClock, make_config, metrics_text, registry, store_of
 from .stores import HeldTxn, Severable
 
 
@@ -101,7 +101,7 @@ async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards
         # a had decided to admit c1 (generation gen + 1): etcd refused the transaction
         assert a.outcomes[-1] is Outcome.DEPOSED and not a.leadership.has_key
         assert 'awide_registry_writes_total{result="conflict"} 1.0' in \
-            a.metrics.exposition().decode()
+            metrics_text(a)
         after = await registry(store)
         assert after.generation == gen and len(after.cards) == 1
     finally:
@@ -145,7 +145,7 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
         for _ in range(3):
             assert await d.leader_loop.cycle() is Outcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
-        text = d.metrics.exposition().decode()
+        text = metrics_text(d)
         assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_prefix"}' in text or \
             'awide_etcd_call_errors_total{error="Timeout",op="read_prefix"}' in text
         severable.severed = False
@@ -170,7 +170,7 @@ async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, ca
             await d.turn()
         assert d.outcomes[-3:] == [Outcome.UNCHANGED] * 3
         assert d.leader_loop.refused_reports == {"h2": 3, "h3": 3}
-        text = d.metrics.exposition().decode()
+        text = metrics_text(d)
         assert 'awide_reports_rejected_total{host="h2"} 3.0' in text
         assert 'awide_etcd_values_refused_total{problem="report_corrupt"} 6.0' in text
         assert 'awide_etcd_values_refused_total{problem="report_unknown_host"} 3.0' in text

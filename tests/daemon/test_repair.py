@@ -19,7 +19,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, with_slots
 from awide_cluster.daemon.service import Daemon
 
-from .conftest import FakeClock, make_config, registry, store_of
+from .conftest import FakeClock, make_config, metrics_text, registry, store_of
 from .test_leader_etcd import cid_of, daemon
 
 
@@ -87,7 +87,7 @@ async def test_leader_repairs_poisoned_registry_without_moving_a_slot(
         assert fixed.slots.slots == good.slots.slots, "a slot moved"
         assert set(fixed.by_id) == set(ids), "forged cards were admitted"
         assert d.leader_loop.repairs == 1
-        text = d.metrics.exposition().decode()
+        text = metrics_text(d)
         assert "awide_registry_repairs_total" in text
         for _ in range(3):
             await d.turn()
@@ -252,7 +252,7 @@ async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name
         await wait_for(lambda: d.registry is not None and d.registry.cards[0].state == "out",
                        what="card out after the errors")
         assert reg is not None
-        text = d.metrics.exposition().decode()
+        text = metrics_text(d)
         assert 'awide_loop_errors_total{error="OverflowError"}' in text
     finally:
         await d.stop()

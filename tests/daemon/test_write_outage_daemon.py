@@ -18,7 +18,7 @@ from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
 
-from .conftest import TURN_CALL, TURNS, make_config, registry, store_of
+from .conftest import TURN_CALL, TURNS, make_config, metrics_text, registry, store_of
 from .stores import RefusingTxn
 
 
@@ -60,7 +60,7 @@ class Alarms:
 
 
 def metric(d: Daemon, pattern: str) -> float:
-    m = re.search("^" + pattern + r" (\S+)$", d.metrics.exposition().decode(), re.M)
+    m = re.search("^" + pattern + r" (\S+)$", metrics_text(d), re.M)
     return float(m.group(1)) if m else 0.0
 
 

@@ -140,8 +140,8 @@ def report_seq(c: EmbeddedCluster, host: str) -> int:
 
 def refused_metric(c: EmbeddedCluster, host: str) -> float:
     _, text = get(c.api_url(host) + "/metrics")
-    m = re.search(r'^awide_writes_refused_total\{reason="nospace",write="report"\} (\S+)$',
-                  text, re.M)
+    m = re.search(r'^awide_writes_refused_total\{cluster="[^"]*",reason="nospace",'
+                  r'write="report"\} (\S+)$', text, re.M)
     return float(m.group(1)) if m else 0.0
 
 

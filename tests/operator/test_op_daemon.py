@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import aiohttp
@@ -82,8 +83,9 @@ async def test_status_of_running_daemons_and_their_api(shared_etcd, cluster_name
             assert doc["host"] == "h1" and doc["registry_cards"][0]["serial"] == "SN-DIR-1"
             async with http.get(api.url + "/metrics") as r:
                 text = await r.text()
-            assert 'awide_polls_total{result="ok"}' in text
-            assert 'awide_local_card_healthy{card="card0"} 1.0' in text
+            assert re.search(r'awide_polls_total\{cluster="[^"]+",result="ok"\}', text)
+            assert re.search(r'awide_local_card_healthy\{card="c[0-9a-f]{11}",card_name="card0",'
+                             r'cluster="[^"]+"\} 1.0', text), text
 
         flag.unlink()                             # the card's store dies: out after 3 polls
         st = await _until(reader, lambda s: any(p.code == "card_out" for p in s.problems))

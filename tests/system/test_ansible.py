@@ -158,6 +158,10 @@ def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> d
                                                                    "tasks_from": "etcd_env.yml"}},
             {"name": "Housekeeping", "ansible.builtin.import_role": {
                 "name": "awide", "tasks_from": "maintenance_files.yml"}},
+            {"name": "Monitoring", "ansible.builtin.import_role": {
+                "name": "awide", "tasks_from": "monitoring.yml"},
+             "vars": {"awide_monitoring_dir": f"{out}/{{{{ inventory_hostname }}}}/monitoring",
+                      "awide_monitoring_src": str(ROOT / "monitoring")}},
         ]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     old = "# the previous, valid file\ncluster: t1\nhost: w2\nrole: witness\n"
@@ -237,6 +241,15 @@ def _env_file(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines()
              if line and not line.startswith("#"))
     return dict(pairs)
+
+
+def test_the_alert_rules_and_the_dashboard_are_installed(rendered: dict) -> None:
+    for host in ("s1", "s2", "w1"):
+        got = rendered["out"] / host / "monitoring"
+        for name in ("alerts.yml", "alerts.test.yml", "dashboard.json"):
+            assert (got / name).read_bytes() == (ROOT / "monitoring" / name).read_bytes(), \
+                f"{host}: {name}"
+            assert (got / name).stat().st_mode & 0o777 == 0o644
 
 
 def test_etcd_flags_name_every_member(rendered: dict) -> None:
