@@ -85,6 +85,13 @@ class Registration:
             self.failures += 1
             log.debug("registration of %s not refreshed: %s", self.key, e)
 
+    def history_reset(self) -> None:
+        """A new etcd history (restored or rebuilt): the record is written again at the next
+        tick (the restored one is older, a rebuilt etcd has none); a lease the new history
+        does not know raises LeaseExpired at its keepalive and is granted again."""
+        self._written = None
+        self._last_keepalive = float("-inf")
+
     async def close(self) -> None:
         if self.lease is None:
             return

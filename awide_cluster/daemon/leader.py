@@ -198,6 +198,9 @@ class LeaderLoop:
         self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
         self._why = ""                  # what the decision's log lines add: the cycle's trigger
         self.reports: Mapping[str, HostReport] = {}     # the host reports the last cycle read
+        # etcd's history changed since this daemon last led a cycle: the first cycle repairs
+        # a registry of another lineage than the one held, like an older one
+        self.history_reset = False
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -401,8 +404,14 @@ class LeaderLoop:
                    f"{mine.generation})")
         elif mine is None and self.known is not None and etcd_reg is not None:
             back = regdoc.went_back(self.known, etcd_reg)
+            if back is None and self.history_reset and etcd_reg.lineage != self.known.lineage:
+                back = (f"of lineage {etcd_reg.lineage or '-'} (generation "
+                        f"{etcd_reg.generation}) after etcd's history changed, not lineage "
+                        f"{self.known.lineage or '-'} (generation {self.known.generation}) "
+                        "held before")
             if back is not None:
                 base, why = self.known, f"{keys.REGISTRY} {back}"
+        self.history_reset = False
         if not why and base is not None:
             # a registry written before lineages existed gets one now (and a new generation)
             return snap if base.lineage else replace(snap, lineage=uuid.uuid4().hex[:12])
