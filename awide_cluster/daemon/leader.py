@@ -201,6 +201,10 @@ class LeaderLoop:
         # etcd's history changed since this daemon last led a cycle: the first cycle repairs
         # a registry of another lineage than the one held, like an older one
         self.history_reset = False
+        # ... and it waits until then (monotonic) before it republishes: gateways rewrite their
+        # records (the generation they applied, the floor of the republished one) meanwhile
+        self.hold_repair_until = float("-inf")
+        self._holding = ""
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -289,6 +293,16 @@ class LeaderLoop:
             snap = await self._repair_base(got)
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
+        left = self.hold_repair_until - self.clock.monotonic()
+        if snap.repair and left > 0:
+            why = (f"{snap.repair}: republishing in {left:.1f} s, once gateways have recorded "
+                   "the generation they applied in etcd's new history")
+            if why.split(": republishing")[0] != self._holding:
+                log.warning("%s%s", why, self._why)
+            self._holding = why.split(": republishing")[0]
+            return Outcome.UNCHANGED
+        self.history_reset = False
+        self._holding = ""
         if snap.registry is not None and not snap.repair:
             self.registry = snap.registry
         if trigger == "poll":
@@ -411,7 +425,6 @@ class LeaderLoop:
                         "held before")
             if back is not None:
                 base, why = self.known, f"{keys.REGISTRY} {back}"
-        self.history_reset = False
         if not why and base is not None:
             # a registry written before lineages existed gets one now (and a new generation)
             return snap if base.lineage else replace(snap, lineage=uuid.uuid4().hex[:12])

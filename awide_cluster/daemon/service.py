@@ -391,10 +391,18 @@ class Daemon:
         self.history_note = clean_text(self.store.history_note, 300)
         self.metrics.etcd_history_resets.inc()
         held = self.registry.generation if self.registry is not None else None
+        timing = self.config.timing
         log.warning("%s: etcd history changed: %s; keeping registry generation %s and "
-                    "campaigning again", self.config.host, self.history_note, held)
+                    "campaigning again; a registry to republish waits %g s for the gateways' "
+                    "records", self.config.host, self.history_note, held,
+                    timing.lease_ttl + 2 * timing.poll_interval)
         self._registry_rev = 0
         self.leader_loop.history_reset = True
+        # gateways notice within a poll or two, then rewrite their records (a lease granted
+        # again when the new history does not know theirs): the republished generation must be
+        # above what they applied, and only their records say what that was
+        self.leader_loop.hold_repair_until = (self.clock.monotonic() + timing.lease_ttl
+                                              + 2 * timing.poll_interval)
         if self.leadership.has_key:
             self.leadership.history_reset()
             self.leader_loop.reset(known=self.registry)
