@@ -31,6 +31,12 @@ What is applied, and what is kept (``step``):
 
 Only polls set ``last_ok`` (the freshness the stale flag rests on): a watch event makes the
 view newer, never the proof that it is fresh.
+
+The revisions above belong to one etcd history. When the store adopts a new one (a restored or
+rebuilt etcd: ``store.history_epoch`` grew, awide_cluster/store/history.py), ``rebase`` forgets
+them and keeps the registry: the next poll reads the registry of the new history whatever its
+``mod_revision``, and ``went_back`` judges it by generation and lineage (an older generation
+of the same lineage is refused until the leader republishes a higher one).
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class FollowState:
     skew: int = 0                        # of which version skew
     events: int = 0                      # watch events on ``registry`` folded in
     known_revision: int = 0              # cluster revision the view is known up to
+    epoch: int = 0                       # the store's history epoch these revisions are of
+    history_resets: int = 0              # new etcd histories followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,14 @@ class FollowStep:
     detail: str = ""
     replaced: Registry | None = None     # the registry it replaced (outcome "applied")
     problem_before: str = ""             # the state's problem before this step
+
+
+def rebase(state: FollowState, epoch: int) -> FollowState:
+    """The state in a new etcd history: its revisions forgotten, the registry kept."""
+    if epoch == state.epoch:
+        return state
+    return replace(state, seen_revision=0, applied_revision=0, known_revision=0, epoch=epoch,
+                   history_resets=state.history_resets + 1)
 
 
 def step(state: FollowState, answer: Answer, now: float, *,
@@ -215,7 +231,14 @@ class Follower:
         """Whether the next poll is a serializable read."""
         return not self._confirming and self.state.polls % self.linearizable_every != 0
 
+    def sync_history(self) -> bool:
+        """Rebase on the store's history epoch; True when it changed (a new etcd history)."""
+        before = self.state
+        self.state = rebase(before, self.store.history_epoch)
+        return self.state is not before
+
     async def poll(self) -> FollowStep:
+        self.sync_history()
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
         serializable = self.serializable_next()
         answer: RangeResult | BaseException
@@ -227,6 +250,10 @@ class Follower:
                     timeout=self.call_timeout, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
+        if self.store.history_epoch != self.state.epoch:
+            # adopted during this poll (asked again in the new history): its answer is of the
+            # new history, the revisions remembered are not
+            self.state = rebase(self.state, self.store.history_epoch)
         self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
         self._confirming = not serializable and isinstance(answer, BaseException) and not (
             isinstance(answer, ValueTooLarge) and answer.mod_revision)

@@ -30,7 +30,12 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
-from awide_cluster.store.errors import StoreError, WatchCompacted, WatchMessageTooLarge
+from awide_cluster.store.errors import (
+    HistoryChanged,
+    StoreError,
+    WatchCompacted,
+    WatchMessageTooLarge,
+)
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
@@ -71,6 +76,8 @@ class GatewayStats:
     loop_errors: int = 0            # exceptions the poll/registration loops survived
     watch_events: int = 0           # registry watch events taken (each checked like a poll)
     watch_restarts: int = 0         # registry watches opened again after they ended
+    history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
+    history_note: str = ""          # why the last one was adopted ("" when none was)
 
 
 class ClusterGateway:
@@ -107,6 +114,9 @@ class ClusterGateway:
         self._hostile = self._refused = 0
         self._loop_errors = 0
         self._watch_restarts = 0
+        self._epoch = 0                           # the store's history epoch acted upon
+        self._history_resets = 0
+        self._history_note = ""
         self._last_loop_error = ""
         self._started = False
         self._poll_now = asyncio.Event()
@@ -153,6 +163,7 @@ class ClusterGateway:
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
             watch_events=fs.events if fs else 0, watch_restarts=self._watch_restarts,
+            history_resets=self._history_resets, history_note=self._history_note,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -295,7 +306,30 @@ class ClusterGateway:
 
     async def _poll_once(self) -> None:
         assert self._follower is not None
-        self._take(await self._follower.poll())
+        self._history_check()
+        taken = await self._follower.poll()
+        self._history_check()
+        self._take(taken)
+
+    def _history_check(self) -> bool:
+        """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
+        follower forgets its revisions (keeps the registry), the gateway record is written
+        again and the key layout checked again (both may be gone), the next poll is now."""
+        store = self._store
+        if store is None or store.history_epoch == self._epoch:
+            return False
+        assert self._follower is not None and self._registration is not None
+        self._epoch = store.history_epoch
+        self._follower.sync_history()
+        self._registration.history_reset()
+        self._layout_ok = False
+        self._history_resets += 1
+        self._history_note = clean_text(store.history_note, 300)
+        log.warning("gateway %s: etcd history changed: %s; keeping registry generation %d "
+                    "until the leader republishes", self.id, self._history_note,
+                    self._view.generation)
+        self._poll_now.set()
+        return True
 
     def _take(self, decision: FollowStep) -> None:
         """Act on one step of the follower (a poll's or a watch event's), right after it."""
@@ -349,7 +383,11 @@ class ClusterGateway:
         the view is known up to, so no change between a poll and the watch is missed."""
         assert self._follower is not None
         resume, first, compacted = 0, True, False
+        epoch = self._started_store().history_epoch
         while True:
+            self._history_check()
+            if self._started_store().history_epoch != epoch:
+                resume, epoch = 0, self._started_store().history_epoch   # a new etcd history
             start = 0 if compacted else max(resume, self._follower.state.known_revision) + 1
             if not first:
                 self._watch_restarts += 1
@@ -372,6 +410,12 @@ class ClusterGateway:
                 resume, compacted = 0, True
                 self._poll_now.set()
                 await asyncio.sleep(self._interval * (1 + self._rng.random()))
+                continue
+            except HistoryChanged as e:
+                # the poll reads the registry of the new history now; watch it from the present
+                log.info("registry watch: %s", e)
+                resume = 0
+                self._history_check()
                 continue
             except Exception as e:  # noqa: BLE001 - any watch failure: the poll covers it
                 log.debug("registry watch ended: %s", e)
@@ -431,6 +475,7 @@ class ClusterGateway:
         self._last_loop_error = why
 
     async def _etcd_side_once(self) -> None:
+        self._history_check()
         if not self._layout_ok and not self._layout_mismatch:
             with contextlib.suppress(lay.LayoutMismatch):
                 await self._check_layout()

@@ -65,25 +65,39 @@ class Registration:
         self.failures = 0
 
     async def tick(self, record: GatewayRecord, now: float) -> None:
+        """One refresh; a lease found gone is granted again and the record written at once."""
+        for _ in range(2):
+            try:
+                await self._tick(record, now)
+                return
+            except LeaseExpired:
+                log.warning("lease of %s expired: registering again", self.key)
+                self.lease, self._written = None, None
+                self.failures += 1
+            except StoreError as e:
+                self.failures += 1
+                log.debug("registration of %s not refreshed: %s", self.key, e)
+                return
+
+    async def _tick(self, record: GatewayRecord, now: float) -> None:
         s = self.store
-        try:
-            if self.lease is None:
-                lease = await s.grant(self.ttl, timeout=self.call_timeout)
-                self.lease, self._written, self._last_keepalive = lease.id, None, now
-            elif now - self._last_keepalive >= self.ttl / 3:
-                await s.keepalive(self.lease, timeout=self.call_timeout)
-                self._last_keepalive = now
-            if record != self._written:
-                await s.put(self.key, record.encode(), lease=self.lease,
-                            timeout=self.call_timeout)
-                self._written = record
-        except LeaseExpired:
-            log.warning("lease of %s expired: registering again", self.key)
-            self.lease, self._written = None, None
-            self.failures += 1
-        except StoreError as e:
-            self.failures += 1
-            log.debug("registration of %s not refreshed: %s", self.key, e)
+        if self.lease is None:
+            lease = await s.grant(self.ttl, timeout=self.call_timeout)
+            self.lease, self._written, self._last_keepalive = lease.id, None, now
+        elif now - self._last_keepalive >= self.ttl / 3:
+            await s.keepalive(self.lease, timeout=self.call_timeout)
+            self._last_keepalive = now
+        if record != self._written:
+            await s.put(self.key, record.encode(), lease=self.lease,
+                        timeout=self.call_timeout)
+            self._written = record
+
+    def history_reset(self) -> None:
+        """A new etcd history (restored or rebuilt): the record is written again at the next
+        tick (the restored one is older, a rebuilt etcd has none); a lease the new history
+        does not know raises LeaseExpired at its keepalive and is granted again."""
+        self._written = None
+        self._last_keepalive = float("-inf")
 
     async def close(self) -> None:
         if self.lease is None:

@@ -137,6 +137,11 @@ class DaemonMetrics:
                                          "Voting members of the etcd cluster, as this daemon "
                                          "last read its member list (learners not counted)",
                                          registry=r)
+        self.etcd_history_resets = Counter("awide_etcd_history_resets",
+                                           "New etcd histories this daemon followed (a restored "
+                                           "or rebuilt etcd: lower revisions or another "
+                                           "cluster id, answered by a quorum of the members)",
+                                           registry=r)
         self.leader_cycles = Counter("awide_leader_cycles",
                                      "Leader cycles this daemon ran, by what started them "
                                      "(poll: its own; report: a host report that arrived)",

@@ -198,6 +198,13 @@ class LeaderLoop:
         self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
         self._why = ""                  # what the decision's log lines add: the cycle's trigger
         self.reports: Mapping[str, HostReport] = {}     # the host reports the last cycle read
+        # etcd's history changed since this daemon last led a cycle: the first cycle repairs
+        # a registry of another lineage than the one held, like an older one
+        self.history_reset = False
+        # ... and it waits until then (monotonic) before it republishes: gateways rewrite their
+        # records (the generation they applied, the floor of the republished one) meanwhile
+        self.hold_repair_until = float("-inf")
+        self._holding = ""
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -286,6 +293,16 @@ class LeaderLoop:
             snap = await self._repair_base(got)
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
+        left = self.hold_repair_until - self.clock.monotonic()
+        if snap.repair and left > 0:
+            why = (f"{snap.repair}: republishing in {left:.1f} s, once gateways have recorded "
+                   "the generation they applied in etcd's new history")
+            if why.split(": republishing")[0] != self._holding:
+                log.warning("%s%s", why, self._why)
+            self._holding = why.split(": republishing")[0]
+            return Outcome.UNCHANGED
+        self.history_reset = False
+        self._holding = ""
         if snap.registry is not None and not snap.repair:
             self.registry = snap.registry
         if trigger == "poll":
@@ -401,6 +418,11 @@ class LeaderLoop:
                    f"{mine.generation})")
         elif mine is None and self.known is not None and etcd_reg is not None:
             back = regdoc.went_back(self.known, etcd_reg)
+            if back is None and self.history_reset and etcd_reg.lineage != self.known.lineage:
+                back = (f"of lineage {etcd_reg.lineage or '-'} (generation "
+                        f"{etcd_reg.generation}) after etcd's history changed, not lineage "
+                        f"{self.known.lineage or '-'} (generation {self.known.generation}) "
+                        "held before")
             if back is not None:
                 base, why = self.known, f"{keys.REGISTRY} {back}"
         if not why and base is not None:

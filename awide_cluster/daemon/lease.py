@@ -183,6 +183,14 @@ class Leadership:
         else:
             self.tampered = ""
 
+    def history_reset(self) -> None:
+        """etcd's history changed (restored or rebuilt): step down and forget the revisions
+        this term rests on; the next campaign adopts the key if the new history still binds it
+        to our lease (restored from a snapshot), or takes it when it is vacant."""
+        self.step_down("etcd's history changed (a restored or rebuilt etcd): campaigning again")
+        self._orphan = None
+        self.tampered = ""
+
     async def repair_key(self) -> bool:
         """Rewrite our record on our lease when the key was tampered with (same fencing
         token). True when rewritten. Raises StoreError."""

@@ -134,6 +134,16 @@ class MeteredStore:
         with self._timer("statuses"):
             return await self.inner.statuses(timeout=timeout)
 
+    # ------------------------------------------------------------------ history
+
+    @property
+    def history_epoch(self) -> int:
+        return self.inner.history_epoch
+
+    @property
+    def history_note(self) -> str:
+        return self.inner.history_note
+
     # ------------------------------------------------------------------ watch, lifecycle
 
     def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,

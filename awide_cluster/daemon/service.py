@@ -164,6 +164,9 @@ class Daemon:
         self.report: HostReport | None = None
         self.registry: Registry | None = None
         self._registry_rev = 0
+        self._epoch = 0                             # the store's history epoch acted upon
+        self.history_resets = 0                     # new etcd histories followed
+        self.history_note = ""                      # why the last one was adopted
         self.cluster_size: int | None = None        # voting etcd members, as last read
         self.members_recheck = MEMBERS_RECHECK      # seconds between member-list reads
         self._members_at = 0.0                      # monotonic time of the last read
@@ -356,9 +359,11 @@ class Daemon:
         start = self.clock.monotonic()
         if self._reload is not None:
             await self._apply_reload()
+        self._history_check()
         lease_ok = await self._renew_lease()
         observations = await self._observe_cards()
         report_failure = await self._write_report(observations)
+        self._history_check()
         had_key = self.leadership.has_key
         elected_ok = await self._elect()
         if self.leadership.has_key:
@@ -378,6 +383,38 @@ class Daemon:
         if self.clock.monotonic() - self._members_at >= self.members_recheck:
             await self._recheck_members()
         self._heartbeat(lease_ok and not report_failure and elected_ok and led_ok, start)
+
+    def _history_check(self) -> None:
+        """Act once on a new etcd history the store adopted (a restored or rebuilt etcd,
+        store/history.py): counted, logged, shown in /v1/status (``etcd_history_reset``); the
+        registry revision followed is forgotten (the registry is kept), and leadership is won
+        again in the new history; the leader then republishes the registry it holds if etcd's
+        is missing, older or of another lineage (LeaderLoop, ``history_reset``)."""
+        epoch = self.store.history_epoch
+        if epoch == self._epoch:
+            return
+        self._epoch = epoch
+        self.history_resets += 1
+        self.history_note = clean_text(self.store.history_note, 300)
+        self.metrics.etcd_history_resets.inc()
+        held = self.registry.generation if self.registry is not None else None
+        timing = self.config.timing
+        log.warning("%s: etcd history changed: %s; keeping registry generation %s and "
+                    "campaigning again; a registry to republish waits %g s for the gateways' "
+                    "records", self.config.host, self.history_note, held,
+                    timing.lease_ttl + 2 * timing.poll_interval)
+        self._registry_rev = 0
+        self.leader_loop.history_reset = True
+        # gateways notice within a poll or two, then rewrite their records (a lease granted
+        # again when the new history does not know theirs): the republished generation must be
+        # above what they applied, and only their records say what that was
+        self.leader_loop.hold_repair_until = (self.clock.monotonic() + timing.lease_ttl
+                                              + 2 * timing.poll_interval)
+        if self.leadership.has_key:
+            self.leadership.history_reset()
+            self.leader_loop.reset(known=self.registry)
+        else:
+            self.leadership.history_reset()
 
     async def _renew_lease(self) -> bool:
         """1. Renew the host lease (a new one: the old report and leadership are gone); step
@@ -793,6 +830,8 @@ class Daemon:
             "leader_error": self.leader_loop.last_error or None,
             "write_error": dict(self.write_error) if self.write_error else None,
             "write_outage": (self.leader_loop.outage or None) if self.is_leader else None,
+            "etcd_history_reset": ({"count": self.history_resets, "note": self.history_note}
+                                   if self.history_resets else None),
         }
         if self.config.dev_cluster:
             extra["warning"] = ("DEVELOPMENT CLUSTER: dev_cluster is true; etcd has "

@@ -11,6 +11,7 @@ from awide_cluster.store.errors import (
     BadResponse,
     Conflict,
     Denied,
+    HistoryChanged,
     InvalidRequest,
     LeaseExpired,
     NoSpace,
@@ -47,7 +48,8 @@ from awide_cluster.store.watch import Watch
 
 __all__ = [
     "Alarm", "BadResponse", "Compare", "Conflict", "Delete", "Denied", "EndpointStatus",
-    "EtcdStore", "Get", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired", "Member", "NoSpace",
+    "EtcdStore", "Get", "HistoryChanged", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired",
+    "Member", "NoSpace",
     "PrefixRead", "Put", "RangeResult", "Refusal", "RevisionWentBack", "StoreConfig", "StoreError",
     "Timeout", "TlsConfig", "TooLarge", "TooManyKeys", "TxnResult", "Unavailable", "ValueTooLarge",
     "Watch", "WatchBatch", "WatchCanceled", "WatchCompacted", "WatchEvent", "WatchMessageTooLarge",

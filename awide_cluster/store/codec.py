@@ -25,6 +25,7 @@ from awide_cluster.store.errors import (
     Timeout,
     Unavailable,
 )
+from awide_cluster.store.history import Claim
 from awide_cluster.store.types import (
     Alarm,
     Compare,
@@ -117,10 +118,28 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
 
 def header_revision(body: Mapping[str, Any]) -> int:
     """header.revision of an answer, 0 when the answer carries none (e.g. member list)."""
+    return header_claim(body).revision
+
+
+def header_claim(body: Mapping[str, Any]) -> Claim:
+    """header.cluster_id and header.revision of an answer (0 when not said)."""
     header = body.get("header")
     if header is None and isinstance(body.get("result"), dict):  # a stream answer (keepalive)
         header = body["result"].get("header")
-    return as_int(as_dict(header or {}, "header"), "revision")
+    h = as_dict(header or {}, "header")
+    return Claim(cluster_id=as_uint64(h, "cluster_id"), revision=as_int(h, "revision"))
+
+
+def as_uint64(obj: Mapping[str, Any], field: str) -> int:
+    """An unsigned 64-bit field (etcd's ids), 0 when absent."""
+    raw = obj.get(field, 0)
+    try:
+        value = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else -1
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**64:
+        raise BadResponse(f"{field}: not an unsigned 64-bit number: {str(raw)[:40]!r}")
+    return value
 
 
 def range_body(start: bytes, end: bytes | None, *, limit: int = 0, revision: int | None = None,
@@ -287,6 +306,7 @@ def member(obj: Any) -> Member:
 
 def endpoint_status(body: Mapping[str, Any], endpoint: str) -> EndpointStatus:
     header = as_dict(body.get("header", {}), "header")
+    claim = header_claim(body)
     return EndpointStatus(
         endpoint=endpoint, member_id=as_int(header, "member_id"), leader=as_int(body, "leader"),
         raft_term=as_int(body, "raftTerm"), raft_index=as_int(body, "raftIndex"),
@@ -294,6 +314,7 @@ def endpoint_status(body: Mapping[str, Any], endpoint: str) -> EndpointStatus:
         errors=tuple(str(e) for e in body.get("errors", []) or []),
         # never 0 in a real member: an absent field (the JSON gateway drops zeros) is unknown
         db_size_in_use=as_int(body, "dbSizeInUse") or None,
+        cluster_id=claim.cluster_id, revision=claim.revision,
     )
 
 
@@ -320,6 +341,7 @@ class WatchFrame:
     compact_revision: int
     cancel_reason: str
     events: tuple[Any, ...]   # raw events, decoded by Codec.event
+    cluster_id: int = 0
 
 
 def watch_frame(line: bytes) -> WatchFrame:
@@ -330,8 +352,10 @@ def watch_frame(line: bytes) -> WatchFrame:
     events = result.get("events", [])
     if not isinstance(events, list):
         raise BadResponse("events is not a list")
+    claim = header_claim(result)
     return WatchFrame(
-        revision=header_revision(result), created=bool(result.get("created", False)),
+        revision=claim.revision, cluster_id=claim.cluster_id,
+        created=bool(result.get("created", False)),
         canceled=bool(result.get("canceled", False)),
         compact_revision=as_int(result, "compact_revision"),
         cancel_reason=str(result.get("cancel_reason", "")), events=tuple(events))

@@ -6,17 +6,24 @@ are never repeated once they may have reached it. Every answer's revision is che
 the highest revision seen before the call was sent (``last_revision``). Every answer is read
 under a byte bound (``StoreConfig.max_answer_bytes``; ``TooLarge`` beyond); values under a
 caller's bound: ``range(key, max_value_bytes=N)`` and ``read_prefix`` (see bounded.py).
+
+Every answer is judged against the etcd history the store follows (cluster id and revision
+floor, history.py): a refused answer makes the store take a census of every member
+(``reconsider_history``), which adopts a restored or rebuilt etcd only when a quorum of the
+members, and every member that answers, are in the new history; ``history_epoch`` then grows,
+and a read refused for it is asked again once within its deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import aiohttp
 
-from awide_cluster.store import bounded, codec
+from awide_cluster.store import bounded, codec, history
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import (
@@ -30,6 +37,7 @@ from awide_cluster.store.errors import (
     Unavailable,
 )
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
+from awide_cluster.store.history import Claim, History
 from awide_cluster.store.port import Op
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
@@ -48,6 +56,12 @@ from awide_cluster.store.watch import Watch
 
 T = TypeVar("T")
 
+log = logging.getLogger("awide_cluster.store")
+
+# a census of the members (after a refused answer) at most this often, in seconds: a member
+# that lags and answers below the floor costs at most one status call per member per gap
+CENSUS_GAP = 0.5
+
 
 class EtcdStore:
     def __init__(self, config: StoreConfig) -> None:
@@ -55,7 +69,11 @@ class EtcdStore:
         self.codec = Codec(config.prefix)
         self.ring = EndpointRing(config.endpoints)
         self.transport = Transport(config)
-        self._last_revision = 0
+        self.history = History()
+        self.history_note = ""      # why the last new history was adopted ("" when none was)
+        self._doubt = False         # an answer was refused since the last census
+        self._census_lock: asyncio.Lock | None = None
+        self._census_at = float("-inf")
         self._auth_lock: asyncio.Lock | None = None
         self._auth_off = False  # credentials configured but the cluster has auth disabled
         # values refused for their size, by key: not read again while unchanged (bounded.py)
@@ -65,25 +83,88 @@ class EtcdStore:
 
     @property
     def last_revision(self) -> int:
-        """Highest cluster revision seen in any answer (0 before the first)."""
-        return self._last_revision
+        """Highest cluster revision seen in the history followed (0 before the first)."""
+        return self.history.floor
+
+    @property
+    def history_epoch(self) -> int:
+        """How many new etcd histories (restored or rebuilt clusters) this store adopted.
+        Whoever remembers a revision compares it with the epoch it remembered it in."""
+        return self.history.epoch
 
     @property
     def preferred_endpoint(self) -> str:
         return self.ring.preferred
 
-    def note_revision(self, revision: int) -> None:
-        if revision > self._last_revision:
-            self._last_revision = revision
+    def note_revision(self, revision: int, cluster_id: int = 0) -> None:
+        """Raise the floor to ``revision`` if it is of the history followed (never refuses)."""
+        new, verdict = history.judge(self.history, self.history, Claim(cluster_id, revision))
+        if verdict == "ok":
+            self.history = new
 
-    def check_revision(self, body: dict[str, Any], floor: int, endpoint: str) -> int:
-        """Refuse an answer whose revision is below ``floor`` (seen before the call was sent)."""
-        rev = codec.header_revision(body)
-        if rev and rev < floor:
+    def check_claim(self, claim: Claim, sent: History, endpoint: str) -> int:
+        """Refuse an answer of another cluster, or below the floor of ``sent`` (the history
+        when the call was sent): ``RevisionWentBack``; the next call takes a census."""
+        new, verdict = history.judge(self.history, sent, claim)
+        if verdict != "ok":
+            self._doubt = True
             raise RevisionWentBack(
-                f"{endpoint}: answered at revision {rev}, below revision {floor} already seen")
-        self.note_revision(rev)
-        return rev
+                f"{endpoint}: {history.why(verdict, self.history, sent, claim)}")
+        self.history = new
+        return claim.revision
+
+    def check_revision(self, body: dict[str, Any], sent: History, endpoint: str) -> int:
+        return self.check_claim(codec.header_claim(body), sent, endpoint)
+
+    async def reconsider_history(self, deadline: float) -> bool:
+        """After a refused answer: the status of every member (concurrently, by ``deadline``)
+        judged by ``history.assess``. True when a new history was adopted (logged once; the
+        refusal memory forgotten, its revisions are of the old history)."""
+        if not self._doubt:
+            return False
+        if self._census_lock is None:
+            self._census_lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        epoch = self.history.epoch
+        async with self._census_lock:
+            if self.history.epoch != epoch:
+                return True                 # adopted while this call waited
+            if not self._doubt or loop.time() - self._census_at < CENSUS_GAP:
+                return False
+            left = deadline - loop.time()
+            if left <= 0.01:
+                return False
+            self._census_at = loop.time()
+            self._doubt = False
+            claims = await self._census(left)
+            new, verdict = history.assess(self.history, claims)
+            if verdict.outcome != "adopted":
+                log.debug("etcd history kept: %s", verdict.reason)
+                return False
+            self.history = new
+            self.history_note = verdict.reason
+            self.refusals = bounded.RefusalMemory(self.refusals.limit)
+            log.warning("etcd history changed (epoch %d): %s", new.epoch, verdict.reason)
+            return True
+
+    async def _census(self, timeout: float) -> list[tuple[str, Claim | None]]:
+        async def claim(ep: str) -> Claim:
+            async def call() -> dict[str, Any]:
+                return await self.transport.post(ep, "/v3/maintenance/status", {})
+            return codec.header_claim(await self._authed(call, self.deadline(timeout)))
+
+        async def bounded_claim(ep: str) -> Claim:
+            async with asyncio.timeout(timeout):
+                return await claim(ep)
+
+        answers = await asyncio.gather(*(bounded_claim(ep) for ep in self.config.endpoints),
+                                       return_exceptions=True)
+        out: list[tuple[str, Claim | None]] = []
+        for ep, res in zip(self.config.endpoints, answers, strict=True):
+            if isinstance(res, BaseException) and not isinstance(res, (StoreError, TimeoutError)):
+                raise res
+            out.append((ep, res if isinstance(res, Claim) else None))
+        return out
 
     def deadline(self, timeout: float | None) -> float:
         t = self.config.call_timeout if timeout is None else timeout
@@ -144,31 +225,44 @@ class EtcdStore:
         """A hedged idempotent call; answers below the revision floor move on to other members.
         An answer over ``max_bytes`` (at most ``max_answer_bytes``) raises ``TooLarge``."""
         deadline = self.deadline(timeout)
-        floor = self._last_revision
+        for again in (False, True):
+            sent = self.history
 
-        async def attempt(ep: str) -> dict[str, Any]:
-            answer = await self.transport.post(ep, path, body, max_bytes=max_bytes, what=what)
-            self.check_revision(answer, floor, ep)
-            return answer
+            async def attempt(ep: str, sent: History = sent) -> dict[str, Any]:
+                answer = await self.transport.post(ep, path, body, max_bytes=max_bytes,
+                                                   what=what)
+                self.check_revision(answer, sent, ep)
+                return answer
 
-        return await self._bounded(
-            self._authed(lambda: hedged(attempt, self.ring, self.config.hedge_after, deadline,
-                                        what), deadline), deadline, what, write=False)
+            try:
+                return await self._bounded(
+                    self._authed(lambda: hedged(attempt, self.ring, self.config.hedge_after,
+                                                deadline, what), deadline),
+                    deadline, what, write=False)
+            except StoreError:
+                if again or not await self.reconsider_history(deadline):
+                    raise
+        raise AssertionError("unreachable")
 
     async def write(self, path: str, body: dict[str, Any], timeout: float | None,
                     what: str) -> tuple[str, dict[str, Any]]:
         """A single-shot write (see hedge.write_once)."""
         deadline = self.deadline(timeout)
-        floor = self._last_revision
+        before = self.history
 
         async def attempt(ep: str, sent: SendState) -> dict[str, Any]:
             answer = await self.transport.post(ep, path, body, write=True, sent=sent)
-            self.check_revision(answer, floor, ep)
+            self.check_revision(answer, before, ep)
             return answer
 
-        return await self._bounded(
-            self._authed(lambda: write_once(attempt, self.ring, deadline, what), deadline),
-            deadline, what, write=True)
+        try:
+            return await self._bounded(
+                self._authed(lambda: write_once(attempt, self.ring, deadline, what), deadline),
+                deadline, what, write=True)
+        except StoreError:
+            # never repeated (it may have been applied): the census is for the next call
+            await self.reconsider_history(deadline)
+            raise
 
     @staticmethod
     async def _bounded(coro: Awaitable[T], deadline: float, what: str, *, write: bool) -> T:
@@ -320,8 +414,9 @@ class EtcdStore:
                 answer = await self._authed(call, deadline)
         except TimeoutError:
             raise Timeout(f"{endpoint}: status: no answer within the deadline") from None
-        self.note_revision(codec.header_revision(answer))
-        return codec.endpoint_status(answer, endpoint)
+        status = codec.endpoint_status(answer, endpoint)
+        self.note_revision(status.revision, status.cluster_id)
+        return status
 
     async def quota_bytes(self, endpoint: str, *, timeout: float | None = None) -> int:
         """The backend quota of one member (``--quota-backend-bytes``), read from its own

@@ -83,6 +83,13 @@ class Store(Protocol):
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
 
+    # the etcd history followed (history.py): grows when a restored or rebuilt etcd is adopted
+    @property
+    def history_epoch(self) -> int: ...
+
+    @property
+    def history_note(self) -> str: ...
+
     # watch, lifecycle
     def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,
               stall_after: float = 3.0, max_message_bytes: int | None = None) -> Watch: ...

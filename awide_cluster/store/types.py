@@ -89,6 +89,8 @@ class EndpointStatus:
     db_size: int              # bytes of the backend file (dbSize)
     errors: tuple[str, ...] = ()
     db_size_in_use: int | None = None   # bytes in use in it (dbSizeInUse; None: not said)
+    cluster_id: int = 0       # etcd's cluster id (header; 0: not said)
+    revision: int = 0         # the member's current revision (header)
 
 
 @dataclass(frozen=True, slots=True)

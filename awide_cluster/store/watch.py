@@ -8,6 +8,13 @@ is bounded by the store's call timeout; when every member failed to open one in 
 watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
 revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
 
+A watch belongs to the etcd history its store followed when it was made (``history_epoch``):
+once the store adopts a new history (a restored or rebuilt cluster, history.py), the next
+``__anext__`` raises ``HistoryChanged`` and the watch is over (its revisions are of the old
+history): the caller re-reads and watches again from the present. A stream that cannot be
+opened because every member answers below the revision delivered makes the store take its
+census at once, so a watch alone also notices a restore.
+
 Each message (one line of the stream) is read under ``max_message_bytes``. A message over it
 is refused as it streams in, never parsed: the stream is dropped, the watch learns the current
 revision (one small keys-only read) and goes on from the next one, and ``__anext__`` raises
@@ -33,6 +40,7 @@ from awide_cluster.store import codec
 from awide_cluster.store.codec import TokenRejected, WatchFrame
 from awide_cluster.store.errors import (
     Denied,
+    HistoryChanged,
     RevisionWentBack,
     StoreError,
     Timeout,
@@ -69,6 +77,7 @@ class Watch:
         self._reader: LineReader | None = None
         self._endpoint: str | None = None
         self._closed = False
+        self._epoch = store.history_epoch
         self.reconnects = 0   # streams re-opened after a stall or a broken stream
 
     # ------------------------------------------------------------------ public
@@ -90,6 +99,7 @@ class Watch:
         while True:
             if self._closed:
                 raise StopAsyncIteration
+            self._check_history()
             if self._reader is None:
                 await self._open()
             assert self._reader is not None
@@ -105,9 +115,17 @@ class Watch:
             except BaseException:
                 self._drop()
                 raise
+            self._check_history()
             batch = self._handle(frame)
             if batch is not None:
                 return batch
+
+    def _check_history(self) -> None:
+        if self._store.history_epoch != self._epoch:
+            self._drop()
+            self._closed = True
+            note = self._store.history_note or "a new etcd history"
+            raise HistoryChanged(f"watch {self._key!r}: {note}; re-read, then watch again")
 
     async def close(self) -> None:
         self._closed = True
@@ -150,7 +168,7 @@ class Watch:
             self._drop()
             self._closed = True
             raise self._cancel_error(frame)
-        self._store.note_revision(frame.revision)
+        self._store.note_revision(frame.revision, frame.cluster_id)
         if frame.created:
             return None
         events = tuple(self._store.codec.event(e) for e in frame.events)
@@ -193,6 +211,8 @@ class Watch:
             except StoreError as exc:
                 self._drop()
                 errors.append(exc)
+        if await store.reconsider_history(store.deadline(None)):
+            self._check_history()
         raise combine(errors, f"watch {self._key!r}")
 
     async def _open_on(self, ep: str, deadline: float) -> None:
@@ -226,10 +246,11 @@ class Watch:
         if not frame.created:
             raise Unavailable(f"{ep}: watch stream did not start with 'created'")
         delivered = (self._next_rev or 1) - 1
+        sent = store.history
+        store.check_claim(codec.Claim(frame.cluster_id, frame.revision), sent, ep)
         if frame.revision and frame.revision < delivered:
             raise RevisionWentBack(f"{ep}: watch created at revision {frame.revision}, below "
                                    f"revision {delivered} already delivered")
-        store.note_revision(frame.revision)
         if self._next_rev is None:
             self._next_rev = frame.revision + 1
 

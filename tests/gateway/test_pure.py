@@ -215,3 +215,28 @@ def test_follow_step_refuses_a_registry_that_went_back_and_says_why():
     st4, d = step(st3, _rr(regdoc.encode(other), mod=8), 4.0, cluster="c1")
     assert d.outcome == "applied" and st4.registry == other
     assert "lineage changed from L1 to L2" in d.detail
+
+
+def test_a_new_etcd_history_forgets_the_revisions_and_keeps_the_registry():
+    """After a restore the registry comes back at lower mod_revisions: without the rebase they
+    would be old news forever; with it, an older generation of the lineage is refused (the
+    held one kept) and the republished, higher one applied."""
+    from dataclasses import replace
+
+    from awide_gateway_cluster.follower import rebase
+    a, b = make_card(1), make_card(2, admitted=2)
+    held = replace(_reg([a, b]), generation=9, lineage="L1")
+    st, d = step(FollowState(), _rr(regdoc.encode(held), mod=500), 1.0, cluster="c1")
+    assert d.outcome == "applied"
+    snapshot = replace(_reg([a, b]), generation=6, lineage="L1")
+    stuck, d = step(st, _rr(regdoc.encode(snapshot), mod=40), 2.0, cluster="c1")
+    assert d.outcome == "unchanged"                         # old news by revision
+    new = rebase(st, epoch=1)
+    assert new.registry == held and new.history_resets == 1
+    assert (new.seen_revision, new.applied_revision, new.known_revision) == (0, 0, 0)
+    assert rebase(new, epoch=1) is new                      # once per epoch
+    new, d = step(new, _rr(regdoc.encode(snapshot), mod=40), 2.0, cluster="c1")
+    assert d.outcome == "rejected" and new.registry == held and "went back" in d.detail
+    again = replace(held, generation=10)
+    new, d = step(new, _rr(regdoc.encode(again), mod=45), 3.0, cluster="c1")
+    assert d.outcome == "applied" and new.registry == again and not new.problem

@@ -64,10 +64,28 @@ def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
 
 def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
     r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
-              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml"], cwd=ANSIBLE)
+              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml", "restore.yml"],
+             cwd=ANSIBLE)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
-    assert "playbook: backup.yml" in r.stdout
+    assert "playbook: backup.yml" in r.stdout and "playbook: restore.yml" in r.stdout
+
+
+def test_restore_refuses_without_the_cluster_named(ansible_tools: Path) -> None:
+    """The wipe is refused unless the cluster is named and exactly one source given: checked
+    before any member is touched (the assert runs against the example inventory's hosts,
+    which are never reached: the first task is local)."""
+    text = (ANSIBLE / "restore.yml").read_text()
+    tasks = yaml.safe_load(text)[0]["tasks"]
+    names = [t["name"] for t in tasks]
+    check = names.index("Check the request (one source, and the cluster named to confirm "
+                        "the wipe)")
+    assert check < names.index("Stop etcd on every member")
+    assert "awide_restore_confirm == awide_cluster_name" in tasks[check][
+        "ansible.builtin.assert"]["that"]
+    # the old data is moved aside, never deleted; the new cluster gets a new token
+    assert "rm -rf" not in text and 'argv: [mv, "{{ awide_etcd_data_dir }}"' in text
+    assert "--initial-cluster-token={{ awide_restore_token }}" in text
 
 
 @pytest.fixture(scope="module", autouse=True)
