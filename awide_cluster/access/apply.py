@@ -78,9 +78,7 @@ def steps(plan: AccessPlan, current: Current, passwords: frozenset[str], *,
         if ROOT not in passwords:
             raise RootMissing("etcd has no root user yet: give its password (a file named "
                               "'root' in the passwords directory)")
-        out.append(Step("add-user", ROOT))
-    elif ROOT in passwords:
-        out.append(Step("set-password", ROOT))
+        out.append(Step("add-user", ROOT))      # an existing root's password is left alone
     if ROOT not in current.users.get(ROOT, ()):
         out.append(Step("grant-role", ROOT, role=ROOT))
     for role in plan.roles:

@@ -26,7 +26,8 @@ def run(current: Current, todo: tuple[Step, ...]) -> Current:
                              if (p.key, p.range_end) != (s.perm.key, s.perm.range_end)}
             roles[s.name].add(s.perm)
         elif s.action == "revoke-perm":
-            roles[s.name].discard(s.perm)  # type: ignore[arg-type]
+            assert s.perm is not None
+            roles[s.name].remove(s.perm)
         elif s.action == "add-user":
             assert s.name not in users
             users[s.name] = []
