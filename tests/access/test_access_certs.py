@@ -20,7 +20,7 @@ from awide_cluster.access.plan import (
     reader_user,
 )
 from awide_cluster.contract import keys
-from awide_cluster.store import StoreError, TlsConfig
+from awide_cluster.store import Denied, TlsConfig
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from awide_harness.certs import client_certificate
 
@@ -84,5 +84,5 @@ async def test_certificate_identities(cert_cluster, make_store):
     assert ctl(cert_cluster, "root", "user", "list").returncode == 0    # CN root is root
 
     # the JSON gateway under client-certificate auth: every call refused once auth is on
-    with pytest.raises(StoreError, match="CommonName"):
+    with pytest.raises(Denied, match="CommonName.*give this client a password"):
         await store.get(keys.REGISTRY)
