@@ -137,6 +137,10 @@ def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     plan = _make_plan(target.cluster, hosts, gateways, shared_gateways)
     passwords = read_passwords(password_dir, [ROOT, *(u.name for u in plan.users)])
+    plain = [(i, e) for i, e in enumerate(store_config.endpoints) if e.startswith("http://")]
+    if passwords and plain:
+        fail(f"--passwords with endpoint {plain[0][0]} {plain[0][1]!r} on plain http: the "
+             "passwords would travel in clear; every endpoint must be https://", EXIT_USAGE)
     if ROOT in passwords:
         store_config = dataclasses.replace(store_config, username=ROOT,
                                            password=passwords[ROOT])

@@ -138,3 +138,35 @@ def test_prefix_end_and_owner():
     assert owner_cluster("host:c1:h1") == "c1" and owner_cluster("gateway:c1") == "c1"
     for other in ("root", "host:c1", "operator:c1:x", "reader", "gateway:c1:g:x", "x:c1:h1"):
         assert owner_cluster(other) is None
+
+
+def test_cli_plan_and_refusals(tmp_path):
+    """``access plan`` prints the plan; ``access apply`` refuses bad input before any call."""
+    from click.testing import CliRunner
+
+    from awide_cluster.cli.main import cli
+    run = CliRunner().invoke
+    ep = ["--endpoints", "http://127.0.0.1:9", "--cluster", "c1"]
+    r = run(cli, ["access", "plan", *ep, "--host", "h1,h2", "--gateway", "g1=ns1"])
+    assert r.exit_code == 0, r.output
+    assert "host:c1:h1 (host): read *; write intents/*; write leader; write members/h1; " \
+        "write registry" in r.output
+    assert "gateway:c1:g1 (gateway): read *; write gateways/g1; write layouts/ns1" in r.output
+    r = run(cli, ["access", "plan", *ep, "--host", "h1", "--format", "json"])
+    assert r.exit_code == 0 and '"name": "reader:c1"' in r.output, r.output
+    for argv, said in (
+            (["--host", "h1", "--gateway", "g1"], "give ID=NAMESPACE"),
+            (["--host", "h1,h1"], "host 'h1' is given twice"),
+            (["--host", "a:b"], "host 'a:b' is not a valid name")):
+        r = run(cli, ["access", "plan", *ep, *argv])
+        assert r.exit_code == 2 and said in r.output, r.output
+    pw = tmp_path / "pw"
+    pw.mkdir()
+    (pw / "root").write_text("secret-root\n")
+    (pw / "root").chmod(0o644)
+    r = run(cli, ["access", "apply", *ep, "--host", "h1", "--passwords", str(pw)])
+    assert r.exit_code == 2 and "readable by others" in r.output, r.output
+    (pw / "root").chmod(0o600)
+    r = run(cli, ["access", "apply", *ep, "--host", "h1", "--passwords", str(pw)])
+    assert r.exit_code == 2 and "plain http" in r.output, r.output
+    assert "secret-root" not in r.output
