@@ -223,3 +223,20 @@ def render(plan: AccessPlan) -> list[str]:
         perms = [p for r in u.roles for p in plan._roles[r].permissions]
         lines.append(f"{u.name} ({u.kind}): " + "; ".join(p.describe(base) for p in perms))
     return lines
+
+
+def identity_problem(username: str | None, cluster: str, expected: tuple[str, ...],
+                     what: str) -> str | None:
+    """Why ``username`` cannot serve ``what`` (e.g. "this daemon") of ``cluster`` under the
+    access plan, or None. Names that are no identity of any cluster (``root``, a site's own
+    user) are not judged: the plan does not know their roles."""
+    owner = owner_cluster(username or "")
+    if username is None or owner is None:
+        return None
+    if owner != cluster:
+        return (f"{username!r} is an identity of cluster {owner!r}, not {cluster!r}: etcd "
+                "would refuse every key of this cluster")
+    if username not in expected:
+        return (f"{username!r} is another identity's; {what}'s is "
+                f"{' or '.join(repr(e) for e in expected)}: etcd would refuse its writes")
+    return None
