@@ -2,9 +2,10 @@
 
 ``steps(plan, current, passwords)`` (pure) says what to change: the roles and users of the
 plan, exactly its permissions and role grants, the ``root`` user and role (etcd demands them
-before authentication can be enabled), stale identities of the same cluster deleted (a
-retired host), and authentication enabled last. ``AuthApi`` reads the current state and runs
-the steps, with the store's deadlines, TLS and credentials (root's, once auth is on).
+before authentication can be enabled), with ``prune`` the identities of the same cluster the
+plan no longer has deleted (a retired host), and authentication enabled last. ``AuthApi``
+reads the current state and runs the steps, with the store's deadlines, TLS and credentials
+(root's, once auth is on).
 
 Passwords: a planned user gets the password given for it (a file per user, see the CLI);
 a user without one gets a random password nobody keeps (it can still authenticate with a
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,10 +68,19 @@ class RootMissing(ValueError):
     """etcd has no root user and no password was given for one."""
 
 
+def stale(plan: AccessPlan, current: Current) -> tuple[str, ...]:
+    """Users and roles of the plan's cluster that etcd holds and the plan does not have (a
+    retired host, or one left out of this run by mistake): deleted only with ``prune``."""
+    planned = {u.name for u in plan.users} | {r.name for r in plan.roles}
+    return tuple(sorted({n for n in (*current.users, *current.roles)
+                         if plan.owns(n) and n not in planned}))
+
+
 def steps(plan: AccessPlan, current: Current, passwords: frozenset[str], *,
-          enable: bool = True) -> tuple[Step, ...]:
+          enable: bool = True, prune: bool = False) -> tuple[Step, ...]:
     """The calls that make etcd hold ``plan`` (nothing when it already does, but enabling).
-    ``passwords``: the users a password is given for (set on existing users too)."""
+    ``passwords``: the users a password is given for (set on existing users too).
+    ``prune``: delete the ``stale`` users and roles too."""
     out: list[Step] = []
     if ROOT not in current.roles:
         out.append(Step("add-role", ROOT))
@@ -100,12 +110,10 @@ def steps(plan: AccessPlan, current: Current, passwords: frozenset[str], *,
             out.append(Step("set-password", user.name))
         out += [Step("revoke-role", user.name, role=r) for r in sorted(set(has) - set(user.roles))]
         out += [Step("grant-role", user.name, role=r) for r in user.roles if r not in has]
-    planned_users = {u.name for u in plan.users}
-    planned_roles = {r.name for r in plan.roles}
-    out += [Step("delete-user", u) for u in sorted(current.users)
-            if plan.owns(u) and u not in planned_users]
-    out += [Step("delete-role", r) for r in sorted(current.roles)
-            if plan.owns(r) and r not in planned_roles]
+    if prune:
+        gone = set(stale(plan, current))
+        out += [Step("delete-user", u) for u in sorted(gone & set(current.users))]
+        out += [Step("delete-role", r) for r in sorted(gone & set(current.roles))]
     if enable:
         out.append(Step("enable-auth"))
     return tuple(out)
@@ -203,11 +211,18 @@ class AuthApi:
             raise ValueError(f"unknown step {a!r}")
 
 
+@dataclass(frozen=True)
+class Applied:
+    steps: tuple[Step, ...]     # taken (or, dry run, to take)
+    kept: tuple[str, ...]       # stale names left in place (no prune)
+
+
 async def apply(api: AuthApi, plan: AccessPlan, passwords: Mapping[str, str], *,
-                enable: bool = True, dry_run: bool = False) -> Sequence[Step]:
-    """Bring etcd to ``plan``; the steps taken (or, ``dry_run``, to take)."""
-    todo = steps(plan, await api.current(), frozenset(passwords), enable=enable)
+                enable: bool = True, dry_run: bool = False, prune: bool = False) -> Applied:
+    """Bring etcd to ``plan``: the steps taken (or, ``dry_run``, to take)."""
+    current = await api.current()
+    todo = steps(plan, current, frozenset(passwords), enable=enable, prune=prune)
     if not dry_run:
         for step in todo:
             await api.run(step, passwords)
-    return todo
+    return Applied(todo, () if prune else stale(plan, current))

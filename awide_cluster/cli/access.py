@@ -123,13 +123,17 @@ def read_passwords(directory: str | None, names: list[str]) -> dict[str, str]:
                    "and any planned user that authenticates by password")
 @click.option("--no-enable", is_flag=True, help="leave authentication as it is")
 @click.option("--dry-run", is_flag=True, help="print the steps, change nothing")
+@click.option("--prune", is_flag=True,
+              help="delete this cluster's users and roles that the plan does not have (a "
+                   "retired host or gateway); without it they are listed and kept")
 def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
               call_timeout: float | None, hosts: tuple[str, ...], gateways: tuple[str, ...],
               shared_gateways: bool, password_dir: str | None, no_enable: bool,
-              dry_run: bool) -> None:
+              dry_run: bool, prune: bool) -> None:
     """Make etcd hold the plan: roles with exactly their permissions, users with their
-    roles, this cluster's retired identities deleted, the root user, then authentication
-    enabled (last). Idempotent: a second run changes nothing. Prints one line per change."""
+    roles, the root user, with --prune this cluster's retired identities deleted, then
+    authentication enabled (last). Idempotent: a second run changes nothing. Prints one line
+    per change."""
     from awide_cluster.access.apply import ROOT, AuthApi, RootMissing, apply
     from awide_cluster.store.errors import Denied, StoreError, Unavailable
     from awide_cluster.store.etcd import EtcdStore
@@ -147,14 +151,14 @@ def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
     # auth calls cost etcd a bcrypt hash each (user add, change password): a longer bound
     timeout = max(store_config.call_timeout, 5.0)
 
-    async def main() -> list[str]:
+    async def main() -> tuple[list[str], tuple[str, ...]]:
         async with EtcdStore(store_config) as store:
             done = await apply(AuthApi(store, timeout), plan, passwords, enable=not no_enable,
-                               dry_run=dry_run)
-        return [s.describe(plan.prefix) for s in done]
+                               dry_run=dry_run, prune=prune)
+        return [s.describe(plan.prefix) for s in done.steps], done.kept
 
     try:
-        lines = asyncio.run(main())
+        lines, kept = asyncio.run(main())
     except RootMissing as e:
         fail(str(e), EXIT_USAGE)
     except Denied as e:
@@ -169,5 +173,7 @@ def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
     verb = "would" if dry_run else "did"
     for line in lines:
         click.echo(f"{verb}: {line}")
+    for name in kept:
+        click.echo(f"kept: {name} (not in the plan; --prune deletes it)")
     click.echo(f"awide-cluster: access of cluster {plan.cluster}: {len(lines)} step(s)"
                f"{' (dry run)' if dry_run else ''}")

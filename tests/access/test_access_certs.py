@@ -61,7 +61,7 @@ async def test_certificate_identities(cert_cluster, make_store):
     store = make_store(etcd.endpoints, tls=TlsConfig(pki.ca_file, pki.client_cert,
                                                      pki.client_key), call_timeout=5.0)
     done = await apply(AuthApi(store, 10.0), plan, {"root": "unused-" + CLUSTER})
-    assert done[-1].action == "enable-auth"
+    assert done.steps[-1].action == "enable-auth" and done.kept == ()
 
     def put(who: str | None, key: str) -> bool:
         got = ctl(cert_cluster, who, "put", base + key, "v")

@@ -78,6 +78,18 @@ def test_a_second_apply_has_nothing_to_do(secured):
                 "--gateway", "g1=ns1,g2=ns1", "--passwords", str(only_root), "--dry-run")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[:-1] == ["would: enable authentication"], done.stdout
+    # a host left out: kept and listed, deleted only with --prune
+    h2 = host_user(secured[2].cluster, "h2")
+    base = ["access", "apply", "--config", str(cfg), "--host", "h1", "--gateway",
+            "g1=ns1,g2=ns1", "--passwords", str(only_root), "--dry-run"]
+    done = _cli(*base)
+    assert done.returncode == 0, done.stderr
+    assert f"kept: {h2} (not in the plan; --prune deletes it)" in done.stdout, done.stdout
+    assert "would: delete" not in done.stdout
+    done = _cli(*base, "--prune")
+    assert done.returncode == 0, done.stderr
+    assert f"would: delete user {h2}" in done.stdout and f"would: delete role {h2}" in \
+        done.stdout and "kept" not in done.stdout, done.stdout
     # without root's credentials, auth on: refused, exit 1
     done = _cli("access", "apply", "--config", str(cfg), "--host", "h1", "--dry-run")
     assert done.returncode == 1, done.stderr + done.stdout

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awide_cluster.access.apply import ROOT, Current, RootMissing, Step, steps
+from awide_cluster.access.apply import ROOT, Current, RootMissing, Step, stale, steps
 from awide_cluster.access.plan import GatewayIdentity, Permission, access_plan
 
 name = st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True)
@@ -73,7 +73,11 @@ def states(draw):
 @given(states())
 def test_steps_converge_and_a_second_run_only_enables(s):
     plan, current = s
-    after = run(current, steps(plan, current, frozenset({ROOT})))
+    kept = run(current, steps(plan, current, frozenset({ROOT})))
+    assert f"host:{plan.cluster}:retired" in kept.users               # no prune: kept
+    assert stale(plan, kept) == (f"host:{plan.cluster}:retired",)
+    after = run(current, steps(plan, current, frozenset({ROOT}), prune=True))
+    assert stale(plan, after) == ()
     for u in plan.users:
         assert after.users[u.name] == u.roles
     for r in plan.roles:
