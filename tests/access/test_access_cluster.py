@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from awide_cluster.access.plan import gateway_user, host_user
+from awide_cluster.access.plan import gateway_user, host_user, operator_user, reader_user
 from awide_cluster.contract import keys
 from awide_cluster.store import Denied, EtcdStore, StoreConfig, TlsConfig
 from awide_harness.cluster import EmbeddedCluster
@@ -37,11 +38,33 @@ async def test_a_secured_cluster_forms_and_serves(tmp_path):
         back = c.wait_until(card_in(c.card_id(key)), 15.0, since=t1)
         assert all(t is not None for t in back.values()), back
 
-        status = subprocess.run(RUN + ["status", "--config", str(tmp_path / "config" /
-                                                                 "s1.yaml")],
-                                capture_output=True, text=True, timeout=60)
-        assert status.returncode in (0, 1), status.stdout + status.stderr
-        assert "etcd_unreachable" not in status.stdout and "Traceback" not in status.stderr
+        def cli(*argv: str) -> subprocess.CompletedProcess:
+            return subprocess.run(RUN + list(argv), capture_output=True, text=True, timeout=60)
+
+        def config_of(user: str) -> str:
+            """An operator's file: the cluster and its etcd section, as `--config` takes."""
+            path = tmp_path / f"{user.split(':')[0]}.yaml"
+            path.write_text(yaml.safe_dump({"cluster": SPEC.cluster, "etcd": {
+                "endpoints": list(c.etcd.endpoints), "call_timeout": 3.0,
+                "hedge_after": 0.5, **(c.etcd_auth(user) or {})}}))
+            return str(path)
+
+        for cfg in (str(tmp_path / "config" / "s1.yaml"),
+                    config_of(reader_user(SPEC.cluster))):
+            status = cli("status", "--config", cfg)
+            assert status.returncode in (0, 1), status.stdout + status.stderr
+            assert "etcd_unreachable" not in status.stdout and "Traceback" not in status.stderr
+
+        # the operator drains and undrains a card; the reader may not
+        op, rd = config_of(operator_user(SPEC.cluster)), config_of(reader_user(SPEC.cluster))
+        card = c.card_id("s2/c0")
+        refused = cli("drain", card, "--config", rd, "--wait", "5")
+        assert refused.returncode == 1 and "Denied" in refused.stderr, refused.stderr
+        for action in ("drain", "undrain"):
+            done = cli(action, card, "--config", op, "--wait", "15")
+            assert done.returncode == 0, done.stdout + done.stderr
+        reg = c.registry()
+        assert reg is not None and all(x.state == "in" for x in reg.cards)
 
         def store(user: str | None) -> EtcdStore:
             creds = {"username": user, "password": c._passwords[user]} if user else {}
