@@ -29,6 +29,7 @@ from awide_cluster.cli.lookup import (
 )
 from awide_cluster.cli.main import cli
 from awide_cluster.contract.keys import BadName
+from awide_cluster.operator.target import ClusterTarget
 
 MAX_PASSWORD_BYTES = 1024
 
@@ -40,8 +41,9 @@ def access() -> None:
 
 def _plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--host", "hosts", multiple=True, required=True,
-                     help="a daemon host of the cluster (repeat, or comma-separated)"),
+        click.option("--host", "hosts", multiple=True,
+                     help="a daemon host of the cluster (repeat, or comma-separated) "
+                          "[default: the hosts of a daemon config]"),
         click.option("--gateway", "gateways", multiple=True,
                      help="a gateway as ID=NAMESPACE: its own user (repeat, or "
                           "comma-separated)"),
@@ -58,8 +60,12 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-def _make_plan(cluster: str, hosts: tuple[str, ...], gateways: tuple[str, ...],
+def _make_plan(target: ClusterTarget, hosts: tuple[str, ...], gateways: tuple[str, ...],
                shared: bool) -> AccessPlan:
+    names = _split(hosts) or list(target.hosts)
+    if not names:
+        fail("say which daemon hosts: --host h1,h2,... (or --config with a daemon config "
+             "listing hosts)", EXIT_USAGE)
     gws = []
     for g in _split(gateways):
         gid, sep, ns = g.partition("=")
@@ -67,7 +73,7 @@ def _make_plan(cluster: str, hosts: tuple[str, ...], gateways: tuple[str, ...],
             fail(f"--gateway {g!r}: give ID=NAMESPACE", EXIT_USAGE)
         gws.append(GatewayIdentity(gid, ns))
     try:
-        return access_plan(cluster, _split(hosts), gws, shared_gateways=shared)
+        return access_plan(target.cluster, names, gws, shared_gateways=shared)
     except (PlanError, BadName) as e:
         fail(str(e), EXIT_USAGE)
 
@@ -80,7 +86,7 @@ def plan_cmd(config: str | None, endpoints: str | None, cluster: str | None,
              shared_gateways: bool, fmt: str) -> None:
     """Print the users, roles and key permissions of the cluster (nothing is changed)."""
     target, _ = resolve(config, endpoints, cluster, call_timeout)
-    plan = _make_plan(target.cluster, hosts, gateways, shared_gateways)
+    plan = _make_plan(target, hosts, gateways, shared_gateways)
     if fmt == "json":
         click.echo(json.dumps({"cluster": plan.cluster, "prefix": plan.prefix,
                                "users": [dataclasses.asdict(u) for u in plan.users],
@@ -139,7 +145,7 @@ def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
     from awide_cluster.store.etcd import EtcdStore
 
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
-    plan = _make_plan(target.cluster, hosts, gateways, shared_gateways)
+    plan = _make_plan(target, hosts, gateways, shared_gateways)
     passwords = read_passwords(password_dir, [ROOT, *(u.name for u in plan.users)])
     plain = [(i, e) for i, e in enumerate(store_config.endpoints) if e.startswith("http://")]
     if passwords and plain:

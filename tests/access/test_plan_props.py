@@ -160,6 +160,15 @@ def test_cli_plan_and_refusals(tmp_path):
             (["--host", "a:b"], "host 'a:b' is not a valid name")):
         r = run(cli, ["access", "plan", *ep, *argv])
         assert r.exit_code == 2 and said in r.output, r.output
+    r = run(cli, ["access", "plan", *ep])
+    assert r.exit_code == 2 and "say which daemon hosts" in r.output, r.output
+    daemon = tmp_path / "cluster.yaml"
+    daemon.write_text("cluster: c2\nhost: s1\nhosts: [s1, s2, w1]\nrole: witness\n"
+                      "etcd: {endpoints: ['http://127.0.0.1:9']}\n")
+    r = run(cli, ["access", "plan", "--config", str(daemon)])
+    assert r.exit_code == 0, r.output
+    assert [ln.split(" ")[0] for ln in r.output.splitlines()[1:4]] == \
+        ["host:c2:s1", "host:c2:s2", "host:c2:w1"], r.output
     pw = tmp_path / "pw"
     pw.mkdir()
     (pw / "root").write_text("secret-root\n")
