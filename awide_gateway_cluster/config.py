@@ -15,7 +15,9 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     key_placement: dialog
     model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,
             block_tokens: 16, num_layers: 32, num_kv_heads: 8, head_dim: 128}
-    nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0}
+    nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0,
+           hostnqn: "nqn.2024-01.io.awide:gpu7",             # listed in the cards' allow-lists
+           dhchap_secret_file: /etc/awide/gpu7.dhchap}       # optional, mode 0600
     watch: true
     watch_stall_after: 30.0
 
@@ -42,6 +44,7 @@ from awide_cluster.config.common import (
     read_yaml,
 )
 from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
 from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
 __all__ = [
@@ -110,7 +113,14 @@ class ModelSection(Section):
 class NvmeSection(Section):
     program: str = Field(default="nvme", min_length=1, description="nvme-cli, looked up on PATH")
     sysfs_root: Path = Path("/sys")
-    hostnqn: str | None = None
+    hostnqn: str | None = Field(
+        default=None,
+        description="this host's NQN, passed to nvme connect (default: nvme-cli's "
+                    "/etc/nvme/hostnqn); the cards' exports allow only listed host NQNs")
+    dhchap_secret_file: Path | None = Field(
+        default=None,
+        description="DH-HMAC-CHAP secret of hostnqn (DHHC-1:...), a file of mode 0600 read "
+                    "at each connect; needs hostnqn")
     command_timeout: float = Field(default=5.0, gt=0.0, le=120.0,
                                    description="bound of every nvme-cli command, seconds")
     disconnect_forgotten: bool = Field(
@@ -126,6 +136,27 @@ class NvmeSection(Section):
             return validate_nqn(v, "hostnqn")
         except InvalidTarget as e:
             raise ValueError(str(e)) from None
+
+    @field_validator("dhchap_secret_file")
+    @classmethod
+    def _secret_file(cls, v: Path | None) -> Path | None:
+        """Checked when the config is loaded (read again at each connect, never kept)."""
+        if v is None:
+            return v
+        if not v.is_absolute():
+            raise ValueError(f"{v} is not an absolute path")
+        try:
+            read_secret_file(v)
+        except BadSecret as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _secret_needs_host(self) -> NvmeSection:
+        if self.dhchap_secret_file is not None and self.hostnqn is None:
+            raise ValueError("dhchap_secret_file needs hostnqn: the cards hold one "
+                             "DH-HMAC-CHAP key per host NQN")
+        return self
 
 
 class GatewayConfig(Section):

@@ -5,7 +5,9 @@ NVMe cards:
    untrusted, and only a validated target ever reaches ``nvme connect`` (argv as a list);
 2. sysfs is searched by the card's serial (after a target restart the namespace comes back
    under a new device name, and is found again this way);
-3. not found and the registry says ``in``: ``nvme connect`` (bounded, killed on timeout);
+3. not found and the registry says ``in``: ``nvme connect`` (bounded, killed on timeout) with
+   this host's NQN and, when configured, its DH-HMAC-CHAP secret (read from its file at each
+   connect, never kept, never logged);
 4. before a device is used (first time, or whenever its name changed) the controller must
    answer ``id-ctrl`` with the registry's serial and model, and the namespace must carry the
    registry's on-card identity (``nguid:``/``uuid:``/``eui64:``) when the registry has one;
@@ -30,6 +32,7 @@ from typing import Any, TypeVar
 
 from awide_cluster.contract.registry import CardEntry
 from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, read_secret_file
 from awide_cluster.nvme.errors import AlreadyConnected, NvmeError
 from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Sysfs
@@ -44,10 +47,12 @@ _IDENTITY_FORMS = ("nguid:", "uuid:", "eui64:")
 
 class Connector:
     def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
+                 dhchap_secret_file: Path | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
                  sysfs_timeout: float = 1.0) -> None:
         self.nvme, self.sysfs = nvme, sysfs
         self.hostnqn = hostnqn
+        self.dhchap_secret_file = dhchap_secret_file
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
@@ -111,8 +116,17 @@ class Connector:
         return Probe(device=device, verified=True, good=not problems, reason="; ".join(problems))
 
     async def _connect(self, card: CardEntry, target: NvmeTarget) -> Controller | Probe:
+        secret: DhchapSecret | None = None
+        secret_file = self.dhchap_secret_file
+        if secret_file is not None:
+            try:
+                secret = await self._off_loop(lambda: read_secret_file(secret_file))
+            except BadSecret as e:
+                log.warning("card %s: connect %s not tried: %s", card.id, target, e)
+                return Probe(note=f"connect not tried: {e}")
         try:
-            name = await self.nvme.connect(target, self.hostnqn, timeout=self.command_timeout)
+            name = await self.nvme.connect(target, self.hostnqn, dhchap_secret=secret,
+                                           timeout=self.command_timeout)
         except AlreadyConnected:
             ctrls = await self._off_loop(self.sysfs.controllers)
             found = [c for c in ctrls if _at_target(c, target)]

@@ -214,6 +214,7 @@ class ClusterGateway:
         if self._read_label is None:
             self._read_label = _default_label_reader()
         self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
+                                    dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label)
         self._follower = Follower(store, cluster=self.config.cluster,

@@ -5,6 +5,7 @@ sysfs discovery. See docs/cards.md. Public names::
 """
 
 from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, parse_secret, read_secret_file
 from awide_cluster.nvme.errors import (
     AlreadyConnected,
     ConnectFailed,
@@ -31,6 +32,7 @@ from awide_cluster.nvme.runner import (
     ProgramNotRunnable,
     Runner,
     RunnerError,
+    SecretArg,
 )
 from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs
 from awide_cluster.nvme.target import (
@@ -49,7 +51,8 @@ from awide_cluster.nvme.target import (
 )
 
 __all__ = [
-    "Address", "AlreadyConnected", "clean_firmware", "clean_model", "clean_serial",
+    "Address", "AlreadyConnected", "BadSecret", "DhchapSecret", "parse_secret",
+    "read_secret_file", "SecretArg", "clean_firmware", "clean_model", "clean_serial",
     "CommandRunner", "CommandTimeout", "Completed", "ConnectFailed", "Controller",
     "ControllerIdentity", "DisconnectFailed", "InvalidDeviceName", "InvalidIdentityString",
     "InvalidTarget", "ListedNamespace", "Namespace", "namespace_identity", "NamespaceIdentity",

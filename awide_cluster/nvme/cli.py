@@ -3,6 +3,11 @@
 Every argument that carries data comes from an ``NvmeTarget`` (validated on construction),
 ``validate_nqn`` or ``validate_device_name``; options are passed as ``--name=value`` so that
 no value can ever be read as an option. Nothing here builds a shell string.
+
+A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``) goes to nvme-cli as
+``--dhchap-secret=``, the only way nvme-cli 2.3 takes one for a single connect: it is a
+``SecretArg`` (shown as ``***`` in every error and log) and scrubbed from nvme-cli's answers;
+while nvme-cli runs, its argv is readable in /proc (docs/security.md, "NVMe-oF access").
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ import logging
 from collections.abc import Sequence
 
 from awide_cluster.nvme import parse
+from awide_cluster.nvme.dhchap import DhchapSecret
 from awide_cluster.nvme.errors import (
     AlreadyConnected,
     ConnectFailed,
     DisconnectFailed,
     NvmeCommandFailed,
 )
-from awide_cluster.nvme.runner import CommandRunner, Completed
+from awide_cluster.nvme.runner import CommandRunner, Completed, RunnerError, SecretArg
 from awide_cluster.nvme.target import NvmeTarget, validate_device_name, validate_nqn
 
 log = logging.getLogger(__name__)
@@ -69,10 +75,13 @@ class NvmeCli:
 
     async def connect(self, target: NvmeTarget, hostnqn: str | None = None, *,
                       ctrl_loss_tmo: int | None = None, reconnect_delay: int | None = None,
+                      dhchap_secret: DhchapSecret | None = None,
                       timeout: float | None = None) -> str:
         """Connect and return the new controller's name (``nvmeN``).
 
         Raises AlreadyConnected (exit 1 with 'already connected'), ConnectFailed otherwise.
+        ``dhchap_secret`` authenticates this host (DH-HMAC-CHAP); it needs ``hostnqn`` (the
+        target holds one key per host NQN).
         """
         if not isinstance(target, NvmeTarget):
             raise TypeError("connect() takes a validated NvmeTarget, not "
@@ -89,9 +98,22 @@ class NvmeCli:
             args.append(f"--ctrl-loss-tmo={_small_int('ctrl_loss_tmo', ctrl_loss_tmo, -1)}")
         if reconnect_delay is not None:
             args.append(f"--reconnect-delay={_small_int('reconnect_delay', reconnect_delay, 1)}")
-        done = await self._run("connect", args, timeout)
+        secret = ""
+        if dhchap_secret is not None:
+            if not isinstance(dhchap_secret, DhchapSecret):
+                raise TypeError("dhchap_secret must be a DhchapSecret (read_secret_file)")
+            if hostnqn is None:
+                raise ValueError("a DH-HMAC-CHAP secret needs the hostnqn it belongs to")
+            secret = dhchap_secret.reveal()
+            args.append(SecretArg(f"--dhchap-secret={secret}", "--dhchap-secret=***"))
+        try:
+            done = await self._run("connect", args, timeout)
+        except RunnerError as e:
+            raise _scrub(e, secret) from None
         if done.rc != 0:
             text = f"{done.stderr}\n{done.stdout}"
+            if secret:
+                text = text.replace(secret, "***")
             if "already connected" in text.lower():
                 raise AlreadyConnected("connect", done.rc, text)
             raise ConnectFailed("connect", done.rc, text)
@@ -113,6 +135,13 @@ class NvmeCli:
                                    f"disconnected 0 controller(s) for {nqn}")
         log.info("nvme disconnect %s: %d controller(s)", nqn, count)
         return count
+
+
+def _scrub(e: RunnerError, secret: str) -> RunnerError:
+    """The runner already shows a SecretArg as ***; this also covers any text it quoted."""
+    if secret:
+        e.args = tuple(a.replace(secret, "***") if isinstance(a, str) else a for a in e.args)
+    return e
 
 
 def _small_int(name: str, value: int, low: int) -> int:

@@ -6,6 +6,8 @@
 - Each child runs in its own session (process group). On timeout, on too much output, or when
   the awaiting task is cancelled, the whole group gets SIGKILL and the child is reaped before
   ``run`` returns or raises: no process outlives its call.
+- An argv item may be a ``SecretArg``: the program receives it, but every argv the runner
+  shows (errors, ``Completed.argv``, logs) carries its ``shown`` form instead.
 - stdout/stderr are capped (``max_output`` bytes each); text is decoded as UTF-8 with
   replacement characters.
 """
@@ -25,6 +27,28 @@ log = logging.getLogger(__name__)
 _REAP_BOUND = 5.0  # seconds to wait for a SIGKILLed child to be reaped
 
 
+class SecretArg(str):
+    """An argv item holding a secret: passed to the program as is, shown as ``shown``.
+
+    (The program's argv is still visible in /proc/PID/cmdline while it runs; docs/security.md
+    says where that matters.)"""
+
+    shown: str
+
+    def __new__(cls, value: str, shown: str) -> SecretArg:
+        obj = super().__new__(cls, value)
+        obj.shown = shown
+        return obj
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
+
+
+def public(argv: Sequence[str]) -> tuple[str, ...]:
+    """argv as it may be shown: every SecretArg replaced by its ``shown`` form."""
+    return tuple(a.shown if isinstance(a, SecretArg) else str.__str__(a) for a in argv)
+
+
 @dataclass(frozen=True, slots=True)
 class Completed:
     rc: int
@@ -37,7 +61,7 @@ class RunnerError(Exception):
     """Base of the runner's errors; ``argv`` names the command."""
 
     def __init__(self, argv: Sequence[str], message: str) -> None:
-        self.argv = tuple(argv)
+        self.argv = public(argv)
         super().__init__(message)
 
 
@@ -53,8 +77,8 @@ class ProgramNotFound(RunnerError):
     """The program is not on PATH (or the path given does not exist)."""
 
     def __init__(self, argv: Sequence[str]) -> None:
-        self.program = argv[0]
-        super().__init__(argv, f"program not found: {argv[0]!r}")
+        self.program = public(argv)[0]
+        super().__init__(argv, f"program not found: {self.program!r}")
 
 
 class ProgramNotRunnable(RunnerError):
@@ -70,7 +94,7 @@ class CommandRunner(Protocol):
 
 
 def _show(argv: Sequence[str]) -> str:
-    text = " ".join(argv)
+    text = " ".join(public(argv))
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -97,7 +121,7 @@ class Runner:
         except FileNotFoundError:
             raise ProgramNotFound(argv) from None
         except OSError as exc:
-            raise ProgramNotRunnable(argv, f"cannot start {argv[0]!r}: {exc}") from None
+            raise ProgramNotRunnable(argv, f"cannot start {public(argv)[0]!r}: {exc}") from None
 
         readers = [
             asyncio.ensure_future(_read_capped(proc.stdout, self._max_output, argv, "stdout")),
@@ -117,7 +141,7 @@ class Runner:
                 await _kill_group(proc, argv)
                 await _drain(proc, readers)
         return Completed(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                         tuple(argv))
+                         public(argv))
 
 
 def _check_argv(argv: Sequence[str]) -> list[str]:

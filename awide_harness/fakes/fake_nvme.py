@@ -12,9 +12,15 @@ World file::
   {"hostnqn": "...", "hostid": "...",
    "targets": [{"transport": "tcp", "traddr": "10.200.0.11", "trsvcid": 4420,
                 "subnqn": "nqn...", "serial": "...", "model": "...", "firmware": "1.0",
-                "nsid": 1, "nguid": "<32 hex>", "eui64": "<16 hex>"|null, "reachable": true}],
+                "nsid": 1, "nguid": "<32 hex>", "eui64": "<16 hex>"|null, "reachable": true,
+                "allowed_hosts": null | ["<host nqn>", ...],
+                "dhchap_keys": {"<host nqn>": "DHHC-1:..."}}],
    "faults": {"<command>|*": {"mode": "hang"|"fail"|"output"|"noop",
                               "rc": 1, "stdout": "", "stderr": "", "times": N}}}
+
+A target with ``allowed_hosts`` refuses a connect whose host NQN (``--hostnqn``, else the
+world's) is not listed, and one with a key for that host refuses a connect without the same
+``--dhchap-secret`` (as the kernel does: nvme-cli then says it could not add the controller).
 
 Commands: connect, disconnect, list-subsys, list, id-ctrl, id-ns (JSON shapes as in
 tests/fixtures/nvme-cli-2.3/). ``connect`` creates ``class/nvme/nvmeN`` (next never-used N)
@@ -44,7 +50,8 @@ _spec.loader.exec_module(fake_sysfs)
 
 VALUE_OPTS = {
     "connect": {"transport": "t", "traddr": "a", "trsvcid": "s", "nqn": "n", "hostnqn": "q",
-                "hostid": "I", "host-traddr": "w", "host-iface": "f", "ctrl-loss-tmo": "l",
+                "hostid": "I", "dhchap-secret": "S", "dhchap-ctrl-secret": "C",
+                "host-traddr": "w", "host-iface": "f", "ctrl-loss-tmo": "l",
                 "reconnect-delay": "c", "keep-alive-tmo": "k", "output-format": "o",
                 "nr-io-queues": "i", "queue-size": "Q", "config": "J"},
     "disconnect": {"nqn": "n", "device": "d"},
@@ -234,6 +241,14 @@ def cmd_connect(world: World, opts: dict[str, str]) -> int:
         target = world.target(transport, traddr, trsvcid, nqn)
         if target is None or not target.get("reachable", True):
             err("Failed to write to /dev/nvme-fabrics: Connection refused\n"
+                "could not add new controller: failed to write to nvme-fabrics device\n")
+            return 1
+        host = opts.get("hostnqn") or world.doc.get("hostnqn", "")
+        allowed = target.get("allowed_hosts")
+        key = (target.get("dhchap_keys") or {}).get(host)
+        if (allowed is not None and host not in allowed) or (
+                key is not None and opts.get("dhchap-secret") != key):
+            err("Failed to write to /dev/nvme-fabrics: Input/output error\n"
                 "could not add new controller: failed to write to nvme-fabrics device\n")
             return 1
         ns = fake_sysfs.FakeNs(nsid=int(target.get("nsid", 1)), nguid=target.get("nguid"),

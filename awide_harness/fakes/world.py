@@ -75,12 +75,17 @@ class FakeNvmeWorld:
                    trsvcid: int = 4420, transport: str = "tcp",
                    model: str = "AWIDE Fake NVMe Ctrl", firmware: str = "1.0",
                    nguid: str | None = None, eui64: str | None = None, nsid: int = 1,
-                   reachable: bool = True, state: str = "live") -> dict[str, Any]:
-        """Describe a reachable target (one namespace). ``nguid`` defaults to a random one."""
+                   reachable: bool = True, state: str = "live",
+                   allowed_hosts: list[str] | None = None,
+                   dhchap_keys: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Describe a reachable target (one namespace). ``nguid`` defaults to a random one.
+        ``allowed_hosts``: only these host NQNs may connect (None: any); ``dhchap_keys``: the
+        DH-HMAC-CHAP secret each host must give."""
         target = {"transport": transport, "traddr": traddr, "trsvcid": trsvcid,
                   "subnqn": subnqn, "serial": serial, "model": model, "firmware": firmware,
                   "nsid": nsid, "nguid": nguid if nguid is not None else secrets.token_hex(16),
-                  "eui64": eui64, "reachable": reachable, "state": state}
+                  "eui64": eui64, "reachable": reachable, "state": state,
+                  "allowed_hosts": allowed_hosts, "dhchap_keys": dict(dhchap_keys or {})}
         doc = self._load()
         doc["targets"] = [t for t in doc["targets"] if t["subnqn"] != subnqn] + [target]
         self._save()

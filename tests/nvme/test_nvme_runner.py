@@ -153,3 +153,16 @@ async def test_stdin_is_not_inherited():
     done = await Runner().run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"],
                               timeout=10)
     assert done.stdout == "''\n"
+
+
+async def test_a_secret_argument_reaches_the_program_but_is_shown_as_its_mask(tmp_path):
+    from awide_cluster.nvme.runner import SecretArg
+    secret = SecretArg("--key=s3cr3t-value", "--key=***")
+    done = await Runner().run([sys.executable, "-c", "import sys; print(sys.argv[1])", secret],
+                              10.0)
+    assert done.rc == 0 and done.stdout.strip() == "--key=s3cr3t-value"
+    assert done.argv[-1] == "--key=***" and "s3cr3t" not in repr(done.argv)
+    assert "s3cr3t" not in repr(secret) and "s3cr3t" not in repr([secret])
+    with pytest.raises(ProgramNotFound) as missing:
+        await Runner().run([str(tmp_path / "nothing"), secret], 10.0)
+    assert "s3cr3t" not in str(missing.value) and "s3cr3t" not in repr(missing.value.argv)

@@ -158,7 +158,7 @@ def _export(tmp_path: Path, action: str, **env: str) -> subprocess.CompletedProc
     base = {"AWIDE_NQN": "nqn.2024-01.io.awide:card0", "AWIDE_DEVICE": "/dev/nvme0n1",
             "AWIDE_TRTYPE": "tcp", "AWIDE_TRADDR": "10.200.0.11", "AWIDE_TRSVCID": "4420",
             "AWIDE_PORT_ID": "1", "NVMET_ROOT": str(tmp_path / "nvmet"),
-            "PATH": os.environ["PATH"]}
+            "AWIDE_HOST_NQNS": "nqn.2024-01.io.awide:gw1", "PATH": os.environ["PATH"]}
     base.update(env)
     return subprocess.run([str(UNITS / "awide-nvmet-export"), action, "card0"],
                           capture_output=True, text=True, env=base, timeout=10)

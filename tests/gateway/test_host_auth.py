@@ -1,0 +1,212 @@
+"""NVMe-oF host access from the gateway side: its host NQN and DH-HMAC-CHAP secret (from a
+private file) reach ``nvme connect``, a card whose export allows only listed hosts (the fake
+target refuses others, as the kernel does) is reached only with them, and the secret shows
+nowhere: errors, logs, stats, the snapshot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from awide_cluster.contract.health import Hysteresis
+from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.dhchap import BadSecret, parse_secret, read_secret_file
+from awide_cluster.nvme.errors import ConnectFailed
+from awide_cluster.nvme.runner import CommandTimeout, Runner
+from awide_cluster.nvme.sysfs import Sysfs
+from awide_gateway_cluster.config import ConfigError
+from awide_gateway_cluster.connector import Connector
+from awide_gateway_cluster.view import CardPath
+from awide_harness.fakes import FakeNvmeWorld
+from tests.gateway.support import (
+    config,
+    gateway,
+    in_service,
+    make_card,
+    serve,
+    wait_for,
+)
+from tests.gateway.test_pure import cfg
+
+HOSTNQN = "nqn.2024-01.io.awide:gpu1"
+# made by nvme-cli 2.3: nvme gen-dhchap-key [-m 1] -n nqn.2024-01.io.awide:gw1
+KEY = "DHHC-1:00:T50zLBgrqnvwGLqGoXa15nxG1ihDKwuDxyyRynTG/Hbyz/8e:"
+KEY_SHA256 = "DHHC-1:01:D6Y25SFLqHT7vCOivYoq6EpNBp1feQbQd2bgVfKQR+l5WMFq:"
+OTHER_KEY = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:"
+
+
+def _secret_file(tmp_path: Path, text: str = KEY, mode: int = 0o600) -> Path:
+    path = tmp_path / "gw.dhchap"
+    path.write_text(text + "\n")
+    path.chmod(mode)
+    return path
+
+
+# --- the secret file --------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", [KEY, KEY_SHA256, OTHER_KEY])
+def test_secrets_made_by_nvme_cli_are_accepted_and_never_shown(key: str) -> None:
+    s = parse_secret(key)
+    assert s.reveal() == key
+    assert key not in repr(s) and key not in str(s) and key not in f"{s!r} {s}"
+
+
+@pytest.mark.parametrize("text,words", [
+    ("hunter2", "not a DHHC-1"),
+    (KEY.replace("DHHC-1:00", "DHHC-1:07"), "not a DHHC-1"),
+    (KEY.replace("T50z", "T50y"), "CRC-32"),
+    ("DHHC-1:00:" + "QUFB" * 11 + ":", "bytes"),
+])
+def test_bad_secrets_are_refused_without_showing_them(tmp_path: Path, text: str,
+                                                      words: str) -> None:
+    with pytest.raises(BadSecret) as err:
+        read_secret_file(_secret_file(tmp_path, text))
+    assert words in str(err.value) and str(tmp_path) in str(err.value)
+    assert text not in str(err.value)
+
+
+def test_a_secret_file_others_can_read_or_a_symlink_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BadSecret, match="mode 0640 lets group or others in"):
+        read_secret_file(_secret_file(tmp_path, mode=0o640))
+    link = tmp_path / "link"
+    link.symlink_to(_secret_file(tmp_path))
+    with pytest.raises(BadSecret, match="symlink"):
+        read_secret_file(link)
+    with pytest.raises(BadSecret, match="does not exist"):
+        read_secret_file(tmp_path / "missing")
+
+
+# --- the gateway config -----------------------------------------------------------------
+
+def test_config_carries_the_host_nqn_and_the_secret_file(tmp_path: Path) -> None:
+    path = _secret_file(tmp_path)
+    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path)})
+    assert c.nvme.hostnqn == HOSTNQN and c.nvme.dhchap_secret_file == path
+    assert KEY not in repr(c) and KEY not in c.model_dump_json()
+
+
+@pytest.mark.parametrize("nvme,field,words", [
+    ({"dhchap_secret_file": "SECRET"}, "nvme.dhchap_secret_file", "not an absolute path"),
+    ({"hostnqn": "gpu1"}, "nvme.hostnqn", "not an NQN"),
+    ({"hostnqn": HOSTNQN, "dhchap_secret_file": "/nonexistent/gw.dhchap"},
+     "nvme.dhchap_secret_file", "does not exist"),
+    ({"hostnqn": HOSTNQN, "dhchap_secret_file": "MODE644"}, "nvme.dhchap_secret_file",
+     "lets group or others in"),
+    ({"dhchap_secret_file": "GOOD"}, "nvme", "needs hostnqn"),
+])
+def test_config_refusals_name_the_nvme_field(tmp_path: Path, nvme: dict, field: str,
+                                             words: str) -> None:
+    good = _secret_file(tmp_path)
+    loose = tmp_path / "loose.dhchap"
+    loose.write_text(KEY)
+    loose.chmod(0o644)
+    paths = {"GOOD": str(good), "MODE644": str(loose)}
+    nvme = {k: paths.get(v, v) for k, v in nvme.items()}
+    with pytest.raises(ConfigError) as err:
+        cfg(nvme=nvme)
+    assert err.value.field == field, err.value
+    assert words in err.value.reason
+    assert KEY not in str(err.value)
+
+
+# --- nvme connect -------------------------------------------------------------------------
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> tuple[FakeNvmeWorld, object]:
+    """A world whose card target allows only HOSTNQN, with KEY."""
+    world = FakeNvmeWorld(tmp_path / "host")
+    card = make_card(1)
+    serve(world, card)
+    assert card.target is not None
+    world.update_target(card.target.subnqn, allowed_hosts=[HOSTNQN],
+                        dhchap_keys={HOSTNQN: KEY})
+    return world, card
+
+
+def _connector(world: FakeNvmeWorld, **kw: object) -> Connector:
+    return Connector(NvmeCli(Runner(env=world.env())), Sysfs(world.sysfs_root),
+                     command_timeout=5.0, **kw)  # type: ignore[arg-type]
+
+
+async def test_connect_passes_the_host_nqn_and_the_secret(tmp_path: Path, guarded,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    world, card = guarded
+    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=_secret_file(tmp_path))
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
+    assert probe.good and probe.verified, probe
+    (connect,) = [c for c in world.calls() if c[0] == "connect"]
+    assert f"--hostnqn={HOSTNQN}" in connect and f"--dhchap-secret={KEY}" in connect
+    assert KEY not in caplog.text and KEY not in repr(probe)
+
+
+@pytest.mark.parametrize("kw,secret", [
+    ({}, None),                                              # nvme-cli's default host NQN
+    ({"hostnqn": "nqn.2024-01.io.awide:other"}, KEY),        # not on the list
+    ({"hostnqn": HOSTNQN}, None),                            # listed, no key
+    ({"hostnqn": HOSTNQN}, OTHER_KEY),                       # listed, wrong key
+])
+async def test_a_host_the_export_does_not_allow_is_not_connected(
+        tmp_path: Path, guarded, kw: dict, secret: str | None,
+        caplog: pytest.LogCaptureFixture) -> None:
+    world, card = guarded
+    if secret is not None:
+        kw = {**kw, "dhchap_secret_file": _secret_file(tmp_path, secret)}
+    probe = await _connector(world, **kw).probe(card, CardPath(card.id, health=Hysteresis()))
+    assert not probe.good and "connect failed" in probe.note, probe
+    assert Sysfs(world.sysfs_root).controllers() == ()
+    assert KEY not in caplog.text + probe.note and OTHER_KEY not in caplog.text + probe.note
+
+
+async def test_a_secret_file_gone_bad_stops_the_connect_before_nvme_runs(tmp_path: Path,
+                                                                        guarded) -> None:
+    world, card = guarded
+    path = _secret_file(tmp_path)
+    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=path)
+    path.chmod(0o644)
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
+    assert "connect not tried" in probe.note and "lets group or others in" in probe.note
+    assert world.calls() == []
+
+
+async def test_errors_of_a_connect_with_a_secret_never_show_it(tmp_path: Path, guarded) -> None:
+    world, card = guarded
+    cli = NvmeCli(Runner(env=world.env()))
+    secret = read_secret_file(_secret_file(tmp_path))
+    world.fault("connect", "hang", times=1)
+    with pytest.raises(CommandTimeout) as hung:
+        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret, timeout=0.5)
+    assert KEY not in str(hung.value) and KEY not in repr(hung.value.argv)
+    assert "--dhchap-secret=***" in hung.value.argv
+    world.fault("connect", "fail", times=1, rc=1, stderr=f"bad option dhchap_secret={KEY}\n")
+    with pytest.raises(ConnectFailed) as failed:
+        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret)
+    assert KEY not in str(failed.value) and "dhchap_secret=***" in str(failed.value)
+    with pytest.raises(ValueError, match="needs the hostnqn"):
+        await cli.connect(card.target, None, dhchap_secret=secret)
+
+
+# --- the gateway, on a real etcd ------------------------------------------------------------
+
+async def test_a_gateway_with_its_host_nqn_and_secret_serves_a_guarded_card(
+        etcd, leader, cluster_name, tmp_path: Path, guarded,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    world, card = guarded
+    await leader.publish([card])
+    path = _secret_file(tmp_path)
+    gw = gateway(config(cluster_name, etcd.endpoints, world,
+                        nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path)}), world)
+    await gw.start()
+    try:
+        await wait_for(lambda: in_service(gw, card.id), what="the guarded card in service")
+        shown = json.dumps([repr(gw.snapshot()), repr(gw.stats()), repr(gw.config)])
+    finally:
+        await gw.stop()
+    assert f"--dhchap-secret={KEY}" in json.dumps(world.calls())
+    assert KEY not in shown and KEY not in caplog.text
+    assert os.stat(path).st_mode & 0o777 == 0o600
