@@ -26,7 +26,8 @@ the prefix with its last byte incremented.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from awide_cluster.contract import keys
@@ -115,10 +116,13 @@ class AccessPlan:
     cluster: str
     users: tuple[User, ...]
     roles: tuple[Role, ...]
-    _roles: dict[str, Role] = field(default_factory=dict, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self._roles.update({r.name: r for r in self.roles})
+    @cached_property
+    def _by_name(self) -> dict[str, Role]:
+        return {r.name: r for r in self.roles}
+
+    def role(self, name: str) -> Role:
+        return self._by_name[name]
 
     @property
     def prefix(self) -> str:
@@ -132,7 +136,7 @@ class AccessPlan:
 
     def may(self, user: str, perm: Literal["READ", "WRITE"], key: str) -> bool:
         """Whether etcd lets ``user`` read/write the absolute ``key`` under this plan."""
-        return any(self._roles[r].may(perm, key) for r in self.user(user).roles)
+        return any(self.role(r).may(perm, key) for r in self.user(user).roles)
 
     def owns(self, name: str) -> bool:
         """Whether ``name`` (an etcd user or role) is one of this cluster's identity names,
@@ -220,7 +224,7 @@ def render(plan: AccessPlan) -> list[str]:
     base = plan.prefix
     lines = [f"cluster {plan.cluster}: keys under {base}; user = role = certificate CN"]
     for u in plan.users:
-        perms = [p for r in u.roles for p in plan._roles[r].permissions]
+        perms = [p for r in u.roles for p in plan.role(r).permissions]
         lines.append(f"{u.name} ({u.kind}): " + "; ".join(p.describe(base) for p in perms))
     return lines
 
