@@ -33,6 +33,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from awide_cluster.access.plan import gateway_user, identity_problem
 from awide_cluster.config.common import (
     ConfigError,
     EtcdSection,
@@ -220,8 +221,14 @@ class GatewayConfig(Section):
 
 
 def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
-    """A gateway has no dev_cluster: plain http to another host needs etcd.allow_plaintext."""
+    """A gateway has no dev_cluster: plain http to another host needs etcd.allow_plaintext.
+    An etcd user that is another identity of the access plan is refused too."""
     problems = plaintext_problems(cfg.etcd, dev_cluster=None)
+    why = identity_problem(cfg.etcd.username, cfg.cluster,
+                           (gateway_user(cfg.cluster, cfg.id), gateway_user(cfg.cluster)),
+                           "this gateway")
+    if why:
+        problems.append(("etcd.username", why))
     if problems:
         field, reason = problems[0]
         raise ConfigError(file, field, reason)

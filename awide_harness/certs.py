@@ -51,6 +51,33 @@ class TestPki:
     client_key: str
 
 
+def _openssl(d: Path, args: list[str], openssl: str) -> None:
+    try:
+        done = subprocess.run(
+            [openssl, *args], cwd=d, capture_output=True, timeout=_OPENSSL_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PkiError(f"openssl {args[0]}: {exc}") from exc
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace")
+        raise PkiError(f"openssl {' '.join(args)} failed: {why}")
+
+
+_EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _issue(d: Path, name: str, cn: str, ext: str, san: str, days: int, openssl: str) -> None:
+    """``name.crt``/``name.key`` for ``cn``, signed by ``ca.crt``/``ca.key`` in ``d``."""
+    cnf = d / f"{name}.cnf"
+    cnf.write_text(_CONFIG.format(cn=cn, san=san))
+    _openssl(d, ["req", "-new", *_EC, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-config", str(cnf)], openssl)
+    _openssl(d, ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-set_serial", str(secrets.randbits(63)), "-days", str(days),
+                 "-out", f"{name}.crt", "-extfile", str(cnf), "-extensions", ext], openssl)
+
+
 def make_test_pki(
     directory: str | Path,
     *,
@@ -63,39 +90,27 @@ def make_test_pki(
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     san = ", ".join(_san_entry(h) for h in hosts)
-
-    def run(args: list[str]) -> None:
-        try:
-            done = subprocess.run(
-                [openssl, *args], cwd=d, capture_output=True, timeout=_OPENSSL_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise PkiError(f"openssl {args[0]}: {exc}") from exc
-        if done.returncode != 0:
-            why = done.stderr.decode(errors="replace")
-            raise PkiError(f"openssl {' '.join(args)} failed: {why}")
-
-    def config(cn: str) -> str:
-        path = d / f"{cn}.cnf"
-        path.write_text(_CONFIG.format(cn=cn, san=san))
-        return str(path)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run(["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", str(days),
-         "-config", config("awide-test-ca"), "-extensions", "v3_ca"])
-    for name, cn, ext in (("server", "etcd-server", "v3_server"),
-                          ("client", client_cn, "v3_client")):
-        cnf = config(cn)
-        run(["req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-config", cnf])
-        run(["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-set_serial", str(secrets.randbits(63)), "-days", str(days), "-out", f"{name}.crt",
-             "-extfile", cnf, "-extensions", ext])
+    cnf = d / "awide-test-ca.cnf"
+    cnf.write_text(_CONFIG.format(cn="awide-test-ca", san=san))
+    _openssl(d, ["req", "-x509", *_EC, "-keyout", "ca.key", "-out", "ca.crt", "-days",
+                 str(days), "-config", str(cnf), "-extensions", "v3_ca"], openssl)
+    _issue(d, "server", "etcd-server", "v3_server", san, days, openssl)
+    _issue(d, "client", client_cn, "v3_client", san, days, openssl)
     return TestPki(
         ca_file=str(d / "ca.crt"),
         server_cert=str(d / "server.crt"), server_key=str(d / "server.key"),
         client_cert=str(d / "client.crt"), client_key=str(d / "client.key"),
     )
+
+
+def client_certificate(pki: TestPki, cn: str, *, days: int = 7,
+                       openssl: str = "openssl") -> tuple[str, str]:
+    """A client certificate with Common Name ``cn`` (etcd's user name under client-certificate
+    authentication), signed by ``pki``'s CA: ``(cert_file, key_file)`` next to its CA."""
+    d = Path(pki.ca_file).parent
+    name = "client-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in cn)
+    _issue(d, name, cn, "v3_client", "DNS:localhost", days, openssl)
+    return str(d / f"{name}.crt"), str(d / f"{name}.key")
 
 
 def _san_entry(host: str) -> str:

@@ -53,7 +53,9 @@ Operations (fault methods return the ``time.monotonic()`` at which the fault was
   and processes);
 - etcd: ``etcd`` (the ``EtcdCluster``: freeze/thaw/kill/restart members; ``spec.etcd_args``
   are extra flags of every member),
-  ``etcd_leader_index()`` (the raft leader member), ``store_config()``, ``registry()``
+  ``etcd_leader_index()`` (the raft leader member), ``store_config()`` (root's with
+  ``spec.secure``; then ``pki`` is the test PKI and ``etcd_auth(user)`` an identity's etcd
+  config fields), ``registry()``
   (decoded ``Registry`` or None; raises ``StoreError`` / ``TimeoutError`` when etcd does not
   answer), ``leader_host()`` (same),
   ``leader_or_none(bound)`` (a host of the cluster or None, never raises),
@@ -86,6 +88,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -101,13 +104,16 @@ from typing import IO, Any
 
 import yaml
 
+from awide_cluster.access.apply import ROOT
+from awide_cluster.access.plan import gateway_user, host_user
 from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
-from awide_cluster.store import Compare, Delete, KeyValue, Put, StoreConfig
+from awide_cluster.store import Compare, Delete, KeyValue, Put, StoreConfig, TlsConfig
 from awide_cluster.store.errors import StoreError
-from awide_harness.etcd_cluster import EtcdCluster
+from awide_harness.certs import TestPki, make_test_pki
+from awide_harness.etcd_cluster import ClusterTls, EtcdCluster
 from awide_harness.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
 from awide_harness.netns import Netns
 from awide_harness.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap
@@ -248,6 +254,8 @@ class EmbeddedCluster:
             raise EmbeddedClusterError(NO_ETCD)
         self._etcd_binary = binary
         self._die_with_parent = die_with_parent
+        self.pki: TestPki | None = None             # spec.secure: the test PKI
+        self._passwords: dict[str, str] = {}        # spec.secure: etcd user -> password
         self.net: Netns | None = None
         self._etcd: EtcdCluster | None = None
         if spec.network == "loopback":
@@ -269,6 +277,11 @@ class EmbeddedCluster:
             binary=self._etcd_binary, stop_timeout=min(1.0, self.stop_timeout),
             die_with_parent=self._die_with_parent, extra_args=spec.etcd_args,
             unsafe_no_fsync=spec.etcd_unsafe_no_fsync)
+        if spec.secure:
+            self.pki = make_test_pki(self.work_dir / "pki")
+            self._passwords[ROOT] = secrets.token_hex(16)
+            common["tls"] = ClusterTls(ca_file=self.pki.ca_file, cert_file=self.pki.server_cert,
+                                       key_file=self.pki.server_key, client_cert_auth=False)
         if net is None:
             return EtcdCluster(self.work_dir / "etcd", size=spec.etcd_members, **common)
         hosts = spec.hosts
@@ -304,6 +317,8 @@ class EmbeddedCluster:
         self.etcd.start()
         self._started = True
         self._store = StoreThread(self.store_config())
+        if spec.secure:
+            self._apply_access()
         for host in spec.hosts:
             port = API_PORT_NETNS if self.net is not None else free_port()
             self._hosts[host] = _Host(host, spec.role(host), self.work_dir / "config" /
@@ -449,8 +464,42 @@ class EmbeddedCluster:
         return self._host(name).config
 
     def store_config(self) -> StoreConfig:
+        """The harness's own view: root's, with ``spec.secure``."""
+        secure: dict[str, Any] = {}
+        if self.pki is not None:
+            secure = {"tls": TlsConfig(self.pki.ca_file), "username": ROOT,
+                      "password": self._passwords[ROOT]}
         return StoreConfig(endpoints=self.etcd.endpoints, prefix=keys.prefix(self.spec.cluster),
-                           call_timeout=max(0.5, self.spec.timing.call_timeout))
+                           call_timeout=max(0.5, self.spec.timing.call_timeout), **secure)
+
+    def _apply_access(self) -> None:
+        """``spec.secure``: one least-privilege etcd user per daemon and gateway, then
+        authentication on (``awide_cluster.access``)."""
+        from awide_cluster.access.apply import AuthApi, apply
+        from awide_cluster.access.plan import GatewayIdentity, access_plan
+        from awide_cluster.config.common import parse
+        from awide_gateway_cluster.config import GatewayConfig
+        from awide_gateway_cluster.layout import namespace
+        spec = self.spec
+        gws = []
+        for i, gid in enumerate(spec.gateway_ids):
+            cfg = parse(gateway_config(spec, i, self.etcd.endpoints), GatewayConfig)
+            gws.append(GatewayIdentity(gid, namespace(cfg.model)))
+        plan = access_plan(spec.cluster, spec.hosts, gws)
+        self._passwords.update({u.name: secrets.token_hex(16) for u in plan.users})
+        assert self._store is not None
+        self._store.call(lambda s: apply(AuthApi(s, 10.0), plan, self._passwords), 60.0)
+
+    def etcd_auth(self, user: str) -> dict[str, Any] | None:
+        """``spec.secure``: the etcd config fields of ``user`` (its password in a 0600 file)."""
+        if self.pki is None:
+            return None
+        path = self.work_dir / "config" / f"etcd-password-{user.replace(':', '_')}"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(self._passwords[user] + "\n")
+        return {"tls": {"ca_file": self.pki.ca_file}, "username": user,
+                "password_file": str(path)}
 
     # ================================================================= cards
 
@@ -883,7 +932,8 @@ class EmbeddedCluster:
         nvme = any(self._cards[k].kind == "nvme" for k in h.cards)
         doc = daemon_config(self.spec, host, self.etcd.endpoints, h.api_port, cards,
                             address=self.addr(host),
-                            sysfs_root=str(self._sysfs_root(host)) if nvme else None)
+                            sysfs_root=str(self._sysfs_root(host)) if nvme else None,
+                            auth=self.etcd_auth(host_user(self.spec.cluster, host)))
         tmp = h.config.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
         tmp.replace(h.config)
@@ -909,7 +959,8 @@ class EmbeddedCluster:
             env = {k: v for k, v in world.env().items() if k == "PATH" or k.startswith("AWIDE_")}
             self.worlds[gid] = world
         path = self.work_dir / "config" / f"{gid}.yaml"
-        doc = gateway_config(self.spec, index, self.etcd.endpoints, nvme)
+        doc = gateway_config(self.spec, index, self.etcd.endpoints, nvme,
+                             auth=self.etcd_auth(gateway_user(self.spec.cluster, gid)))
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         port = METRICS_PORT_NETNS if self.net is not None else free_port()
         g = self._gateways[gid] = _Gateway(gid, index, ghost, path, GatewayFeed(gid),

@@ -71,8 +71,11 @@ def _sigterm_as_interrupt() -> None:
               help="the etcd program (default: etcd on PATH, or beside this Python)")
 @click.option("--refresh", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="live: seconds between two status refreshes")
+@click.option("--secure", is_flag=True,
+              help="etcd on TLS with authentication on; every daemon and gateway its own "
+                   "least-privilege etcd user")
 def demo(scenario: str, report: str | None, quick: bool, work_dir: str | None, keep: bool,
-         etcd_binary: str | None, refresh: float) -> None:
+         etcd_binary: str | None, refresh: float, secure: bool) -> None:
     """A whole card cluster on this machine: etcd x3, 3 daemons, 2 gateways."""
     binary = _etcd(etcd_binary)
     temp = work_dir is None
@@ -80,9 +83,9 @@ def demo(scenario: str, report: str | None, quick: bool, work_dir: str | None, k
     _sigterm_as_interrupt()
     try:
         if scenario == "tour":
-            code = _tour(work, binary, quick, report)
+            code = _tour(work, binary, quick, report, secure)
         else:
-            code = _live(work, binary, quick, refresh)
+            code = _live(work, binary, quick, refresh, secure)
     finally:
         if temp and not keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -93,7 +96,7 @@ def demo(scenario: str, report: str | None, quick: bool, work_dir: str | None, k
 
 # ------------------------------------------------------------------ tour
 
-def _tour(work: Path, binary: str, quick: bool, report: str | None) -> int:
+def _tour(work: Path, binary: str, quick: bool, report: str | None, secure: bool) -> int:
     from awide_harness.report import summary
     from awide_harness.scenario import tour, tour_spec
 
@@ -102,7 +105,8 @@ def _tour(work: Path, binary: str, quick: bool, report: str | None) -> int:
 
     say(f"tour: starting the cluster in {work} ({'quick' if quick else 'default'} timing)")
     try:
-        doc = tour(work / "cluster", tour_spec(quick, binary), quick=quick, say=say)
+        doc = tour(work / "cluster", tour_spec(quick, binary, secure=secure), quick=quick,
+                   say=say)
     except KeyboardInterrupt:
         say("tour interrupted: everything stopped")
         return EXIT_NOT_CONVERGED
@@ -117,11 +121,12 @@ def _tour(work: Path, binary: str, quick: bool, report: str | None) -> int:
 
 # ------------------------------------------------------------------ live
 
-def _live(work: Path, binary: str, quick: bool, refresh: float) -> int:
+def _live(work: Path, binary: str, quick: bool, refresh: float, secure: bool) -> int:
     from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
     from awide_harness.spec import ClusterSpec, Timing
 
-    spec = ClusterSpec(timing=Timing.quick() if quick else Timing(), etcd_binary=binary)
+    spec = ClusterSpec(timing=Timing.quick() if quick else Timing(), etcd_binary=binary,
+                       secure=secure)
     click.echo(f"starting: 3 etcd members, daemons s1 s2 (2 directory cards each) and w1 "
                f"(witness), 2 gateways; work directory {work} ...", err=True)
     began = time.monotonic()

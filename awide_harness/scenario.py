@@ -45,11 +45,13 @@ from awide_harness.views import (
 Say = Callable[[str], None]
 
 
-def tour_spec(quick: bool, etcd_binary: str | None = None) -> ClusterSpec:
-    """The tour's cluster: 3 etcd, s1 and s2 with 2 directory cards each, w1, 2 gateways."""
+def tour_spec(quick: bool, etcd_binary: str | None = None, *,
+              secure: bool = False) -> ClusterSpec:
+    """The tour's cluster: 3 etcd, s1 and s2 with 2 directory cards each, w1, 2 gateways
+    (``secure``: TLS, authentication, a least-privilege user each)."""
     return ClusterSpec(cluster="tour", storage_hosts=2, cards_per_host=2, witness_hosts=1,
                        gateways=2, timing=Timing.quick() if quick else Timing(),
-                       etcd_binary=etcd_binary, first_leader="s1")
+                       etcd_binary=etcd_binary, first_leader="s1", secure=secure)
 
 
 def stayed(history: list[GatewayView], pred: Predicate, start: float, end: float) -> bool:

@@ -101,7 +101,10 @@ class ClusterSpec:
     - ``etcd_binary`` (default: ``etcd`` on PATH or beside this Python), ``etcd_args`` (extra
       flags of every member, e.g. ``--quota-backend-bytes=16777216``; one named like a
       housekeeping default of ``etcd_cluster.HOUSEKEEPING`` replaces it), ``etcd_unsafe_no_fsync``
-      (test speed over durability, on by default).
+      (test speed over durability, on by default);
+    - ``secure``: etcd serves TLS (a test PKI) with authentication on, and every daemon and
+      gateway connects as its own least-privilege user (``awide_cluster.access``, passwords in
+      files); loopback only.
     """
 
     cluster: str = "demo"
@@ -119,6 +122,7 @@ class ClusterSpec:
     commands: Mapping[str, Command] = field(default_factory=dict)
     etcd_args: tuple[str, ...] = ()
     etcd_unsafe_no_fsync: bool = True
+    secure: bool = False
 
     @property
     def storage_names(self) -> tuple[str, ...]:
@@ -177,6 +181,8 @@ class ClusterSpec:
         if self.network == "netns" and self.etcd_members != len(self.hosts):
             out.append(f"netns: one etcd member per daemon host ({len(self.hosts)}), "
                        f"not {self.etcd_members}")
+        if self.secure and self.network != "loopback":
+            out.append("secure: loopback only")
         if self.first_leader is not None and self.first_leader not in self.hosts:
             out.append(f"first_leader {self.first_leader!r} is not one of {self.hosts}")
         return out
@@ -224,23 +230,26 @@ def nvme_card_spec(name: str, key: str, listen: str, port: int, timing: Timing) 
 
 
 def etcd_section(endpoints: tuple[str, ...], timing: Timing,
-                 plaintext: bool = False) -> dict[str, Any]:
-    """``plaintext``: http endpoints off loopback (between namespaces) are allowed."""
+                 plaintext: bool = False, auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``plaintext``: http endpoints off loopback (between namespaces) are allowed. ``auth``:
+    fields added to the section (``tls``, ``username``, ``password_file``)."""
     out: dict[str, Any] = {"endpoints": list(endpoints), "call_timeout": timing.call_timeout,
                            "hedge_after": round(min(0.05, timing.call_timeout / 4), 3)}
     if plaintext:
         out["allow_plaintext"] = True
+    out.update(auth or {})
     return out
 
 
 def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_port: int,
                   cards: list[dict[str, Any]], *, address: str = "127.0.0.1",
-                  sysfs_root: str | None = None) -> dict[str, Any]:
+                  sysfs_root: str | None = None,
+                  auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
     t = spec.timing
     doc: dict[str, Any] = {
         "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
         "role": spec.role(host),
-        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns"),
+        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns", auth=auth),
         "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
                    "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},
         "api": {"listen": f"{address}:{api_port}"},
@@ -252,14 +261,15 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
 
 
 def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
-                   nvme: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   nvme: Mapping[str, Any] | None = None,
+                   auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``nvme``: the gateway's ``nvme`` section (its fake initiator), when there are NVMe
     cards."""
     t = spec.timing
     doc: dict[str, Any] = {
         "mode": "cluster", "cluster": spec.cluster, "host": gateway_host(index),
         "pod": "vllm-0",
-        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns"),
+        "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns", auth=auth),
         "timing": {"poll_interval": t.poll_interval, "sick_polls": t.sick_polls,
                    "healthy_polls": t.healthy_polls, "lease_ttl": t.gateway_lease_ttl},
         "key_placement": "dialog",

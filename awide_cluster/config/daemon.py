@@ -128,6 +128,11 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
         out.append(("hosts", f"this host {cfg.host!r} is not in hosts "
                              f"({', '.join(cfg.hosts)}): its own reports would be refused"))
     out += plaintext_problems(cfg.etcd, dev_cluster=cfg.dev_cluster)
+    from awide_cluster.access.plan import host_user, identity_problem
+    why = identity_problem(cfg.etcd.username, cfg.cluster, (host_user(cfg.cluster, cfg.host),),
+                           "this daemon")
+    if why:
+        out.append(("etcd.username", why))
     if cfg.role == "witness" and cfg.cards:
         out.append(("cards", "a witness host has no cards (role: witness)"))
     seen: dict[str, int] = {}

@@ -50,6 +50,7 @@ class ClusterTarget:
     source: str = ""            # where the settings came from, for messages
     kind: str = ""              # "daemon" or "gateway" (a config file), "" (the options)
     intent_wait: float = INTENT_WAIT    # how long an intent may take (a daemon file's timing)
+    hosts: tuple[str, ...] = ()         # a daemon file's hosts (the cluster's daemons)
 
     def store_config(self) -> StoreConfig:
         return self.etcd.store_config(self.cluster)
@@ -60,7 +61,8 @@ class ClusterTarget:
         etcd = self.etcd.model_copy(update={
             "call_timeout": call_timeout,
             "hedge_after": min(self.etcd.hedge_after, call_timeout / 2)})
-        return ClusterTarget(self.cluster, etcd, self.source, self.kind, self.intent_wait)
+        return ClusterTarget(self.cluster, etcd, self.source, self.kind, self.intent_wait,
+                             self.hosts)
 
 
 def default_config(env: Mapping[str, str] | None = None) -> str:
@@ -103,7 +105,9 @@ def from_config_file(path: str | Path, *, source: str = "") -> ClusterTarget:
             from None
     kind = config_kind(data) or ""
     wait = _intent_wait(data) if kind == "daemon" else INTENT_WAIT
-    return ClusterTarget(cluster, etcd, source or name, kind, wait)
+    hosts = data.get("hosts") if kind == "daemon" else None
+    names = tuple(h for h in hosts if isinstance(h, str)) if isinstance(hosts, list) else ()
+    return ClusterTarget(cluster, etcd, source or name, kind, wait, names)
 
 
 def from_options(cluster: str, endpoints: list[str], call_timeout: float | None,

@@ -398,6 +398,8 @@ _BY_MESSAGE: dict[int, tuple[tuple[str, type[StoreError]], ...]] = {
 # Under Unavailable, the errors etcd raises before it proposes a write (never applied); the
 # others under that code ("leader changed", "request timed out", "server stopped") may have been.
 _NOT_PROPOSED = ("no leader", "not capable", "unhealthy cluster")
+# etcd's JSON gateway under --client-cert-auth with auth on (plain text, HTTP 400, no code)
+_GATEWAY_CN = "commonname of client sending a request against gateway will be ignored"
 _REFUSED_AS_SUCH = (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _NOT_FOUND, _OUT_OF_RANGE)
 
 
@@ -412,6 +414,10 @@ def error_for(code: int, message: str, status: int, *, write: bool = False) -> S
             return kind(text)
     if code == _UNAUTHENTICATED:
         return TokenRejected(text)
+    if code == 0 and _GATEWAY_CN in low:
+        return Denied(f"{text}: under --client-cert-auth with authentication on, etcd's JSON "
+                      "gateway serves no request; give this client a password over TLS "
+                      "(docs/security.md, etcd roles)")
     if code == _PERMISSION_DENIED:
         return Denied(text)
     if code in _REFUSED_AS_SUCH:

@@ -1,0 +1,1 @@
+"""Least-privilege etcd access: the plan (pure) and its application."""
