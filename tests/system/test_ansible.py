@@ -394,7 +394,7 @@ def _play(tmp: Path, tools: Path, tasks_from: str, vars_: dict, hosts: dict) -> 
                      "name": "awide", "tasks_from": tasks_from}}]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     return _run([str(tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
-                cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(tmp / "roles"),
+                cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(roles),
                 ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
 
 
