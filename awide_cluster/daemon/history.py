@@ -48,15 +48,19 @@ class _Builder:
             why=intent.reason if intent else ""))
 
 
-def entries(before: Registry | None, after: Registry, *, lines: Sequence[str] = (),
+def entries(before: Registry | None, after: Registry, *, leader: str = "",
+            lines: Sequence[str] = (),
             intents: Sequence[Intent] = (), refused_intents: Mapping[str, str] | None = None,
             repair: str = "", new_term: bool = False, at: str = "") -> tuple[Entry, ...]:
     """The history entries of one cycle whose registry went from ``before`` to ``after``
-    (``after is before`` when nothing was written): ``lines`` the decision's log lines,
+    (``after is before`` when nothing was written): ``leader`` this leader's host (default:
+    the one ``after`` names, which is an older leader's when nothing was written in this term
+    yet), ``lines`` the decision's log lines,
     ``intents`` the intents it consumed, ``refused_intents`` (key -> why) the intents it
     deleted unread, ``repair`` why it rewrote etcd's registry, ``new_term`` this leader's first
     write of its term, ``at`` its wall clock."""
-    b = _Builder(after.generation, at, after.leader)
+    leader = leader or after.leader
+    b = _Builder(after.generation, at, leader)
     old = before.by_id if before is not None else {}
     new = after.by_id
     by_card: dict[str, Intent] = {}
@@ -65,10 +69,9 @@ def entries(before: Registry | None, after: Registry, *, lines: Sequence[str] = 
     acted: set[str] = set()
     if new_term:
         was = before.leader if before is not None else ""
-        b.add("leader", f"{after.leader} leads" + (f" (the registry was written by {was})"
-                                                   if was and was != after.leader else
-                                                   " (a new term)" if was else ""),
-              host=after.leader)
+        b.add("leader", f"{leader} leads" + (f" (the registry was written by {was})"
+                                             if was and was != leader else
+                                             " (a new term)" if was else ""), host=leader)
     if repair:
         b.add("repaired", f"registry rewritten: {repair}")
     for cid in sorted(set(old) | set(new)):

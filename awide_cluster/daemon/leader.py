@@ -350,7 +350,8 @@ class LeaderLoop:
         if not d.write and d.registry is not None and self.own is None:
             self.own = d.registry       # adopted as it is: this term's baseline
         news = history.entries(
-            snap.registry, d.registry, lines=d.log, intents=snap.intents,
+            snap.registry, d.registry, leader=self.policy.leader, lines=d.log,
+            intents=snap.intents,
             refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
             repair=snap.repair, new_term=not self.announced, at=self.clock.wall())
         if not d.write and not d.consumed and not news:

@@ -152,6 +152,10 @@ def test_a_new_term_and_a_repair_are_recorded() -> None:
     got = entries(reg, replace(reg, leader="h2"), new_term=True)
     assert [(e.kind, e.host, e.reason) for e in got] == [
         ("leader", "h2", "h2 leads (the registry was written by h1)")]
+    # nothing written yet in the new term: the registry still names the old leader
+    got = entries(reg, reg, leader="h2", new_term=True)
+    assert [(e.kind, e.host, e.leader, e.reason) for e in got] == [
+        ("leader", "h2", "h2", "h2 leads (the registry was written by h1)")]
     got = entries(reg, reg, new_term=True)
     assert [e.reason for e in got] == ["h1 leads (a new term)"]
     got = entries(None, reg, new_term=True, repair="registry corrupt: field cards[0]")
