@@ -17,7 +17,7 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.history import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import HISTORY_CORRUPT, clean_text
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator.model import EtcdView, HostView, LeaderView, Problem, RegistryView
 from awide_cluster.operator.observe import Age, Observations
 from awide_cluster.operator.snapshot import StatusPolicy
@@ -83,7 +83,7 @@ def judge_history(item: KeyValue | None) -> tuple[History | None, list[Problem]]
         return histdoc.decode(item.value), []
     except histdoc.HistoryError as e:
         return None, [Problem(
-            "warning", HISTORY_CORRUPT, keys.HISTORY,
+            "warning", "history_corrupt", keys.HISTORY,
             f"{e} (the registry is not affected; the leader starts a fresh history at its "
             "next registry write, and what the old one held is lost)")]
 
