@@ -9,13 +9,14 @@ and for operator actions who and why. ``at`` is the leader's wall clock, informa
 
 Schema 1 (docs/registry.md, "The history")::
 
-    {"schema": 1, "ring": "3f9a0c1b2d4e",
+    {"schema": 1, "ring": "3f9a0c1b2d4e", "seq": 41,
      "entries": [{"seq": 41, "generation": 7, "kind": "out", "card": "c3f1...", "name": "card0",
                   "host": "h1", "reason": "3 bad polls in a row, last: ...",
                   "at": "2026-11-30T14:00:00+00:00", "leader": "h2", "by": "", "why": ""}]}
 
-Entries are oldest first, ``seq`` grows by one per entry within a ring; ``ring`` names the ring
-(a fresh ring, after one that could not be read, gets a new one). Bounded on both sides: the
+Entries are oldest first, ``seq`` grows by one per entry within a ring (the document's ``seq``
+is the last one given, also when the bounds dropped that entry); ``ring`` names the ring (a
+fresh ring, after one that could not be read, gets a new one). Bounded on both sides: the
 writer keeps the newest ``HISTORY_MAX_ENTRIES`` entries within ``HISTORY_MAX_BYTES``
 (``append``); a reader refuses anything else with ``HistoryError`` (problem ``history_corrupt``).
 """
@@ -95,17 +96,19 @@ class Entry:
 class History:
     ring: str                           # this ring's id ("" : none written yet)
     entries: tuple[Entry, ...] = ()     # oldest first, seq increasing
+    seq: int = 0                        # the last seq given (its entry may have been dropped)
 
     @property
     def next_seq(self) -> int:
-        return self.entries[-1].seq + 1 if self.entries else 1
+        return max(self.seq, self.entries[-1].seq if self.entries else 0) + 1
 
 
 EMPTY = History(ring="")
 
 
 def to_dict(h: History) -> dict[str, Any]:
-    return {"schema": SCHEMA_VERSION, "ring": h.ring, "entries": [e.to_dict() for e in h.entries]}
+    return {"schema": SCHEMA_VERSION, "ring": h.ring, "seq": h.next_seq - 1,
+            "entries": [e.to_dict() for e in h.entries]}
 
 
 def _dumps(value: object) -> bytes:
@@ -124,8 +127,9 @@ def append(h: History, new: Sequence[Entry], *, ring: str = "",
     ``ring``: the id of the ring when ``h`` has none yet."""
     seq = h.next_seq
     numbered = [replace(e, seq=seq + i) for i, e in enumerate(new)]
+    last = seq + len(numbered) - 1
     entries = (*h.entries, *numbered)[-max_entries:] if max_entries > 0 else ()
-    head = len(encode(History(ring=h.ring or ring)))
+    head = len(encode(History(ring=h.ring or ring, seq=last)))
     kept: list[Entry] = []
     size = head
     for e in reversed(entries):
@@ -133,7 +137,7 @@ def append(h: History, new: Sequence[Entry], *, ring: str = "",
         if size > max_bytes:
             break
         kept.append(e)
-    return History(ring=h.ring or ring, entries=tuple(reversed(kept)))
+    return History(ring=h.ring or ring, entries=tuple(reversed(kept)), seq=last)
 
 
 # ---------------------------------------------------------------- wire format
@@ -166,6 +170,7 @@ class _EntryDoc(_Strict):
 class _HistoryDoc(_Strict):
     schema_: int = Field(alias="schema")
     ring: Name
+    seq: int = Field(default=0, ge=0)
     entries: list[_EntryDoc] = Field(max_length=bounds.HISTORY_MAX_ENTRIES)
 
 
@@ -181,5 +186,9 @@ def decode(raw: bytes | str, *, key: str = keys.HISTORY) -> History:
         if entries[i].seq <= entries[i - 1].seq:
             raise HistoryError(f"field entries[{i}].seq: {entries[i].seq} does not follow "
                                f"{entries[i - 1].seq}", key=key)
-    return History(ring=doc.ring, entries=entries)
+    if entries and doc.seq < entries[-1].seq:
+        raise HistoryError(f"field seq: {doc.seq} is below the last entry's "
+                           f"{entries[-1].seq}", key=key)
+    return History(ring=doc.ring, entries=entries, seq=max(doc.seq, entries[-1].seq if entries
+                                                           else 0))
 
