@@ -180,3 +180,10 @@ async def test_a_ring_that_cannot_be_read_never_stops_the_registry(
         assert len(lines) == 1 and "key history" in lines[0], lines
         code, out, err = await lab.cli("status", "--sample", "0")
         assert "history_corrupt" not in out and "value_too_large" not in out, (out, err)
+        # and the new leader goes on: the stopped host's cards go out, in registry and ring
+        gone = after.leader
+        reg = await lab.until(lambda r: all(c.state != "in" for c in r.cards if c.host == gone),
+                              f"{gone}'s cards out")
+        got = await _history(lab)
+        outs = {e["card"] for e in got if e["kind"] == "out"}
+        assert {c.id for c in reg.cards if c.host == gone and c.state == "out"} <= outs, got
