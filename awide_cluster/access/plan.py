@@ -12,8 +12,9 @@ What each may do, keys relative to the cluster prefix ``/awide/<cluster>/`` (con
 
 - every identity reads the whole prefix (and nothing outside it);
 - a daemon (host ``h``) writes its own report ``members/h``, the ``leader`` key (its
-  campaign), the ``registry`` and ``intents/`` (the leader deletes consumed intents in the
-  registry's transaction; etcd has no delete-only permission);
+  campaign), the ``registry``, the ``history`` ring (written in the registry's transaction)
+  and ``intents/`` (the leader deletes consumed intents in the registry's transaction; etcd
+  has no delete-only permission);
 - a gateway ``g`` of namespace ``ns`` writes ``gateways/g`` and ``layouts/ns``; the shared
   gateway role writes every ``gateways/`` and ``layouts/`` key instead;
 - the operator writes ``intents/`` (drain, undrain, forget);
@@ -203,6 +204,7 @@ def access_plan(cluster: str, hosts: Iterable[str], gateways: Iterable[GatewayId
             Permission.one(base + keys.member(h), "WRITE"),
             Permission.one(base + keys.LEADER, "WRITE"),
             Permission.one(base + keys.REGISTRY, "WRITE"),
+            Permission.one(base + keys.HISTORY, "WRITE"),
             Permission.under(base + keys.INTENTS, "WRITE"))
     for g in gws:
         add(gateway_user(cluster, g.gateway_id), "gateway",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from awide_cluster.cli.lookup import (
 )
 from awide_cluster.cli.main import cli
 from awide_cluster.operator.gather import StatusReader
+from awide_cluster.operator.history import Tail
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.render import FORMATS, render, render_cards
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
@@ -42,6 +44,17 @@ from awide_cluster.store.etcd import EtcdStore
 
 CARD_CODES = {"card_out", "card_conflict", "card_unplaced", "registry_corrupt",
               "registry_missing", "keys_unreadable", "slot_table_mismatch", "card_drained"}
+
+
+TAIL_LINES = 10     # history entries under the status screen of --watch
+
+
+def history_tail(recent: deque[str]) -> str:
+    """The history entries that arrived while ``status --watch`` runs, under the screen."""
+    if not recent:
+        return "\n\nHISTORY  (new entries appear here as the leader records them)"
+    return ("\n\nHISTORY  (newest last; `awide-cluster history` for all)\n"
+            + "\n".join(f"  {line}" for line in recent))
 
 
 def _unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
@@ -80,12 +93,12 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _run(config: str | None, endpoints: str | None, cluster: str | None,
          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
          stale_after: float, strict: bool, what: Callable[[ClusterStatus, str], str],
-         healthy: Callable[[ClusterStatus], bool]) -> None:
+         healthy: Callable[[ClusterStatus], bool], tail: bool = False) -> None:
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,
-                                 what, healthy))
+                                 what, healthy, tail))
     except KeyboardInterrupt:
         code = EXIT_UNHEALTHY
     sys.exit(code)
@@ -94,7 +107,7 @@ def _run(config: str | None, endpoints: str | None, cluster: str | None,
 async def _main(target: ClusterTarget, store_config: StoreConfig, policy: StatusPolicy,
                 fmt: str, watch: float | None, sample: float, strict: bool,
                 what: Callable[[ClusterStatus, str], str],
-                healthy: Callable[[ClusterStatus], bool]) -> int:
+                healthy: Callable[[ClusterStatus], bool], tail: bool = False) -> int:
     store = EtcdStore(store_config)
     reader = StatusReader(store, cluster=target.cluster, endpoints=tuple(store_config.endpoints),
                           call_timeout=store_config.call_timeout, policy=policy)
@@ -119,6 +132,7 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
         tty = sys.stdout.isatty()
         code = EXIT_UNHEALTHY
         interrupt = Interrupt()
+        follow, recent = Tail(), deque[str](maxlen=TAIL_LINES)
         try:
             while not interrupt.requested:
                 got = await interrupt.race(reader.snapshot())
@@ -136,6 +150,10 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
                 else:
                     text = what(st, fmt)
                     code = verdict(st)
+                    if tail and fmt == "table":
+                        follow, arrived = follow.step(st.history)
+                        recent.extend(e.line() for e in arrived)
+                        text += history_tail(recent)
                 if tty:
                     click.echo("\x1b[H\x1b[2J" + text, nl=True)
                 else:
@@ -163,13 +181,16 @@ def status(config: str | None, endpoints: str | None, cluster: str | None,
     Which cluster: --config FILE, --endpoints with --cluster, $AWIDE_CONFIG,
     $AWIDE_ETCD_ENDPOINTS, else /etc/awide-cluster/cluster.yaml.
 
+    With --watch (table format), the history entries the leader records meanwhile are shown
+    under the screen (the newest 10).
+
     Exit code 0 when healthy; 1 when a problem of severity error is found or a state an
     operator set (a drained card, a pending intent, a dev cluster) is in force (with
     --strict: any warning); 2 on a usage or config error (no such cluster included); 3 when
     no etcd member answers.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, strict,
-         render, lambda st: st.verdict == "healthy")
+         render, lambda st: st.verdict == "healthy", tail=True)
 
 
 @cli.command()

@@ -12,6 +12,9 @@ project produces:
 - the small records (``leader``, ``gateways/<id>``, ``layouts/<ns>``, ``intents/<card>``):
   readers keep at most 256 characters of a text field; a gateway record with every field at
   that maximum is 1.8 KiB;
+- the history (``history``): at most ``HISTORY_MAX_ENTRIES`` entries and ``HISTORY_MAX_BYTES``
+  encoded (the leader drops the oldest entries to stay within both); an entry is about 0.3 KiB
+  with realistic texts (1.3 KiB with every text at its maximum), so 500 real ones fit;
 - key counts: hosts are designed for up to 64 (``members/`` bound 128), intents are consumed
   each leader cycle (64 per cycle, the rest the next), everything under the cluster prefix
   (what ``status`` reads) 2048 keys.
@@ -27,6 +30,8 @@ KIB = 1024
 REPORT_MAX_BYTES = 512 * KIB
 REGISTRY_MAX_BYTES = 512 * KIB
 RECORD_MAX_BYTES = 4 * KIB
+HISTORY_MAX_BYTES = 256 * KIB
+HISTORY_MAX_ENTRIES = 500
 
 MEMBERS_MAX_KEYS = 128
 INTENTS_MAX_KEYS = 64
@@ -40,6 +45,8 @@ def value_bound(key: str) -> int:
         return REPORT_MAX_BYTES
     if key == keys.REGISTRY:
         return REGISTRY_MAX_BYTES
+    if key == keys.HISTORY:
+        return HISTORY_MAX_BYTES
     return RECORD_MAX_BYTES
 
 

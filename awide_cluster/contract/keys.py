@@ -12,6 +12,7 @@ MEMBERS = "members/"
 INTENTS = "intents/"
 GATEWAYS = "gateways/"
 LAYOUTS = "layouts/"
+HISTORY = "history"             # the leader's ring of the newest registry changes
 
 
 class BadName(ValueError):

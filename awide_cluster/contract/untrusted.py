@@ -48,6 +48,7 @@ LEADER_CORRUPT = "leader_corrupt"
 GATEWAY_RECORD_CORRUPT = "gateway_record_corrupt"
 LAYOUT_CORRUPT = "layout_corrupt"
 INTENT_CORRUPT = "intent_corrupt"
+HISTORY_CORRUPT = "history_corrupt"
 VALUE_TOO_LARGE = "value_too_large"
 
 
@@ -69,6 +70,8 @@ REGISTRY_LIMITS = Limits(max_bytes=bounds.REGISTRY_MAX_BYTES, max_depth=16)
 # A host report: at most 64 cards (the daemon config's bound); the writer fits its report in
 # this bound whatever its probes say (daemon/reporter.py ``fit``).
 REPORT_LIMITS = Limits(max_bytes=bounds.REPORT_MAX_BYTES, max_depth=16)
+# The history ring: at most HISTORY_MAX_ENTRIES flat entries (contract/history.py).
+HISTORY_LIMITS = Limits(max_bytes=bounds.HISTORY_MAX_BYTES, max_depth=4)
 # The leader, gateway, layout and intent records: a handful of short fields each.
 RECORD_LIMITS = Limits(max_bytes=bounds.RECORD_MAX_BYTES, max_depth=8)
 
@@ -93,6 +96,7 @@ CONTROLLER_STATE_MAX = 32
 PROBE_NAME_MAX = 32
 BY_MAX = 128                    # who wrote an intent
 INTENT_REASON_MAX = 256         # why (``--reason``)
+HISTORY_REASON_MAX = 512        # a history entry's reason (the decision's words, cut)
 ENGINE_MAX = 128
 FINGERPRINT_MAX = 64
 PLACEMENT_MAX = 32

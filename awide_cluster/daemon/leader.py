@@ -3,10 +3,12 @@
 1. Read the reports, the registry, the intents and the leader key (hedged reads, all within
    one call bound). If any read fails the cycle counts nothing ("unreachable is not empty").
 2. ``decide`` (pure).
-3. If the registry content changed or intents were consumed: one transaction that compares the
-   leader key's create_revision (fencing), the registry's mod_revision as read, and each
-   consumed intent's mod_revision; it puts the registry and deletes the intents. A failed
-   compare is never forced: a deposed leader steps down, anything else re-reads next cycle.
+3. If the registry content changed, intents were consumed or the history has something new
+   (``daemon/history.py``; a new term is one): one transaction that compares the leader key's
+   create_revision (fencing), the registry's mod_revision as read, and each consumed intent's
+   mod_revision; it puts the registry, the history ring and deletes the intents, so the
+   history and the registry never disagree. A failed compare is never forced: a deposed leader
+   steps down, anything else re-reads next cycle.
 4. The decision's log lines are logged once the transaction committed.
 
 Write outages (see ``reconcile``): the caller passes ``write_failure`` when this host's report
@@ -26,11 +28,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys, records
+from awide_cluster.contract import history as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.contract.untrusted import HISTORY_CORRUPT, clean_text
+from awide_cluster.daemon import history
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
@@ -69,6 +73,7 @@ class Read:
     leader_kv: KeyValue | None
     found: str = "ok"           # the registry in etcd: ok, missing, corrupt, unknown_schema
     problem: str = ""           # why it is not ok (names the key and the field)
+    history: StoredHistory | None = None    # the history ring, when this cycle read it
 
 
 def decode_intent(kv: KeyValue) -> Intent:
@@ -83,16 +88,19 @@ def decode_intent(kv: KeyValue) -> Intent:
     raise ValueError(f"{keys.INTENTS}{cid}: unknown intent {rec.action!r}")
 
 
-def fenced_write(d: Decision, *, leader_revision: int,
-                 registry_revision: int) -> tuple[list[Compare], list[Op]]:
+def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
+                 ring: histdoc.History | None = None) -> tuple[list[Compare], list[Op]]:
     """The transaction of a decision: it holds only while the leader key is this term's
     (create_revision), the registry is as read (mod_revision, 0: absent) and each consumed
-    intent is as read; it puts the registry (when it changed) and deletes those intents."""
+    intent is as read; it puts the registry (when it changed), the history ``ring`` (when it
+    has new entries) and deletes those intents."""
     compares = [Compare(keys.LEADER, "create", "equal", leader_revision),
                 Compare(keys.REGISTRY, "mod", "equal", registry_revision)]
     success: list[Op] = []
     if d.write:
         success.append(Put(keys.REGISTRY, regdoc.encode(d.registry)))
+    if ring is not None:
+        success.append(Put(keys.HISTORY, histdoc.encode(ring)))
     for key, rev in d.consumed:
         compares.append(Compare(key, "mod", "equal", rev))
         success.append(Delete(key))
@@ -168,6 +176,27 @@ def registry_found(kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
                               problem=clean_text(e, 200))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredHistory:
+    """The history ring as etcd holds it: decoded (empty when absent), or why it cannot be
+    used (then the leader starts a fresh ring)."""
+
+    history: histdoc.History
+    problem: str = ""
+
+
+def history_found(kv: KeyValue | ValueTooLarge | None) -> StoredHistory:
+    if isinstance(kv, ValueTooLarge):
+        return StoredHistory(histdoc.EMPTY, str(histdoc.HistoryError(
+            f"value over {kv.limit} bytes, refused unread", key=keys.HISTORY)))
+    if kv is None:
+        return StoredHistory(histdoc.EMPTY)
+    try:
+        return StoredHistory(histdoc.decode(kv.value))
+    except histdoc.HistoryError as e:
+        return StoredHistory(histdoc.EMPTY, clean_text(e, 300))
+
+
 def sort_intents(intents: PrefixRead
                  ) -> tuple[tuple[Intent, ...], dict[str, tuple[int, str]]]:
     """The intents that decode, and the refused ones by key: (mod_revision, why)."""
@@ -205,6 +234,9 @@ class LeaderLoop:
         # records (the generation they applied, the floor of the republished one) meanwhile
         self.hold_repair_until = float("-inf")
         self._holding = ""
+        self.history: histdoc.History | None = None     # the ring as this term knows it
+        self.announced = False          # this term's "leader" history entry is written
+        self.history_refused = 0        # rings found unreadable (and started afresh)
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -214,6 +246,7 @@ class LeaderLoop:
         self.own = self.attempted = None
         self.known = known if known is not None else self.registry
         self.txn_failure = ""
+        self.history, self.announced = None, False
         if self.metrics is not None:
             self.metrics.write_outage(False)
 
@@ -227,13 +260,14 @@ class LeaderLoop:
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
         cycle repairs it."""
         t = self.call_timeout
-        members, reg_kv, intents, leader_kv = await asyncio.gather(
+        members, reg_kv, intents, leader_kv, ring = await asyncio.gather(
             self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
                                    max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
             self._get_registry(t),
             self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
                                    max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
+            self._get_history(t),
         )
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if intents.more:
@@ -250,7 +284,19 @@ class LeaderLoop:
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers)
         return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
-                    found=stored.found, problem=stored.problem)
+                    found=stored.found, problem=stored.problem, history=ring)
+
+    async def _get_history(self, timeout: float) -> StoredHistory | None:
+        """The history ring, read only when this term does not hold it (its first cycle, or
+        after a write that was not confirmed); None when it is not read."""
+        if self.history is not None:
+            return None
+        try:
+            kv = await self.store.get(keys.HISTORY, timeout=timeout,
+                                      max_value_bytes=bounds.HISTORY_MAX_BYTES)
+        except ValueTooLarge as e:
+            return history_found(e)
+        return history_found(kv)
 
     async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
         """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
@@ -289,6 +335,7 @@ class LeaderLoop:
             if not ld.is_leader:
                 return Outcome.DEPOSED
         self._note_refusals(got.snapshot)
+        self._take_history(got.history)
         try:
             snap = await self._repair_base(got)
         except StoreError as e:
@@ -319,22 +366,43 @@ class LeaderLoop:
         self.last_error = ""
         if not d.write and d.registry is not None and self.own is None:
             self.own = d.registry       # adopted as it is: this term's baseline
-        if not d.write and not d.consumed:
+        news = history.entries(
+            snap.registry, d.registry, leader=self.policy.leader, lines=d.log,
+            intents=snap.intents,
+            refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
+            repair=snap.repair, new_term=not self.announced, at=self.clock.wall())
+        if not d.write and not d.consumed and not news:
             for line in d.log:
                 log.info("%s%s", line, self._why)
             return Outcome.UNCHANGED
         if not ld.is_leader or ld.revision is None:     # the decision took time: check again
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED
-        return await self._write(d, snap, got, leader_revision=ld.revision)
+        ring = histdoc.append(self.history or histdoc.EMPTY, news,
+                              ring=uuid.uuid4().hex[:12]) if news else None
+        return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
+
+    def _take_history(self, stored: StoredHistory | None) -> None:
+        """The ring read in this cycle becomes this term's; one that cannot be read is
+        counted, logged once and replaced by a fresh ring at the next write (the registry's
+        writes never wait for it)."""
+        if stored is None:
+            return
+        self.history = stored.history
+        if stored.problem:
+            self.history_refused += 1
+            if self.metrics is not None:
+                self.metrics.value_refused(HISTORY_CORRUPT)
+            log.warning("%s; starting a fresh history at the next registry write",
+                        stored.problem)
 
     async def _write(self, d: Decision, snap: Snapshot, got: Read, *,
-                     leader_revision: int) -> Outcome:
+                     leader_revision: int, ring: histdoc.History | None = None) -> Outcome:
         """The decision's one fenced transaction, and what its answer means."""
         ld = self.leadership
         reg = d.registry
         compares, success = fenced_write(d, leader_revision=leader_revision,
-                                         registry_revision=got.registry_rev)
+                                         registry_revision=got.registry_rev, ring=ring)
         try:
             res = await self.store.txn(compares, success, [Get(keys.LEADER)],
                                        timeout=self.call_timeout)
@@ -342,6 +410,7 @@ class LeaderLoop:
             maybe = isinstance(e, Timeout) and e.maybe_applied
             if d.write:
                 self.attempted = reg
+            self.history = None             # maybe applied: read it again next cycle
             self.last_error = f"registry write not confirmed: {e}"
             self.txn_failure = f"registry write: {e}"[:300]
             log.warning("%s%s; re-reading next cycle", self.last_error,
@@ -351,6 +420,7 @@ class LeaderLoop:
                 self.metrics.write_refused("registry", refusal_reason(e))
             return Outcome.ERROR
         if not res.succeeded:
+            self.history = None
             ld.observe_key(first_kv(res))
             if self.metrics is not None:
                 self.metrics.registry_write("conflict")
@@ -362,6 +432,8 @@ class LeaderLoop:
             return Outcome.CONFLICT
         for line in d.log:
             log.info("%s%s", line, self._why)
+        if ring is not None:
+            self.history, self.announced = ring, True
         if d.write:
             self.registry = self.own = reg
             self.attempted = None

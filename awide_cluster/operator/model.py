@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from awide_cluster.contract.history import History
 from awide_cluster.operator.observe import Age
 
 Severity = Literal["error", "warning"]
@@ -171,6 +172,9 @@ class ClusterStatus:
     intents: tuple[IntentView, ...]
     problems: tuple[Problem, ...]
     dev_cluster: bool
+    # the history ring as read (None: none, or unreadable); not part of to_dict: the
+    # ``history`` command shows it, ``status --watch`` tails it
+    history: History | None = None
 
     @property
     def healthy(self) -> bool:

@@ -6,10 +6,10 @@ endpoint statuses, the member list, every key under the cluster prefix) and ``Ob
 list of problems and ``healthy``. No I/O, no clock: the times come in ``raw``.
 
 The phases, each in its own module of ``awide_cluster.operator.judge``: etcd (members, quorum,
-alarms), the keys within their bounds (here), the leader key, the registry, the host reports,
-refused writes (``daemons``), the cards (``cards``), the gateways and intents (``gateways``),
-then the cluster-wide problems (no leader, dev cluster). Each part that raises costs only its
-own section (``status_section_failed``); the rest is still judged.
+alarms), the keys within their bounds (here), the leader key, the registry, the history, the
+host reports, refused writes (``daemons``), the cards (``cards``), the gateways and intents
+(``gateways``), then the cluster-wide problems (no leader, dev cluster). Each part that raises
+costs only its own section (``status_section_failed``); the rest is still judged.
 
 Problem codes and what to do about each are in docs/operations.md.
 """
@@ -25,6 +25,7 @@ from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator.judge.cards import judge_cards
 from awide_cluster.operator.judge.daemons import (
     HostsRead,
+    judge_history,
     judge_hosts,
     judge_leader,
     judge_registry,
@@ -81,6 +82,8 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
     if leader is None and keys.LEADER in big:
         leader = unread_leader(big[keys.LEADER])
     reg, reg_view = _registry(kv, big, raw, seen, readable, section)
+    ring = section("history", lambda: judge_history(kv.get(keys.HISTORY)), None) \
+        if readable else None
     hosts = section("hosts", lambda: judge_hosts(kv, big, seen, raw.mono, reg, leader, policy),
                     HostsRead(reports={}, views=()))
     section("writes", lambda: (None, judge_writes(etcd, hosts.views, policy)), None)
@@ -97,6 +100,7 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
         read_error=raw.read_error, etcd=etcd, leader=leader, registry=reg_view,
         hosts=hosts.views, cards=cards, gateways=gateways, intents=intents,
         problems=tuple(problems), dev_cluster=any(h.dev_cluster for h in hosts.views),
+        history=ring,
     )
 
 

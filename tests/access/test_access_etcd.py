@@ -127,7 +127,7 @@ async def test_each_identity_writes_what_it_must_and_no_more(secured, make_store
     await g1.put(keys.gateway("g1"), b"g1", lease=gl.id)
     await g1.create(keys.layout("ns1"), b"layout")
     assert (await g1.get(keys.REGISTRY)) is not None
-    for key in (keys.REGISTRY, keys.LEADER, keys.member("h1"), keys.member("g1"),
+    for key in (keys.REGISTRY, keys.HISTORY, keys.LEADER, keys.member("h1"), keys.member("g1"),
                 keys.gateway("g2"), keys.layout("ns2"), keys.intent("c1")):
         await refused(g1, key)
 

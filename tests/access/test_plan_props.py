@@ -37,7 +37,7 @@ def plans(draw):
 
 def every_key(plan, hosts, gws, extra):
     base = plan.prefix
-    ks = [keys.LEADER, keys.REGISTRY, *(keys.member(h) for h in hosts + extra),
+    ks = [keys.LEADER, keys.REGISTRY, keys.HISTORY, *(keys.member(h) for h in hosts + extra),
           *(keys.gateway(g.gateway_id) for g in gws), *(keys.gateway(x) for x in extra),
           *(keys.layout(g.namespace) for g in gws), *(keys.layout(x) for x in extra),
           *(keys.intent(x) for x in extra)]
@@ -45,9 +45,9 @@ def every_key(plan, hosts, gws, extra):
 
 
 @given(plans(), st.lists(name, max_size=3))
-def test_only_daemons_write_the_registry_and_the_leader_key(p, extra):
+def test_only_daemons_write_the_registry_its_history_and_the_leader_key(p, extra):
     plan, hosts, _, _ = p
-    for key in (keys.REGISTRY, keys.LEADER):
+    for key in (keys.REGISTRY, keys.HISTORY, keys.LEADER):
         writers = {u.name for u in plan.users if plan.may(u.name, "WRITE", plan.prefix + key)}
         assert writers == {host_user(plan.cluster, h) for h in hosts}
 

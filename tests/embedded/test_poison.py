@@ -2,15 +2,17 @@
 
 A whole embedded cluster (3 etcd members, 2 storage hosts and a witness, each with its daemon
 process, 2 gateway processes) runs while hostile values are written into etcd by hand: at the
-registry, a host report, the leader key, an intent, a gateway record, a layout record, a key
-under the prefix that nothing knows, one report from a host outside the cluster, and a value
-near etcd's 1.5 MiB request limit. Meanwhile a card's store is killed. Then:
+registry, a host report, the leader key, an intent, a gateway record, a layout record, the
+history, a key under the prefix that nothing knows, one report from a host outside the cluster,
+and a value near etcd's 1.5 MiB request limit. Meanwhile a card's store is killed. Then:
 
 - every daemon is still running;
 - the card goes out on every gateway within the normal detection bound;
 - the registry is repaired by the leader: the same cards in the same slots, a higher
   generation, no card from the poison;
 - ``awide-cluster status`` exits 1, names the bad keys, prints no traceback;
+- the forged history is replaced by the leader's own with its next write (the card's out in
+  it, nothing of the poison);
 - no poisoned value ever reaches ``nvme`` (a fake ``nvme`` on PATH logs every argv).
 """
 
@@ -63,6 +65,9 @@ def _poison(registry_cluster: str) -> dict[str, bytes]:
         keys.gateway("gw-evil"): b'{"schema":1,"generation":' + b"9" * 5000 + b"}",
         keys.gateway("gw-bad"): b'{"schema":1,"id":"gw-bad","generation":1e999}',
         keys.layout("ns-evil"): b"\x00\xff" * 100,
+        keys.HISTORY: json.dumps({"schema": 1, "ring": "evil", "entries": [{
+            "seq": 1, "generation": 1, "kind": "out", "card": "c0123456789a",
+            "reason": "\x1b[2J" + MARK}]}).encode(),
         "zzz/unknown": json.dumps({"note": MARK}).encode(),
         "zzz/huge": b"x" * BIG,
     }
@@ -120,6 +125,13 @@ def test_poison_at_every_key_kind(tmp_path: Path) -> None:
         assert "layout_corrupt" in subjects, codes
         assert "card_out" in subjects, codes
         assert any("zzz/huge" in s for _, s in codes), codes
+        # the history: the leader's next write replaced the forged ring; the out is in it
+        p = subprocess.run([*CLI, "history", "--endpoints", eps, "--cluster", spec.cluster,
+                            "--card", c.card_id(victim), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        kinds = [x["kind"] for x in json.loads(p.stdout)["entries"]]
+        assert "out" in kinds and MARK not in p.stdout, p.stdout[-2000:]
         # nothing from the poison reached nvme (nvme cards aside, nothing calls it at all)
         text = nvme_log.read_text() if nvme_log.exists() else ""
         for needle in ("POISON", "10.66.6.6", "evil", "EVIL"):

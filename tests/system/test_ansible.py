@@ -408,6 +408,94 @@ def _used_variables(log: str) -> set[str]:
     return used
 
 
+# --- what the units point at, and the upgrade's refusal -------------------------------------
+
+def _play(tmp: Path, tools: Path, tasks_from: str, vars_: dict, hosts: dict) -> \
+        subprocess.CompletedProcess[str]:
+    """Run one tasks file of the real role (handlers stubbed) on localhost as ``hosts``."""
+    roles = _handlers_are_stubbed(tmp)
+    inventory = {"all": {
+        "vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
+                 "ansible_python_interpreter": sys.executable},
+        "children": {"storage": {"hosts": hosts}}}}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    playbook = [{"name": f"Run {tasks_from}", "hosts": "storage", "gather_facts": False,
+                 "vars": vars_,
+                 "tasks": [{"name": "Tasks", "ansible.builtin.import_role": {
+                     "name": "awide", "tasks_from": tasks_from}}]}]
+    (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    return _run([str(tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
+                cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(roles),
+                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
+
+
+def _documentation_files() -> dict[str, list[str]]:
+    """unit file -> the local paths its Documentation= lines name (file:// URLs)."""
+    found: dict[str, list[str]] = {}
+    for unit in sorted((ROOT / "systemd").iterdir()):
+        for line in unit.read_text().splitlines() if unit.is_file() else ():
+            if line.startswith("Documentation="):
+                for url in line.partition("=")[2].split():
+                    if url.startswith("file://"):
+                        found.setdefault(unit.name, []).append(url[len("file://"):])
+    return found
+
+
+def test_every_documentation_path_of_every_unit_is_installed_by_the_role(
+        ansible_tools: Path, tmp_path: Path) -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    doc_dir = defaults["awide_doc_dir"]
+    named = _documentation_files()
+    assert named, "no unit names a local documentation file"
+    out = tmp_path / "doc"
+    r = _play(tmp_path, ansible_tools, "docs.yml", {"awide_doc_dir": str(out),
+                                                "awide_docs_src": str(ROOT / "docs")},
+              {"s1": {"ansible_host": "127.0.0.1"}})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr
+    for unit, paths in named.items():
+        for path in paths:
+            assert path.startswith(doc_dir + "/"), \
+                f"{unit}: Documentation={path} is not under the role's {doc_dir}"
+            installed = out / path[len(doc_dir) + 1:]
+            assert installed.is_file(), f"{unit}: {path} is not installed by the role"
+            assert installed.read_bytes() == (ROOT / "docs" / installed.name).read_bytes()
+
+
+def test_upgrade_refusal_shows_every_problem_line(ansible_tools: Path, etcd3,
+                                                  tmp_path: Path) -> None:
+    """A cluster whose status is long (40 hosts' reports refused, no leader): the refusal
+    names every one of them, well past 2,000 characters."""
+    import asyncio
+
+    from awide_cluster.store.config import StoreConfig
+    from awide_cluster.store.etcd import EtcdStore
+
+    hosts = [f"h{i:02d}" for i in range(40)]
+    config = tmp_path / "etc" / "cluster.yaml"
+    config.parent.mkdir()
+    config.write_text(yaml.safe_dump({
+        "cluster": "t1", "host": "h00", "hosts": hosts,
+        "etcd": {"endpoints": list(etcd3.endpoints), "call_timeout": 0.5}}))
+
+    async def garbage() -> None:
+        async with EtcdStore(StoreConfig(endpoints=tuple(etcd3.endpoints),
+                                         prefix="/awide/t1/")) as store:
+            for h in hosts:
+                await store.put(f"members/{h}", b"{not json at all " + h.encode(), timeout=2)
+
+    asyncio.run(garbage())
+    r = _play(tmp_path, ansible_tools, "upgrade_plan.yml",
+              {"awide_bin": str(BIN / "awide-cluster"), "awide_config_dir": str(config.parent)},
+              {"h00": {"ansible_host": "127.0.0.1"}})
+    assert r.returncode != 0
+    msg = _failure(r.stdout, "Refuse to upgrade an unhealthy cluster", "h00")["msg"]
+    assert len(msg) > 2000
+    assert "nothing was changed" in msg and "status exit 1" in msg
+    for h in hosts:
+        assert f"error report_corrupt {h}: report of host {h} refused" in msg, (h, msg)
+    assert "no_leader" in msg
+
+
 # last, so that the background lint overlaps the render above
 def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None:
     try:

@@ -1,5 +1,6 @@
-"""What the daemons wrote, judged: the leader key, the registry, each host's report, and
-whether the daemons can write at all. Pure functions; each returns its view and problems.
+"""What the daemons wrote, judged: the leader key, the registry, the history, each host's
+report, and whether the daemons can write at all. Pure functions; each returns its view and
+problems.
 
 Ages are this reader's own measure (``observe``); the leader's ``written_at`` is shown, never
 compared with this machine's clock.
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from awide_cluster.contract import history as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract.history import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
@@ -68,6 +71,21 @@ def judge_registry(item: KeyValue | None, age: Age | None
 def unread_registry(age: Age | None, error: str) -> RegistryView:
     return RegistryView(generation=None, leader="", written_at="", age=age, cards=0,
                         slots_used=0, error=error)
+
+
+# ---------------------------------------------------------------------- history
+
+def judge_history(item: KeyValue | None) -> tuple[History | None, list[Problem]]:
+    """The leader's history ring (None: none yet, or it cannot be read: history_corrupt)."""
+    if item is None:
+        return None, []
+    try:
+        return histdoc.decode(item.value), []
+    except histdoc.HistoryError as e:
+        return None, [Problem(
+            "warning", "history_corrupt", keys.HISTORY,
+            f"{e} (the registry is not affected; the leader starts a fresh history at its "
+            "next registry write, and what the old one held is lost)")]
 
 
 # ---------------------------------------------------------------------- host reports

@@ -1,0 +1,135 @@
+"""What one leader cycle adds to the history: a pure function of the registry before and after,
+the decision's log lines (its reasons), the intents it consumed and whether a term begins.
+
+``entries`` derives, per card, one entry per kind of change: ``joined`` (new in the registry),
+``forgotten`` (by an intent) or ``dropped`` (left otherwise), ``drained``/``undrained``,
+``out``/``in``, ``moved`` (its host or name, or its slot), ``conflict`` (marked or resolved);
+then ``intent`` for an operator intent that changed nothing, ``repaired`` when the leader
+rewrote a registry it could not use, and ``leader`` at the start of a term. The reasons are the
+decision's own words (its log line about the card, ``reconcile.describe`` prefix taken off),
+or, where it logged none, what the registry itself says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.history import Entry, Kind
+from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.daemon.reconcile import Intent, describe
+
+
+def said(lines: Sequence[str], card: CardEntry, verb: str) -> str | None:
+    """The rest of the decision's line about ``card`` that says ``verb`` next ("out: ..."),
+    None when it logged none."""
+    head = f"{describe(card)} {verb}"
+    for line in lines:
+        if line.startswith(head):
+            return line[len(head):]
+    return None
+
+
+def _place(s: int | None) -> str:
+    return "no slot" if s is None else f"slot {s}"
+
+
+class _Builder:
+    def __init__(self, generation: int, at: str, leader: str) -> None:
+        self.generation, self.at, self.leader = generation, at, leader
+        self.out: list[Entry] = []
+
+    def add(self, kind: Kind, reason: str, card: CardEntry | None = None, *, host: str = "",
+            intent: Intent | None = None) -> None:
+        self.out.append(Entry(
+            generation=self.generation, kind=kind, reason=reason, at=self.at,
+            leader=self.leader, card=card.id if card else "", name=card.name if card else "",
+            host=card.host if card else host, by=intent.by if intent else "",
+            why=intent.reason if intent else ""))
+
+
+def entries(before: Registry | None, after: Registry, *, leader: str = "",
+            lines: Sequence[str] = (),
+            intents: Sequence[Intent] = (), refused_intents: Mapping[str, str] | None = None,
+            repair: str = "", new_term: bool = False, at: str = "") -> tuple[Entry, ...]:
+    """The history entries of one cycle whose registry went from ``before`` to ``after``
+    (``after is before`` when nothing was written): ``leader`` this leader's host (default:
+    the one ``after`` names, which is an older leader's when nothing was written in this term
+    yet), ``lines`` the decision's log lines,
+    ``intents`` the intents it consumed, ``refused_intents`` (key -> why) the intents it
+    deleted unread, ``repair`` why it rewrote etcd's registry, ``new_term`` this leader's first
+    write of its term, ``at`` its wall clock."""
+    leader = leader or after.leader
+    b = _Builder(after.generation, at, leader)
+    old = before.by_id if before is not None else {}
+    new = after.by_id
+    by_card: dict[str, Intent] = {}
+    for given in intents:
+        by_card.setdefault(given.card_id, given)
+    acted: set[str] = set()
+    if new_term:
+        was = before.leader if before is not None else ""
+        b.add("leader", f"{leader} leads" + (f" (the registry was written by {was})"
+                                             if was and was != leader else
+                                             " (a new term)" if was else ""), host=leader)
+    if repair:
+        b.add("repaired", f"registry rewritten: {repair}")
+    for cid in sorted(set(old) | set(new)):
+        o, n = old.get(cid), new.get(cid)
+        it = by_card.get(cid)
+        if o is None and n is not None:
+            rest = said(lines, n, "admitted as ")
+            b.add("joined", f"admitted as {rest}" if rest else f"admitted as {n.state}", n)
+            continue
+        if o is not None and n is None:
+            if it is not None and it.action == "forget":
+                acted.add(cid)
+                rest = said(lines, o, "forgotten by intent")
+                still = " (its host still reports it: it will be admitted again)"
+                b.add("forgotten", "left the registry by intent"
+                      + (still if rest and rest.endswith(still) else ""), o, intent=it)
+            else:
+                rest = said(lines, o, "dropped: ")
+                b.add("dropped", rest or "left the registry", o)
+            continue
+        assert o is not None and n is not None
+        if o.state != n.state:
+            if n.state == "drained":
+                acted.add(cid)
+                b.add("drained", f"drained (was {o.state})", n,
+                      intent=it if it is not None and it.action == "drain" else None)
+            elif o.state == "drained":
+                acted.add(cid)
+                b.add("undrained", f"undrained: {n.state}", n,
+                      intent=it if it is not None and it.action == "undrain" else None)
+            elif n.state == "out":
+                rest = said(lines, o, "out: ")
+                b.add("out", rest or n.reason or "out", n)
+            else:
+                rest = said(lines, o, "in: ")
+                b.add("in", rest or "healthy again", n)
+        if (o.host, o.name) != (n.host, n.name):
+            b.add("moved", f"now reported as {n.host}/{n.name} (was {o.host}/{o.name})", n)
+        if o.conflict != n.conflict:
+            b.add("conflict", f"in conflict: {n.conflict}" if n.conflict
+                  else "conflict resolved", n)
+    for m in slotfn.moves(before.slots if before is not None else slotfn.EMPTY, after.slots):
+        c = new.get(m.card_id) or old.get(m.card_id)
+        if c is None or m.card_id not in new:
+            continue                # a card that left: its forgotten/dropped entry says so
+        what = "placed" if m.old is None else "left its slot" if m.new is None else "moved"
+        b.add("moved", f"{what}: {_place(m.old)} -> {_place(m.new)}", c)
+    for given in sorted(intents, key=lambda i: (i.card_id, i.mod_revision)):
+        if given.card_id in acted:
+            continue
+        c = old.get(given.card_id) or new.get(given.card_id)
+        if c is None:
+            b.add("intent", f"{given.action} ignored: card {given.card_id} is not in the "
+                  "registry", intent=given)
+            continue
+        rest = said(lines, c, f"{given.action} from ") or said(lines, c, given.action)
+        tail = rest.rpartition(": ")[2] if rest else f"state {c.state}"
+        b.add("intent", f"{given.action} changed nothing: {tail}", c, intent=given)
+    for key, why in sorted((refused_intents or {}).items()):
+        b.add("intent", f"intent {key} ignored and deleted: {why}")
+    return tuple(b.out)
