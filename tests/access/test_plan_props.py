@@ -149,8 +149,8 @@ def test_cli_plan_and_refusals(tmp_path):
     ep = ["--endpoints", "http://127.0.0.1:9", "--cluster", "c1"]
     r = run(cli, ["access", "plan", *ep, "--host", "h1,h2", "--gateway", "g1=ns1"])
     assert r.exit_code == 0, r.output
-    assert "host:c1:h1 (host): read *; write intents/*; write leader; write members/h1; " \
-        "write registry" in r.output
+    assert "host:c1:h1 (host): read *; write history; write intents/*; write leader; " \
+        "write members/h1; write registry" in r.output
     assert "gateway:c1:g1 (gateway): read *; write gateways/g1; write layouts/ns1" in r.output
     r = run(cli, ["access", "plan", *ep, "--host", "h1", "--format", "json"])
     assert r.exit_code == 0 and '"name": "reader:c1"' in r.output, r.output
