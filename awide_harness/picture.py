@@ -1,0 +1,491 @@
+"""The dashboard's main panels as one PNG, drawn from a real Prometheus over the demo's tour.
+
+Grafana is not installable here, so ``python -m awide_harness.picture`` (``make picture``)
+does what Grafana would do with ``monitoring/dashboard.json``: it starts the embedded cluster
+of the demo (``awide_harness.scenario.tour_spec``, quick timing), a real Prometheus
+(``/usr/bin/prometheus``) scraping every daemon, gateway and etcd member each second, runs the
+demo's tour (a card killed and back, a card added, the leader daemon killed and restarted, an
+etcd member frozen...), then asks Prometheus's HTTP API (``query_range``) for exactly the
+expressions of the main panels, read from the dashboard file, and draws them with matplotlib.
+
+The pure part (which panels, their queries and legends, read from the dashboard document) is
+at the top and tested without a cluster (tests/test_picture.py); matplotlib is imported only
+to draw (the ``picture`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "monitoring" / "dashboard.json"
+OUTPUT = ROOT / "docs" / "dashboard.png"
+PROMETHEUS = "/usr/bin/prometheus"
+SCRAPE = 1.0                     # seconds between two scrapes, and the query_range step
+LEAD_IN = 6.0                    # seconds drawn before the tour's first event
+TAIL = 6.0                       # and after its last
+
+# The main panels, by title in the dashboard, in the picture's order: cards and slots, the
+# gateways' agreement and staleness, the leader and its changes, etcd's health.
+PICTURE_PANELS = (
+    "Cards in service (per gateway)",
+    "Cards by registry state",
+    "Registry generation: gateways and daemons",
+    "Registry generations applied by the gateways",
+    "Gateway staleness",
+    "Leader",
+    "Leader changes (per hour)",
+    "etcd members with a raft leader",
+    "etcd voting members",
+    "Slot table",
+)
+# drawn as the last values of an instant query (a table); every other panel over time
+LAST_VALUES = ("Slot table",)
+
+
+class PictureError(RuntimeError):
+    """The dashboard lacks what the picture draws, or the run could not be made."""
+
+
+@dataclass(frozen=True)
+class Query:
+    ref: str
+    expr: str
+    legend: str               # Grafana's legendFormat ("" : the series' labels)
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    kind: str                 # Grafana's panel type: timeseries, stat, table
+    queries: tuple[Query, ...]
+
+
+def dashboard_panels(doc: Mapping[str, Any]) -> dict[str, Panel]:
+    """Every panel of the dashboard document that has queries, by title (rows' nested panels
+    included). A panel without a title or a title used twice is an error naming it."""
+    found: dict[str, Panel] = {}
+
+    def walk(panels: Any) -> None:
+        if not isinstance(panels, list):
+            raise PictureError("dashboard: 'panels' is not a list")
+        for p in panels:
+            if not isinstance(p, Mapping):
+                raise PictureError(f"dashboard: a panel is not an object: {p!r:.80}")
+            walk(p.get("panels", []))
+            targets = p.get("targets") or []
+            if not targets:
+                continue
+            title = p.get("title")
+            if not isinstance(title, str) or not title:
+                raise PictureError(f"dashboard: panel id {p.get('id')!r} has queries but no "
+                                   "title")
+            if title in found:
+                raise PictureError(f"dashboard: two panels are titled {title!r}")
+            queries = []
+            for t in targets:
+                expr = t.get("expr") if isinstance(t, Mapping) else None
+                if not isinstance(expr, str) or not expr.strip():
+                    raise PictureError(f"dashboard: panel {title!r} has a query without expr")
+                queries.append(Query(ref=str(t.get("refId", "")), expr=expr,
+                                     legend=str(t.get("legendFormat") or "")))
+            found[title] = Panel(title=title, kind=str(p.get("type", "")),
+                                 queries=tuple(queries))
+
+    walk(doc.get("panels", []))
+    return found
+
+
+def picture_panels(doc: Mapping[str, Any],
+                   titles: Sequence[str] = PICTURE_PANELS) -> list[Panel]:
+    """The panels the picture draws, in its order; a title the dashboard lacks is an error
+    naming it and the titles there are."""
+    panels = dashboard_panels(doc)
+    missing = [t for t in titles if t not in panels]
+    if missing:
+        raise PictureError(f"dashboard has no panel titled {', '.join(map(repr, missing))}; "
+                           f"its panels: {', '.join(sorted(panels))}")
+    return [panels[t] for t in titles]
+
+
+def load_dashboard(path: Path = DASHBOARD) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PictureError(f"{path}: not a readable dashboard: {e}") from e
+    if not isinstance(doc, dict):
+        raise PictureError(f"{path}: not a dashboard object")
+    return doc
+
+
+def for_cluster(expr: str, cluster: str) -> str:
+    """The query as Grafana sends it with the ``cluster`` variable set (a regex matcher:
+    the name's special characters escaped)."""
+    return expr.replace("$cluster", re.escape(cluster).replace("\\", "\\\\"))
+
+
+_LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def legend(fmt: str, labels: Mapping[str, str]) -> str:
+    """Grafana's legend: ``{{label}}`` replaced by the series' value of it; without a format,
+    the series' labels."""
+    if not fmt:
+        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
+        return "{" + inner + "}"
+    return _LEGEND.sub(lambda m: labels.get(m.group(1), ""), fmt).strip()
+
+
+# ---------------------------------------------------------------------------- Prometheus
+
+
+def _get(url: str, timeout: float = 5.0) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - local URL
+            return json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:           # a bad query: Prometheus's JSON error
+        body = e.read().decode(errors="replace")
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"status": "error", "error": f"HTTP {e.code}: {body[:200]}"}
+
+
+class Prometheus:
+    """A real Prometheus on a temporary config scraping the cluster's three jobs (as
+    docs/operations.md shows them: etcd's targets get the cluster label)."""
+
+    def __init__(self, work: Path, targets: Mapping[str, Sequence[str]], cluster: str,
+                 binary: str, port: int) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.targets = {job: list(t) for job, t in targets.items()}
+        config = {
+            "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s",
+                       "scrape_timeout": f"{SCRAPE * 0.9:g}s"},
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [
+                    {"targets": t, **({"labels": {"cluster": cluster}}
+                                      if job == "awide-etcd" else {})}]}
+                for job, t in self.targets.items()],
+        }
+        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={work / 'prometheus.yml'}",
+             f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def api(self, path: str, **params: str) -> Any:
+        doc = _get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        if doc.get("status") != "success":
+            raise PictureError(f"Prometheus {path} {params.get('query', '')!r}: "
+                               f"{doc.get('error', doc)}")
+        return doc["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} | ({"time": f"{at:.3f}"} if at is not None else {})
+        return list(self.api("query", **params)["result"])
+
+    def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        return list(self.api("query_range", query=expr, start=f"{start:.3f}",
+                             end=f"{end:.3f}", step=f"{SCRAPE:g}")["result"])
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise PictureError(f"Prometheus exited with {self.proc.returncode}")
+        try:
+            up = self.query("up")
+        except (OSError, PictureError, ValueError):
+            return False
+        want = sum(len(t) for t in self.targets.values())
+        return len(up) == want and all(r["value"][1] == "1" for r in up)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
+
+
+def wait_for(check: Callable[[], bool], bound: float, what: str) -> None:
+    deadline = time.monotonic() + bound
+    while not check():
+        if time.monotonic() > deadline:
+            raise PictureError(f"not within {bound:g} s: {what}")
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def record(work: Path, etcd_binary: str | None, prometheus: str,
+           say: Callable[[str], None]) -> dict[str, Any]:
+    """Start the demo's cluster and Prometheus, run the tour, return what the picture draws:
+    every picture query's range (and the last values' instant query), the tour's events."""
+    from awide_harness.cluster import EmbeddedCluster
+    from awide_harness.procs import free_port
+    from awide_harness.scenario import Tour, tour_spec
+    from awide_harness.spec import bounds as derive_bounds
+
+    panels = picture_panels(load_dashboard())
+    spec = tour_spec(True, etcd_binary)
+    with EmbeddedCluster(work / "cluster", spec) as c:
+        def hostport(url: str) -> str:
+            return urllib.parse.urlsplit(url).netloc
+        instances = {hostport(c.api_url(h)): h for h in c.hosts}
+        targets = {"awide-cluster": list(instances),
+                   "awide-gateway": [hostport(c.metrics_url(g)) for g in c.gateway_ids],
+                   "awide-etcd": [hostport(u) for u in c.etcd.endpoints]}
+        prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, free_port())
+        try:
+            wait_for(prom.ready, 30.0, "Prometheus scrapes every target")
+            exprs = [for_cluster(q.expr, spec.cluster) for p in panels for q in p.queries]
+            wait_for(lambda: all(prom.query(e) for e in exprs), 30.0,
+                     "every picture query returns series")
+            say(f"Prometheus {prom.url} scrapes {sum(map(len, targets.values()))} targets; "
+                f"leader {c.leader_host()}")
+            start = time.time()
+            time.sleep(LEAD_IN)          # the quiet cluster before the tour, drawn
+            tour = Tour(c, derive_bounds(spec.timing), say)
+            offset = time.time() - time.monotonic()
+            began = tour.begin + offset
+            outcomes = tour.run()
+            time.sleep(TAIL)             # the cluster after the tour, drawn
+            end = time.time()
+            ranges: dict[str, Any] = {}
+            last: dict[str, Any] = {}
+            for p in panels:
+                for q in p.queries:
+                    e = for_cluster(q.expr, spec.cluster)
+                    ranges[q.expr] = prom.query_range(e, start, end)
+                    if p.title in LAST_VALUES:
+                        last[q.expr] = prom.query(e, at=end)
+            version = _get(f"{prom.url}/api/v1/status/buildinfo").get("data", {}).get(
+                "version", "?")
+        finally:
+            prom.stop()
+        events = [{"name": o.name, "what": o.what, "at": began + o.at, "ok": o.ok,
+                   "extra": dict(o.extra)} for o in outcomes]
+        return {"cluster": spec.cluster, "start": start, "end": end, "began": began,
+                "events": events, "ranges": ranges, "last": last, "instances": instances,
+                "prometheus": version, "etcd": c.etcd.version,
+                "hosts": list(c.hosts), "gateways": list(c.gateway_ids)}
+
+
+# ---------------------------------------------------------------------------- drawing
+
+EVENT_LABELS = {
+    "card_sick": "card store killed", "card_back": "card store back",
+    "card_added": "card added", "leader_killed": "leader daemon killed",
+    "leader_restarted": "old leader restarted", "etcd_member_frozen": "etcd member frozen",
+    "card_sick_member_frozen": "card killed (member frozen)",
+    "etcd_member_thawed": "member thawed, card back",
+}
+
+
+def _series(result: list[dict[str, Any]], t0: float) -> list[tuple[dict[str, str],
+                                                                   list[float], list[float]]]:
+    """(labels, seconds since t0, values) per series, a gap (NaN) where a scrape is missing."""
+    out = []
+    for r in result:
+        xs: list[float] = []
+        ys: list[float] = []
+        prev = None
+        for ts, v in r.get("values", []):
+            ts = float(ts)
+            if prev is not None and ts - prev > SCRAPE * 1.5:
+                xs.append(prev - t0 + SCRAPE)
+                ys.append(float("nan"))
+            xs.append(ts - t0)
+            ys.append(float(v))
+            prev = ts
+        out.append((dict(r.get("metric", {})), xs, ys))
+    return out
+
+
+def draw(data: Mapping[str, Any], out: Path, dashboard: Mapping[str, Any]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = picture_panels(dashboard)
+    t0 = float(data["began"])
+    x0, x1 = float(data["start"]) - t0, float(data["end"]) - t0
+    events = [(float(e["at"]) - t0, EVENT_LABELS.get(e["name"], e["name"]), e)
+              for e in data["events"]]
+    instances: Mapping[str, str] = data.get("instances", {})
+    began = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    timed = [p for p in panels if p.title not in LAST_VALUES]
+    tables = [p for p in panels if p.title in LAST_VALUES]
+    cols = 2
+    rows = (len(timed) + cols - 1) // cols + len(tables)
+    fig = plt.figure(figsize=(15, 3.1 * rows + 2.2), dpi=72)
+    heights = [1.0] * ((len(timed) + cols - 1) // cols) + [1.25] * len(tables)
+    gs = fig.add_gridspec(len(heights), cols, height_ratios=heights, hspace=0.55, wspace=0.18,
+                          left=0.05, right=0.98, top=1 - 1.9 / (3.1 * rows + 2.2),
+                          bottom=0.02)
+    fig.suptitle("awide-cluster dashboard, main panels: the demo's tour under a real "
+                 f"Prometheus {data.get('prometheus', '')}", fontsize=15, fontweight="bold",
+                 y=1 - 0.25 / (3.1 * rows + 2.2))
+    story = "   ".join(f"{i + 1} {label}" for i, (_, label, _) in enumerate(events))
+    fig.text(0.5, 1 - 0.75 / (3.1 * rows + 2.2),
+             f"cluster '{data['cluster']}' (etcd {data.get('etcd', '?')} x3, daemons "
+             f"{', '.join(data.get('hosts', []))}, gateways "
+             f"{', '.join(data.get('gateways', []))}); tour began {began}; queries read from "
+             "monitoring/dashboard.json, sampled every second\n" + story,
+             ha="center", va="top", fontsize=10)
+
+    for i, p in enumerate(timed):
+        ax = fig.add_subplot(gs[i // cols, i % cols])
+        _timed_panel(ax, p, data, t0, instances)
+        ax.set_xlim(x0, x1)
+        for n, (x, _, _) in enumerate(events):
+            ax.axvline(x, color="0.55", linestyle=":", linewidth=1)
+            ax.annotate(str(n + 1), (x, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, -10), textcoords="offset points", fontsize=8, color="0.3")
+        ax.set_xlabel("seconds since the tour began", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=8)
+    for j, p in enumerate(tables):
+        ax = fig.add_subplot(gs[(len(timed) + cols - 1) // cols + j, :])
+        _table_panel(ax, p, data, began, float(data["end"]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=72)
+    plt.close(fig)
+
+
+def _timed_panel(ax: Any, p: Panel, data: Mapping[str, Any], t0: float,
+                 instances: Mapping[str, str]) -> None:
+    note = {"stat": " (stat panel, over time)", "table": " (table panel, over time)"}
+    ax.set_title(p.title + note.get(p.kind, ""), fontsize=11, fontweight="bold", loc="left")
+    if p.title == "Leader":
+        _leader_timeline(ax, p, data, t0, instances)
+        return
+    drawn = 0
+    for q in p.queries:
+        for labels, xs, ys in _series(data["ranges"].get(q.expr, []), t0):
+            name = legend(q.legend, labels)
+            if "instance" in labels and labels["instance"] in instances:
+                name = name.replace(labels["instance"],
+                                    f"{instances[labels['instance']]} ({labels['instance']})")
+            ax.step(xs, ys, where="post", label=name, linewidth=1.6)
+            drawn += 1
+    if drawn:
+        ax.legend(fontsize=8, loc="best", framealpha=0.8)
+    else:
+        ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center")
+
+
+def _leader_timeline(ax: Any, p: Panel, data: Mapping[str, Any], t0: float,
+                     instances: Mapping[str, str]) -> None:
+    """The Leader table (the instance whose awide_is_leader is 1) as bars over time."""
+    rows: dict[str, list[float]] = {}
+    for q in p.queries:
+        for labels, xs, ys in _series(data["ranges"].get(q.expr, []), t0):
+            inst = labels.get("instance", "?")
+            name = f"{instances.get(inst, '?')} ({inst})"
+            rows.setdefault(name, []).extend(x for x, y in zip(xs, ys, strict=True) if y == y)
+    for inst, host in instances.items():      # every daemon a row, leader or not
+        rows.setdefault(f"{host} ({inst})", [])
+    names = sorted(rows)
+    for y, name in enumerate(names):
+        ax.broken_barh([(x, SCRAPE) for x in rows[name]], (y - 0.3, 0.6), color="tab:green",
+                       label="leads (awide_is_leader == 1)" if y == 0 else None)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_ylim(-0.7, len(names) - 0.3)
+    ax.legend(fontsize=8, loc="upper right", framealpha=0.8)
+
+
+def _table_panel(ax: Any, p: Panel, data: Mapping[str, Any], began: str, end: float) -> None:
+    at = datetime.fromtimestamp(end, UTC).strftime("%H:%M:%S UTC")
+    ax.set_title(f"{p.title} (table panel: last values, {at})", fontsize=11,
+                 fontweight="bold", loc="left")
+    ax.axis("off")
+    result = [r for q in p.queries for r in data["last"].get(q.expr, [])]
+    keys = sorted({k for r in result for k in r["metric"]})
+    order = ("slot", "card", "card_name", "host")
+    cols = [k for k in order if k in keys] + [k for k in keys if k not in order]
+
+    def sort_key(r: dict[str, Any]) -> tuple[int, str]:
+        slot = r["metric"].get("slot", "")
+        return (int(slot) if slot.isdigit() else 1 << 30, json.dumps(r["metric"]))
+
+    cells = [[r["metric"].get(k, "") for k in cols] + [r["value"][1]]
+             for r in sorted(result, key=sort_key)]
+    if not cells:
+        ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center")
+        return
+    table = ax.table(cellText=cells, colLabels=cols + ["value (1: in service)"],
+                     loc="upper center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table.scale(1, 1.25)
+
+
+# ---------------------------------------------------------------------------- command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m awide_harness.picture",
+                                 description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--out", type=Path, default=OUTPUT, help="the PNG (default: %(default)s)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="also write the queries' results here (JSON)")
+    ap.add_argument("--from-data", type=Path, default=None,
+                    help="draw from results written by --data; start nothing")
+    ap.add_argument("--etcd", default=None, help="the etcd program (default: as the demo)")
+    ap.add_argument("--prometheus", default=None,
+                    help=f"the Prometheus program (default: {PROMETHEUS}, or on PATH)")
+    args = ap.parse_args(argv)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        dashboard = load_dashboard()
+        if args.from_data:
+            data = json.loads(args.from_data.read_text())
+        else:
+            binary: str | None = args.prometheus or (
+                PROMETHEUS if Path(PROMETHEUS).is_file() else shutil.which("prometheus"))
+            if not binary:
+                raise PictureError("no Prometheus: install Debian's prometheus (`make deps` as "
+                                   "root) or pass --prometheus PATH")
+            with tempfile.TemporaryDirectory(prefix="awide-picture-") as work:
+                data = record(Path(work), args.etcd, binary, say)
+            if args.data:
+                args.data.write_text(json.dumps(data) + "\n")
+        draw(data, args.out, dashboard)
+    except (RuntimeError, OSError, ValueError) as e:    # PictureError, the cluster's errors
+        say(f"picture: {e}")
+        return 1
+    bad = [e["name"] for e in data["events"] if not e["ok"]]
+    say(f"picture: {args.out} ({args.out.stat().st_size // 1024} KB), {len(data['events'])} "
+        f"tour events{'; NOT converged: ' + ', '.join(bad) if bad else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
