@@ -156,6 +156,11 @@ def legend(fmt: str, labels: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------------------- Prometheus
 
 
+def _duration(seconds: float) -> str:
+    """A Prometheus duration (whole milliseconds: it takes no fractions)."""
+    return f"{round(seconds * 1000)}ms"
+
+
 def _get(url: str, timeout: float = 5.0) -> Any:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - local URL
@@ -177,8 +182,9 @@ class Prometheus:
         work.mkdir(parents=True, exist_ok=True)
         self.targets = {job: list(t) for job, t in targets.items()}
         config = {
-            "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s",
-                       "scrape_timeout": f"{SCRAPE * 0.9:g}s"},
+            "global": {"scrape_interval": _duration(SCRAPE),
+                       "evaluation_interval": _duration(SCRAPE),
+                       "scrape_timeout": _duration(SCRAPE * 0.9)},
             "scrape_configs": [
                 {"job_name": job, "static_configs": [
                     {"targets": t, **({"labels": {"cluster": cluster}}
@@ -187,6 +193,7 @@ class Prometheus:
         }
         (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.url = f"http://127.0.0.1:{port}"
+        self.log_path = work / "prometheus.log"
         self.log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [binary, f"--config.file={work / 'prometheus.yml'}",
@@ -206,11 +213,13 @@ class Prometheus:
 
     def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
         return list(self.api("query_range", query=expr, start=f"{start:.3f}",
-                             end=f"{end:.3f}", step=f"{SCRAPE:g}")["result"])
+                             end=f"{end:.3f}", step=_duration(SCRAPE))["result"])
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise PictureError(f"Prometheus exited with {self.proc.returncode}")
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise PictureError(f"Prometheus exited with {self.proc.returncode}: "
+                               + " | ".join(tail))
         try:
             up = self.query("up")
         except (OSError, PictureError, ValueError):
@@ -239,7 +248,7 @@ def wait_for(check: Callable[[], bool], bound: float, what: str) -> None:
 # ---------------------------------------------------------------------------- the run
 
 
-def record(work: Path, etcd_binary: str | None, prometheus: str,
+def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
            say: Callable[[str], None]) -> dict[str, Any]:
     """Start the demo's cluster and Prometheus, run the tour, return what the picture draws:
     every picture query's range (and the last values' instant query), the tour's events."""
@@ -249,7 +258,7 @@ def record(work: Path, etcd_binary: str | None, prometheus: str,
     from awide_harness.spec import bounds as derive_bounds
 
     panels = picture_panels(load_dashboard())
-    spec = tour_spec(True, etcd_binary)
+    spec = tour_spec(quick, etcd_binary)
     with EmbeddedCluster(work / "cluster", spec) as c:
         def hostport(url: str) -> str:
             return urllib.parse.urlsplit(url).netloc
@@ -290,6 +299,7 @@ def record(work: Path, etcd_binary: str | None, prometheus: str,
         return {"cluster": spec.cluster, "start": start, "end": end, "began": began,
                 "events": events, "ranges": ranges, "last": last, "instances": instances,
                 "prometheus": version, "etcd": c.etcd.version,
+                "timing": "quick" if quick else "default",
                 "hosts": list(c.hosts), "gateways": list(c.gateway_ids)}
 
 
@@ -332,45 +342,51 @@ def draw(data: Mapping[str, Any], out: Path, dashboard: Mapping[str, Any]) -> No
     panels = picture_panels(dashboard)
     t0 = float(data["began"])
     x0, x1 = float(data["start"]) - t0, float(data["end"]) - t0
-    events = [(float(e["at"]) - t0, EVENT_LABELS.get(e["name"], e["name"]), e)
+    events = [(float(e["at"]) - t0, EVENT_LABELS.get(e["name"], e["name"]))
               for e in data["events"]]
     instances: Mapping[str, str] = data.get("instances", {})
     began = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
-    timed = [p for p in panels if p.title not in LAST_VALUES]
-    tables = [p for p in panels if p.title in LAST_VALUES]
-    cols = 2
-    rows = (len(timed) + cols - 1) // cols + len(tables)
-    fig = plt.figure(figsize=(15, 3.1 * rows + 2.2), dpi=72)
-    heights = [1.0] * ((len(timed) + cols - 1) // cols) + [1.25] * len(tables)
-    gs = fig.add_gridspec(len(heights), cols, height_ratios=heights, hspace=0.55, wspace=0.18,
-                          left=0.05, right=0.98, top=1 - 1.9 / (3.1 * rows + 2.2),
-                          bottom=0.02)
-    fig.suptitle("awide-cluster dashboard, main panels: the demo's tour under a real "
-                 f"Prometheus {data.get('prometheus', '')}", fontsize=15, fontweight="bold",
-                 y=1 - 0.25 / (3.1 * rows + 2.2))
-    story = "   ".join(f"{i + 1} {label}" for i, (_, label, _) in enumerate(events))
-    fig.text(0.5, 1 - 0.75 / (3.1 * rows + 2.2),
-             f"cluster '{data['cluster']}' (etcd {data.get('etcd', '?')} x3, daemons "
+    cols, row_h, head = 2, 3.0, 2.1
+    rows = (len(panels) + cols - 1) // cols
+    height = row_h * rows + head
+    fig = plt.figure(figsize=(15, height), dpi=72)
+    gs = fig.add_gridspec(rows, cols, hspace=0.5, wspace=0.16, left=0.06, right=0.985,
+                          top=1 - head / height, bottom=0.5 / height)
+    fig.suptitle("awide-cluster dashboard, main panels, over the demo's tour", fontsize=16,
+                 fontweight="bold", y=1 - 0.12 / height, va="top")
+    said = [f"({i + 1}) {label} at {x:.0f} s" for i, (x, label) in enumerate(events)]
+    half = (len(said) + 1) // 2
+    story = "   ".join(said[:half]) + "\n" + "   ".join(said[half:])
+    fig.text(0.5, 1 - 0.55 / height,
+             f"Each panel's queries read from monitoring/dashboard.json and asked of a real "
+             f"Prometheus {data.get('prometheus', '')} (query_range, 1 s step)\nscraping "
+             f"the demo's cluster '{data['cluster']}': etcd {data.get('etcd', '?')} x3, daemons "
              f"{', '.join(data.get('hosts', []))}, gateways "
-             f"{', '.join(data.get('gateways', []))}); tour began {began}; queries read from "
-             "monitoring/dashboard.json, sampled every second\n" + story,
-             ha="center", va="top", fontsize=10)
+             f"{', '.join(data.get('gateways', []))}. Drawn by awide_harness/picture.py "
+             f"(make picture) with matplotlib, not a Grafana screenshot.\nThe tour began "
+             f"{began} ({data.get('timing', 'quick')} timing); dotted lines: its events\n"
+             + story,
+             ha="center", va="top", fontsize=10, linespacing=1.5)
 
-    for i, p in enumerate(timed):
+    for i, p in enumerate(panels):
         ax = fig.add_subplot(gs[i // cols, i % cols])
+        if p.title in LAST_VALUES:
+            _table_panel(ax, p, data, float(data["end"]))
+            continue
         _timed_panel(ax, p, data, t0, instances)
         ax.set_xlim(x0, x1)
-        for n, (x, _, _) in enumerate(events):
-            ax.axvline(x, color="0.55", linestyle=":", linewidth=1)
-            ax.annotate(str(n + 1), (x, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(2, -10), textcoords="offset points", fontsize=8, color="0.3")
+        last_x, level = -1e9, 0
+        for n, (x, _) in enumerate(events):
+            level = level + 1 if x - last_x < (x1 - x0) / 40 else 0
+            last_x = x
+            ax.axvline(x, color="0.5", linestyle=":", linewidth=1)
+            ax.annotate(str(n + 1), (x, 0.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, 3 + 9 * level), textcoords="offset points", fontsize=8,
+                        color="0.25")
         ax.set_xlabel("seconds since the tour began", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
-    for j, p in enumerate(tables):
-        ax = fig.add_subplot(gs[(len(timed) + cols - 1) // cols + j, :])
-        _table_panel(ax, p, data, began, float(data["end"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=72)
     plt.close(fig)
@@ -378,50 +394,55 @@ def draw(data: Mapping[str, Any], out: Path, dashboard: Mapping[str, Any]) -> No
 
 def _timed_panel(ax: Any, p: Panel, data: Mapping[str, Any], t0: float,
                  instances: Mapping[str, str]) -> None:
-    note = {"stat": " (stat panel, over time)", "table": " (table panel, over time)"}
+    from matplotlib.ticker import MaxNLocator
+
+    note = {"stat": " (stat, over time)", "table": " (table, over time)"}
     ax.set_title(p.title + note.get(p.kind, ""), fontsize=11, fontweight="bold", loc="left")
     if p.title == "Leader":
         _leader_timeline(ax, p, data, t0, instances)
         return
-    drawn = 0
+    values: list[float] = []
     for q in p.queries:
         for labels, xs, ys in _series(data["ranges"].get(q.expr, []), t0):
             name = legend(q.legend, labels)
-            if "instance" in labels and labels["instance"] in instances:
-                name = name.replace(labels["instance"],
-                                    f"{instances[labels['instance']]} ({labels['instance']})")
+            if labels.get("instance") in instances:
+                name = name.replace(labels["instance"], instances[labels["instance"]])
             ax.step(xs, ys, where="post", label=name, linewidth=1.6)
-            drawn += 1
-    if drawn:
-        ax.legend(fontsize=8, loc="best", framealpha=0.8)
-    else:
+            values.extend(y for y in ys if y == y)
+    if not values:
         ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center")
+        return
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or max(1.0, abs(hi))
+    ax.set_ylim(min(0.0, lo - 0.05 * span), hi + 0.45 * span)   # room for the legend
+    if all(float(v).is_integer() for v in values):
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    n = len(ax.get_lines())
+    ax.legend(fontsize=8, loc="upper center", ncol=min(n, 4), framealpha=0.85)
 
 
 def _leader_timeline(ax: Any, p: Panel, data: Mapping[str, Any], t0: float,
                      instances: Mapping[str, str]) -> None:
     """The Leader table (the instance whose awide_is_leader is 1) as bars over time."""
-    rows: dict[str, list[float]] = {}
+    rows: dict[str, list[float]] = {h: [] for h in instances.values()}
     for q in p.queries:
         for labels, xs, ys in _series(data["ranges"].get(q.expr, []), t0):
-            inst = labels.get("instance", "?")
-            name = f"{instances.get(inst, '?')} ({inst})"
-            rows.setdefault(name, []).extend(x for x, y in zip(xs, ys, strict=True) if y == y)
-    for inst, host in instances.items():      # every daemon a row, leader or not
-        rows.setdefault(f"{host} ({inst})", [])
-    names = sorted(rows)
+            host = instances.get(labels.get("instance", ""), labels.get("instance", "?"))
+            rows.setdefault(host, []).extend(
+                x for x, y in zip(xs, ys, strict=True) if y == y)
+    names = sorted(rows, reverse=True)
     for y, name in enumerate(names):
         ax.broken_barh([(x, SCRAPE) for x in rows[name]], (y - 0.3, 0.6), color="tab:green",
                        label="leads (awide_is_leader == 1)" if y == 0 else None)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.set_ylim(-0.7, len(names) - 0.3)
-    ax.legend(fontsize=8, loc="upper right", framealpha=0.8)
+    ax.set_yticks(range(len(names)), [f"daemon {n}" for n in names], fontsize=9)
+    ax.set_ylim(-0.6, len(names) + 0.4)
+    ax.legend(fontsize=8, loc="upper center", framealpha=0.85)
 
 
-def _table_panel(ax: Any, p: Panel, data: Mapping[str, Any], began: str, end: float) -> None:
+def _table_panel(ax: Any, p: Panel, data: Mapping[str, Any], end: float) -> None:
     at = datetime.fromtimestamp(end, UTC).strftime("%H:%M:%S UTC")
-    ax.set_title(f"{p.title} (table panel: last values, {at})", fontsize=11,
-                 fontweight="bold", loc="left")
+    ax.set_title(f"{p.title} (table: last values, {at})", fontsize=11, fontweight="bold",
+                 loc="left")
     ax.axis("off")
     result = [r for q in p.queries for r in data["last"].get(q.expr, [])]
     keys = sorted({k for r in result for k in r["metric"]})
@@ -437,11 +458,11 @@ def _table_panel(ax: Any, p: Panel, data: Mapping[str, Any], began: str, end: fl
     if not cells:
         ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center")
         return
-    table = ax.table(cellText=cells, colLabels=cols + ["value (1: in service)"],
+    table = ax.table(cellText=cells, colLabels=cols + ["value"],
                      loc="upper center", cellLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
-    table.scale(1, 1.25)
+    table.scale(1, 1.3)
 
 
 # ---------------------------------------------------------------------------- command
@@ -455,6 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also write the queries' results here (JSON)")
     ap.add_argument("--from-data", type=Path, default=None,
                     help="draw from results written by --data; start nothing")
+    ap.add_argument("--quick", action="store_true",
+                    help="the tour's short timings (as the demo's --quick): events closer")
     ap.add_argument("--etcd", default=None, help="the etcd program (default: as the demo)")
     ap.add_argument("--prometheus", default=None,
                     help=f"the Prometheus program (default: {PROMETHEUS}, or on PATH)")
@@ -474,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise PictureError("no Prometheus: install Debian's prometheus (`make deps` as "
                                    "root) or pass --prometheus PATH")
             with tempfile.TemporaryDirectory(prefix="awide-picture-") as work:
-                data = record(Path(work), args.etcd, binary, say)
+                data = record(Path(work), args.etcd, binary, args.quick, say)
             if args.data:
                 args.data.write_text(json.dumps(data) + "\n")
         draw(data, args.out, dashboard)
