@@ -2,11 +2,12 @@
 
 Grafana is not installable here, so ``python -m awide_harness.picture`` (``make picture``)
 does what Grafana would do with ``monitoring/dashboard.json``: it starts the embedded cluster
-of the demo (``awide_harness.scenario.tour_spec``, quick timing), a real Prometheus
-(``/usr/bin/prometheus``) scraping every daemon, gateway and etcd member each second, runs the
-demo's tour (a card killed and back, a card added, the leader daemon killed and restarted, an
-etcd member frozen...), then asks Prometheus's HTTP API (``query_range``) for exactly the
-expressions of the main panels, read from the dashboard file, and draws them with matplotlib.
+of the demo (``awide_harness.scenario.tour_spec``, default timing; ``--quick``: the demo's
+short one), a real Prometheus (``awide_harness.prometheus``) scraping every daemon, gateway
+and etcd member each second, runs the demo's tour (a card killed and back, a card added, the
+leader daemon killed and restarted, an etcd member frozen...), then asks Prometheus's HTTP API
+(``query_range``) for exactly the expressions of the main panels, read from the dashboard
+file, and draws them with matplotlib.
 
 The pure part (which panels, their queries and legends, read from the dashboard document) is
 at the top and tested without a cluster (tests/test_picture.py); matplotlib is imported only
@@ -18,26 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
+from awide_harness.prometheus import PROMETHEUS, find_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "monitoring" / "dashboard.json"
 OUTPUT = ROOT / "docs" / "dashboard.png"
-PROMETHEUS = "/usr/bin/prometheus"
 SCRAPE = 1.0                     # seconds between two scrapes, and the query_range step
 LEAD_IN = 6.0                    # seconds drawn before the tour's first event
 TAIL = 6.0                       # and after its last
@@ -153,98 +148,6 @@ def legend(fmt: str, labels: Mapping[str, str]) -> str:
     return _LEGEND.sub(lambda m: labels.get(m.group(1), ""), fmt).strip()
 
 
-# ---------------------------------------------------------------------------- Prometheus
-
-
-def _duration(seconds: float) -> str:
-    """A Prometheus duration (whole milliseconds: it takes no fractions)."""
-    return f"{round(seconds * 1000)}ms"
-
-
-def _get(url: str, timeout: float = 5.0) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - local URL
-            return json.loads(r.read().decode())
-    except urllib.error.HTTPError as e:           # a bad query: Prometheus's JSON error
-        body = e.read().decode(errors="replace")
-        try:
-            return json.loads(body)
-        except ValueError:
-            return {"status": "error", "error": f"HTTP {e.code}: {body[:200]}"}
-
-
-class Prometheus:
-    """A real Prometheus on a temporary config scraping the cluster's three jobs (as
-    docs/operations.md shows them: etcd's targets get the cluster label)."""
-
-    def __init__(self, work: Path, targets: Mapping[str, Sequence[str]], cluster: str,
-                 binary: str, port: int) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        self.targets = {job: list(t) for job, t in targets.items()}
-        config = {
-            "global": {"scrape_interval": _duration(SCRAPE),
-                       "evaluation_interval": _duration(SCRAPE),
-                       "scrape_timeout": _duration(SCRAPE * 0.9)},
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [
-                    {"targets": t, **({"labels": {"cluster": cluster}}
-                                      if job == "awide-etcd" else {})}]}
-                for job, t in self.targets.items()],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = work / "prometheus.log"
-        self.log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def api(self, path: str, **params: str) -> Any:
-        doc = _get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}")
-        if doc.get("status") != "success":
-            raise PictureError(f"Prometheus {path} {params.get('query', '')!r}: "
-                               f"{doc.get('error', doc)}")
-        return doc["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": expr} | ({"time": f"{at:.3f}"} if at is not None else {})
-        return list(self.api("query", **params)["result"])
-
-    def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
-        return list(self.api("query_range", query=expr, start=f"{start:.3f}",
-                             end=f"{end:.3f}", step=_duration(SCRAPE))["result"])
-
-    def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-3:]
-            raise PictureError(f"Prometheus exited with {self.proc.returncode}: "
-                               + " | ".join(tail))
-        try:
-            up = self.query("up")
-        except (OSError, PictureError, ValueError):
-            return False
-        want = sum(len(t) for t in self.targets.values())
-        return len(up) == want and all(r["value"][1] == "1" for r in up)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
-
-
-def wait_for(check: Callable[[], bool], bound: float, what: str) -> None:
-    deadline = time.monotonic() + bound
-    while not check():
-        if time.monotonic() > deadline:
-            raise PictureError(f"not within {bound:g} s: {what}")
-        time.sleep(0.1)
-
-
 # ---------------------------------------------------------------------------- the run
 
 
@@ -254,19 +157,17 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
     every picture query's range (and the last values' instant query), the tour's events."""
     from awide_harness.cluster import EmbeddedCluster
     from awide_harness.procs import free_port
+    from awide_harness.prometheus import Prometheus, scrape_targets, wait_for
     from awide_harness.scenario import Tour, tour_spec
     from awide_harness.spec import bounds as derive_bounds
 
     panels = picture_panels(load_dashboard())
     spec = tour_spec(quick, etcd_binary)
     with EmbeddedCluster(work / "cluster", spec) as c:
-        def hostport(url: str) -> str:
-            return urllib.parse.urlsplit(url).netloc
-        instances = {hostport(c.api_url(h)): h for h in c.hosts}
-        targets = {"awide-cluster": list(instances),
-                   "awide-gateway": [hostport(c.metrics_url(g)) for g in c.gateway_ids],
-                   "awide-etcd": [hostport(u) for u in c.etcd.endpoints]}
-        prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, free_port())
+        targets = scrape_targets(c)
+        instances = dict(zip(targets["awide-cluster"], c.hosts, strict=True))
+        prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, free_port(),
+                          interval=SCRAPE)
         try:
             wait_for(prom.ready, 30.0, "Prometheus scrapes every target")
             exprs = [for_cluster(q.expr, spec.cluster) for p in panels for q in p.queries]
@@ -290,8 +191,7 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
                     ranges[q.expr] = prom.query_range(e, start, end)
                     if p.title in LAST_VALUES:
                         last[q.expr] = prom.query(e, at=end)
-            version = _get(f"{prom.url}/api/v1/status/buildinfo").get("data", {}).get(
-                "version", "?")
+            version = prom.version()
         finally:
             prom.stop()
         events = [{"name": o.name, "what": o.what, "at": began + o.at, "ok": o.ok,
@@ -491,8 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.from_data:
             data = json.loads(args.from_data.read_text())
         else:
-            binary: str | None = args.prometheus or (
-                PROMETHEUS if Path(PROMETHEUS).is_file() else shutil.which("prometheus"))
+            binary = args.prometheus or find_prometheus()
             if not binary:
                 raise PictureError("no Prometheus: install Debian's prometheus (`make deps` as "
                                    "root) or pass --prometheus PATH")
