@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint deps venv bench bench-quick soak faults system-test clean
+.PHONY: demo test lint deps venv bench bench-quick soak faults system-test picture clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,13 @@ bench-quick: deps venv
 # compaction retention scaled alike (about 16 min; bench/soak.py, docs/performance.md)
 soak: deps venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.soak
+
+# docs/dashboard.png: the dashboard's main panels, their queries (read from
+# monitoring/dashboard.json) asked of a real Prometheus (Debian's) scraping the embedded cluster
+# through the demo's tour, drawn with matplotlib (the `picture` extra); about 2 min
+picture: deps venv
+	$(BIN)/pip install -q -e '.[picture]'
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m awide_harness.picture --out docs/dashboard.png
 
 SEED ?= 1
 FAULTS ?= 40

@@ -12,11 +12,8 @@ wait minutes; promtool's unit tests check the durations), evaluated every second
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.procs import free_port
+from awide_harness.prometheus import Prometheus, find_prometheus, scrape_targets
 from awide_harness.spec import ClusterSpec, Timing
 from awide_harness.views import card_out
 from tests.test_monitoring import RULES, dashboard_exprs, referenced_metrics, rules
@@ -42,7 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CLUSTER = "mon"
 SPEC = ClusterSpec(cluster=CLUSTER, storage_hosts=2, cards_per_host=2, witness_hosts=1,
                    gateways=2, timing=Timing.quick())
-PROMETHEUS = "/usr/bin/prometheus"
 
 # series that exist only once an etcd call failed (the error label is the error's type, not
 # a bounded set that could be exported at 0): their queries must evaluate, may be empty
@@ -71,10 +68,6 @@ def exported(url: str) -> set[str]:
     return names
 
 
-def hostport(url: str) -> str:
-    return urllib.parse.urlsplit(url).netloc
-
-
 def test_every_metric_the_rules_and_dashboard_query_is_exported(cluster):
     c = cluster
     gw = c.gateway_ids[0]
@@ -94,83 +87,27 @@ def with_bool(expr: str) -> str:
     return expr[:end] + " bool" + expr[end:]
 
 
-class Prometheus:
-    def __init__(self, work: Path, c: EmbeddedCluster, binary: str) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        doc = yaml.safe_load(RULES.read_text())
-        for g in doc["groups"]:
-            for r in g["rules"]:
-                r["for"] = "1s"
-        (work / "alerts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        self.targets = {
-            "awide-cluster": [hostport(c.api_url(h)) for h in c.hosts],
-            "awide-gateway": [hostport(c.metrics_url(g)) for g in c.gateway_ids],
-            "awide-etcd": [hostport(u) for u in c.etcd.endpoints],
-        }
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                       "scrape_timeout": "900ms"},
-            "rule_files": [str(work / "alerts.yml")],
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [
-                    {"targets": t, **({"labels": {"cluster": CLUSTER}}
-                                      if job == "awide-etcd" else {})}]}
-                for job, t in self.targets.items()],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"{self.url}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        try:
-            return json.loads(get(url))
-        except urllib.error.HTTPError as e:      # a bad query: its JSON error; else the text
-            body = e.read().decode(errors="replace")
-            try:
-                return json.loads(body)
-            except ValueError:
-                return {"status": "error", "error": f"HTTP {e.code}: {body[:200]}"}
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        doc = self.api("query", query=expr)
-        assert doc.get("status") == "success", f"{expr}: {doc.get('error', doc)}"
-        return list(doc["data"]["result"])
-
-    def ready(self) -> bool:
-        try:
-            up = self.query("up")
-        except (OSError, AssertionError):
-            return False
-        want = sum(len(t) for t in self.targets.values())
-        return len(up) == want and all(r["value"][1] == "1" for r in up)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
+def start_prometheus(work: Path, c: EmbeddedCluster, binary: str) -> Prometheus:
+    """Prometheus on the shipped rules with their ``for:`` cut to 1 s, every second."""
+    work.mkdir(parents=True, exist_ok=True)
+    doc = yaml.safe_load(RULES.read_text())
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            r["for"] = "1s"
+    (work / "alerts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return Prometheus(work, scrape_targets(c), CLUSTER, binary, free_port(), interval=1.0,
+                      rules=work / "alerts.yml")
 
 
 def test_prometheus_evaluates_every_query_and_fires_card_out(cluster, tmp_path):
-    binary = PROMETHEUS if Path(PROMETHEUS).is_file() else shutil.which("prometheus")
+    binary = find_prometheus()
     if binary is None:
         if os.geteuid() != 0:
             pytest.skip("no Prometheus (Debian package prometheus; `make deps` installs it "
                         "as root)")
         pytest.fail("no Prometheus although root: `make deps` installs Debian's prometheus")
     c = cluster
-    prom = Prometheus(tmp_path / "prometheus", c, binary)
+    prom = start_prometheus(tmp_path / "prometheus", c, binary)
     try:
         wait_until_sync(prom.ready, 20.0, "Prometheus scrapes every target")
         exprs = {f"alert {r['alert']}": with_bool(r["expr"]) for r in rules()}
