@@ -157,7 +157,7 @@ CONTROL_HELP = (
     ("kill-store-s2-c0", "the store of card s2/c0 dies: out after the sick polls"),
     ("start-store-s2-c0", "it comes back: in at the next polls"),
     ("add-card-s2", "a new labelled directory card on s2 (config rewritten, SIGHUP)"),
-    ("kill-daemon-s1", "SIGKILL a daemon (the leader: another host takes over)"),
+    ("kill-daemon-s1", "SIGKILL the daemon of s1 (if it leads, another host takes over)"),
     ("restart-daemon-s1", "start it again"),
     ("freeze-etcd-0", "SIGSTOP an etcd member (thaw-etcd-0: SIGCONT)"),
 )

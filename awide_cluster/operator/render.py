@@ -66,7 +66,8 @@ def card_lines(cards: Sequence[CardView]) -> list[str]:
         notes = "; ".join(x for x in (
             c.reason, f"conflict: {c.conflict}" if c.conflict else "",
             f"unplaced: {c.unplaced}" if c.unplaced else "",
-            f"host sees: {c.reported}" if c.reported not in ("ok", "") else "") if x)
+            f"host sees: {c.reported}"
+            if c.reported not in ("ok", "") and c.reported not in c.reason else "") if x)
         rows.append((
             "-" if c.slot is None else c.slot, c.id, c.serial, c.host, c.name, c.target,
             c.state.upper() if c.state != "in" else c.state, c.health, _since(c), notes))

@@ -174,3 +174,21 @@ def test_config_kind():
     assert config_kind({**gateway, "hosts": ["h1"]}) is None     # names it
     assert config_kind({"cluster": "c1", "etcd": {}}) is None
     assert config_kind(["not", "a", "mapping"]) is None
+
+
+def test_card_line_says_what_the_host_sees_once():
+    """The host's observation is added to the reason only when the reason does not say it."""
+    from awide_cluster.operator.model import CardView
+    from awide_cluster.operator.render import card_lines
+
+    def line(reason: str, reported: str) -> str:
+        card = CardView(id="c1", serial="SN1", model="m", host="s1", name="card0", kind="dir",
+                        target="/x", slot=None, state="out", health="sick", reason=reason,
+                        since="", changed_generation=None, conflict="", unplaced="",
+                        reported=reported)
+        return card_lines([card])[-1]
+
+    sick = "sick: read probe: Connection refused"
+    assert line(f"3 sick polls; {sick}", sick).count("Connection refused") == 1
+    shown = line("drained by alice", sick)
+    assert "drained by alice" in shown and f"host sees: {sick}" in shown
