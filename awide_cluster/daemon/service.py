@@ -139,8 +139,9 @@ class Daemon:
         self._own_store = store is None
         self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version,
                                      cluster=config.cluster)
-        self.store: Store = MeteredStore(store if store is not None else store_for(config),
-                                         self.metrics)
+        self._metered = MeteredStore(store if store is not None else store_for(config),
+                                     self.metrics)
+        self.store: Store = self._metered
         self._own_observer = observer is None
         self._runner = runner
         self.observer = observer if observer is not None else self._local_observer(config)
@@ -756,8 +757,20 @@ class Daemon:
 
     # ------------------------------------------------------------------ reload (SIGHUP)
 
+    def _reload_credentials(self) -> None:
+        """Read the etcd credential files again; a bad one is refused in one line naming it,
+        and the credentials in use stay."""
+        from awide_cluster.store.credentials import CredentialError
+        try:
+            what = self._metered.reload_credentials()
+        except CredentialError as e:
+            log.error("credentials reload refused, keeping the ones in use: %s", e)
+            return
+        log.info("%s", what)
+
     async def _apply_reload(self) -> None:
         source, self._reload = self._reload, None
+        self._reload_credentials()          # the files, even when the config itself is refused
         try:
             if source is None:
                 return
