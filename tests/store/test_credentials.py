@@ -20,7 +20,7 @@ from awide_cluster.store.etcd import EtcdStore
 from awide_harness import make_test_pki
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICATE-----\n"
-KEY = b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49==\n-----END PRIVATE KEY-----\n"
+KEY = b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEG==\n-----END PRIVATE KEY-----\n"
 
 
 def test_good_pem_passes():
