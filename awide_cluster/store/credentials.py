@@ -125,7 +125,8 @@ def _read(path: str) -> bytes:
     return data
 
 
-def _checked(path: str, kind: Kind) -> bytes:
+def checked_pem(path: str, kind: Kind) -> bytes:
+    """The content of a PEM file of ``kind``; ``CredentialError`` naming it when unusable."""
     data = _read(path)
     why = pem_problem(data, kind)
     if why is not None:
@@ -138,7 +139,7 @@ def read_credentials(files: CredentialFiles) -> Credentials:
     digest = hashlib.sha256()
     ctx = None
     if files.ca_file is not None:
-        ca = _checked(files.ca_file, "certificate")
+        ca = checked_pem(files.ca_file, "certificate")
         digest.update(ca)
         try:
             ctx = ssl.create_default_context(cadata=ca.decode("ascii", errors="replace"))
@@ -148,8 +149,8 @@ def read_credentials(files: CredentialFiles) -> Credentials:
             raise CredentialError(files.cert_file or files.key_file or "-",
                                   "a certificate and its key go together")
         if files.cert_file is not None and files.key_file is not None:
-            cert = _checked(files.cert_file, "certificate")
-            key = _checked(files.key_file, "key")
+            cert = checked_pem(files.cert_file, "certificate")
+            key = checked_pem(files.key_file, "key")
             digest.update(cert)
             digest.update(key)
             try:
@@ -172,3 +173,38 @@ def read_credentials(files: CredentialFiles) -> Credentials:
         password = data.decode().strip()
         digest.update(data)
     return Credentials(ssl=ctx, password=password, digest=digest.hexdigest()[:16])
+
+
+def server_context(cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
+    """A TLS server context that demands a client certificate signed by ``client_ca_file``
+    (TLS 1.2 at least); ``CredentialError`` naming the file that cannot be used."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_server_files(ctx, cert_file, key_file, client_ca_file)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def load_server_files(ctx: ssl.SSLContext, cert_file: str, key_file: str,
+                      client_ca_file: str) -> None:
+    """Load the certificate, key and client CA into ``ctx`` (new handshakes use them);
+    every file is checked first, so a bad one changes nothing."""
+    checked_pem(cert_file, "certificate")
+    checked_pem(key_file, "key")
+    ca = checked_pem(client_ca_file, "certificate")
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        probe.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as e:
+        if "mismatch" in str(e).lower():
+            raise CredentialError(key_file, f"does not match the certificate {cert_file}") \
+                from None
+        raise CredentialError(cert_file, f"cannot load with its key {key_file}: {e}") from None
+    except OSError as e:
+        raise CredentialError(cert_file, f"cannot read: {e.strerror or e}") from None
+    try:
+        probe.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError) as e:
+        raise CredentialError(client_ca_file, f"not a CA certificate bundle: {e}") from None
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
