@@ -5,11 +5,14 @@ same process writes again. A bad file on SIGHUP is refused in one line and chang
 
 from __future__ import annotations
 
+import functools
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError, TlsConfig, Unavailable
@@ -17,7 +20,7 @@ from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from tests.timing import bound
 
 from .conftest import FAST, config_dict, wait_for
-from .test_daemon_process import Proc
+from .test_daemon_process import RUN, Proc
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +80,7 @@ async def test_ca_rotation_on_sighup_keeps_the_same_process(rotating, cluster_na
         await advances()
         # the members now serve certificates of the new CA, restarted one at a time (every
         # connection of the daemon is cut, and its new handshakes fail)
-        shutil.copy(new.server_cert, cert)
-        shutil.copy(new.server_key, key)
-        for i in range(3):
-            cluster.restart(i, wait=False)
-            await wait_for(lambda ep=cluster.client_urls[i]: _answers(watcher, ep), 20,
-                           f"member {i} serves again")
+        await _serve(cluster, watcher, new, cert, key)
         old_only = _store(cluster, old.ca_file, cluster_name)
         try:
             with pytest.raises(Unavailable, match="(?i)certificate"):
@@ -100,13 +98,88 @@ async def test_ca_rotation_on_sighup_keeps_the_same_process(rotating, cluster_na
         assert proc.p.poll() is None and proc.p.pid == pid
     finally:
         text = proc.close()
-        await watcher.close()
-        # the old server certificate back, for the next test of the module
-        shutil.copy(old.server_cert, cert)
-        shutil.copy(old.server_key, key)
-        for i in range(3):
-            cluster.restart(i, wait=False)
+        try:    # the old server certificate back, for the next test of the module
+            await _serve(cluster, watcher, old, cert, key)
+        finally:
+            await watcher.close()
     assert "Traceback" not in text, text[-3000:]
+
+
+async def _serve(cluster: EtcdCluster, watcher: EtcdStore, pki, cert: Path, key: Path) -> None:
+    """The members serve ``pki``'s server certificate: restarted one at a time (every client
+    connection is cut), each waited for before the next."""
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    for i in range(3):
+        cluster.restart(i, wait=False)
+        endpoint = cluster.client_urls[i]
+        await wait_for(functools.partial(_answers, watcher, endpoint), 20,
+                       f"member {i} serves again")
+
+
+async def test_the_gateway_cli_re_reads_its_ca_on_sighup(rotating, cluster_name, tmp_path):
+    cluster, old, new, both, (cert, key) = rotating
+    ca = tmp_path / "etcd-ca.pem"
+    shutil.copy(old.ca_file, ca)
+    doc = {"mode": "cluster", "cluster": cluster_name, "host": "gpu1", "pod": "p1",
+           "etcd": {"endpoints": list(cluster.client_urls), "call_timeout": 0.3,
+                    "tls": {"ca_file": str(ca)}},
+           "timing": {"poll_interval": 0.2, "sick_polls": 2, "healthy_polls": 1,
+                      "lease_ttl": 2},
+           "model": {"name": "test/model-7b", "num_layers": 4}, "watch": False,
+           "start_timeout": 5.0}
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    err_path = tmp_path / "gw.err"
+    record = keys.gateway("gpu1-p1")
+    watcher = _store(cluster, both, cluster_name)
+
+    def err() -> str:
+        return err_path.read_text(errors="replace")
+
+    async def present() -> bool:
+        try:
+            return await watcher.get(record) is not None
+        except StoreError:
+            return False
+
+    async def absent() -> bool:
+        try:
+            return await watcher.get(record) is None
+        except StoreError:
+            return False
+
+    with open(err_path, "wb") as err_file, open(tmp_path / "gw.out", "wb") as out_file:
+        proc = subprocess.Popen(RUN + ["gateway", "watch", "--config", str(path)],
+                                stdout=out_file, stderr=err_file)
+        try:
+            await wait_for(present, 20, "the gateway registered")
+            pid = proc.pid
+            ca.write_text("-----BEGIN CERTIFICATE-----\n")
+            proc.send_signal(signal.SIGHUP)
+            await wait_for(lambda: "credentials reload refused" in err(), 10, "refusal said")
+            assert f"{ca}: a PEM block is not closed" in err()
+            await _serve(cluster, watcher, new, cert, key)
+            # its keepalives cannot reach etcd: the record goes with its lease
+            await wait_for(absent, 20, "the gateway's record expired")
+            shutil.copy(both, ca)
+            proc.send_signal(signal.SIGHUP)
+            await wait_for(lambda: "credentials re-read from" in err(), 10, "reload said")
+            await wait_for(present, 20, "the gateway registered again")
+            assert proc.poll() is None and proc.pid == pid
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            try:
+                await _serve(cluster, watcher, old, cert, key)
+            finally:
+                await watcher.close()
+    assert "Traceback" not in err(), err()[-3000:]
 
 
 async def _past(rev, start: int) -> bool:
