@@ -142,3 +142,18 @@ async def test_reload_adopts_good_files_and_keeps_the_old_on_a_bad_one(pki, tmp_
         assert "n3w" not in repr(store.config)
     finally:
         await store.close()
+
+
+async def test_the_metered_store_passes_a_reload_on(pki, tmp_path):
+    from awide_cluster.api.metrics import DaemonMetrics
+    from awide_cluster.daemon.metered import MeteredStore
+    a, _ = pki
+    store, files = _store(tmp_path, a)
+    metered = MeteredStore(store, DaemonMetrics(host="h1", role="storage", version="0"))
+    try:
+        assert "unchanged" in metered.reload_credentials()
+        open(files["ca"], "w").close()
+        with pytest.raises(CredentialError, match="ca.pem: empty"):
+            metered.reload_credentials()
+    finally:
+        await store.close()
