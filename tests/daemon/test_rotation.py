@@ -124,7 +124,7 @@ async def test_the_gateway_cli_re_reads_its_ca_on_sighup(rotating, cluster_name,
     doc = {"mode": "cluster", "cluster": cluster_name, "host": "gpu1", "pod": "p1",
            "etcd": {"endpoints": list(cluster.client_urls), "call_timeout": 0.3,
                     "tls": {"ca_file": str(ca)}},
-           "timing": {"poll_interval": 0.2, "sick_polls": 2, "healthy_polls": 1,
+           "timing": {"poll_interval": 0.35, "sick_polls": 2, "healthy_polls": 1,
                       "lease_ttl": 2},
            "model": {"name": "test/model-7b", "num_layers": 4}, "watch": False,
            "start_timeout": 5.0}
@@ -138,6 +138,7 @@ async def test_the_gateway_cli_re_reads_its_ca_on_sighup(rotating, cluster_name,
         return err_path.read_text(errors="replace")
 
     async def present() -> bool:
+        assert proc.poll() is None, f"the gateway exited: {err()[-2000:]}"
         try:
             return await watcher.get(record) is not None
         except StoreError:
