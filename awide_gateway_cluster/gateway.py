@@ -271,6 +271,20 @@ class ClusterGateway:
         await self._close_store()
         self._hub.close_all()
 
+    def reload_credentials(self) -> str:
+        """Read the etcd CA, certificate, key and password files again (an operator rotated
+        them; the CLI calls this on SIGHUP). New connections to etcd use them; calls and
+        watch streams already running finish on their connection. A file that cannot be used
+        raises ``CredentialError`` (a ``ValueError``) naming it, and the credentials in use
+        stay. Returns what was done, one line without secrets. Before ``start`` (or with a
+        store passed in that reads no files) there is nothing to reload."""
+        reload = getattr(self._store, "reload_credentials", None)
+        if reload is None:
+            return "no etcd store with credential files (not started?)"
+        what = str(reload())
+        log.info("gateway %s: %s", self.id, what)
+        return what
+
     def _started_store(self) -> Store:
         if self._store is None:
             raise NotStarted("the gateway has no store (not started, or stopped)")

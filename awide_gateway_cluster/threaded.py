@@ -114,6 +114,10 @@ class ThreadedClusterGateway:
     def request_wipe(self) -> None:
         self._on_loop(self.gateway.request_wipe)
 
+    def reload_credentials(self) -> str:
+        """``ClusterGateway.reload_credentials`` on the gateway's loop."""
+        return str(self._on_loop(self.gateway.reload_credentials))
+
     def subscribe(self, maxsize: int = 1000) -> ThreadSubscription:
         sub = ThreadSubscription(self.gateway._hub, maxsize)
         self.gateway._hub.add(sub)

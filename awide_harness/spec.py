@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from awide_cluster.config.common import is_loopback_host
+
 DIR_MODEL = "awide-dir-card"
 NVME_MODEL = "AWIDE Fake NVMe Ctrl"
 NVME_PORT_NETNS = 4420          # an NVMe card's target port when its host is a namespace
@@ -252,7 +254,9 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
         "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns", auth=auth),
         "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
                    "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},
-        "api": {"listen": f"{address}:{api_port}"},
+        "api": {"listen": f"{address}:{api_port}",
+                # a network namespace's own address: test clusters serve the API in plain HTTP
+                **({} if is_loopback_host(address) else {"allow_insecure": True})},
         "cards": list(cards),
     }
     if sysfs_root is not None:

@@ -15,13 +15,19 @@ routing; a request line, a header field and the number of headers are capped (ai
 parser limits: 400/431 and the connection closed); a connection that has not sent a whole
 request within ``header_timeout`` (aiohttp's keep-alive timer, which also runs from the
 connection's start) is closed; a request body is never read (and capped at 1 KiB).
+
+Loopback by default. Off loopback it serves HTTPS only and every client must present a
+certificate signed by the configured client CA (``ApiTls``); plain HTTP there is refused at
+start unless ``allow_insecure`` says otherwise (loudly logged).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -45,7 +51,23 @@ HEADER_TIMEOUT = 10.0         # seconds a connection may take to send a whole re
 
 
 class ApiError(RuntimeError):
-    """The API could not start (bad listen address, port taken)."""
+    """The API could not start (bad listen address, port taken, off loopback without TLS)."""
+
+
+@dataclass(frozen=True)
+class ApiTls:
+    """The API's certificate and key, and the CA its clients' certificates must be signed by."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str
+
+    def files(self) -> tuple[str, str, str]:
+        return self.cert_file, self.key_file, self.client_ca_file
+
+    def context(self) -> ssl.SSLContext:
+        from awide_cluster.store.credentials import server_context
+        return server_context(*self.files())
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -94,11 +116,15 @@ class DaemonApi:
     def __init__(
         self, *, health: DaemonHealth, metrics: DaemonMetrics,
         view: Callable[[], Mapping[str, Any]], listen: str = DEFAULT_LISTEN,
-        header_timeout: float = HEADER_TIMEOUT,
+        header_timeout: float = HEADER_TIMEOUT, tls: ApiTls | None = None,
+        allow_insecure: bool = False,
     ) -> None:
         if not header_timeout > 0:
             raise ApiError(f"header_timeout must be > 0, got {header_timeout!r}")
         self.header_timeout = header_timeout
+        self.tls = tls
+        self.allow_insecure = allow_insecure
+        self._ssl = tls.context() if tls is not None else None     # CredentialError: bad file
         self.health = health
         self.metrics = metrics
         self._view = view
@@ -144,21 +170,36 @@ class DaemonApi:
         if self.bound is None:
             raise ApiError("the API is not started")
         host, port = self.bound
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self._ssl is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+    def reload_tls(self) -> str:
+        """Read the API's certificate, key and client CA files again (SIGHUP): new handshakes
+        use them. A bad file raises ``CredentialError`` naming it and changes nothing. A client
+        CA is added to those trusted; removing one takes a restart."""
+        if self.tls is None or self._ssl is None:
+            return "the API has no TLS"
+        from awide_cluster.store.credentials import load_server_files
+        load_server_files(self._ssl, *self.tls.files())
+        return f"API certificate re-read from {', '.join(self.tls.files())}"
 
     async def start(self) -> None:
         """Bind and serve; ApiError naming the address if it cannot."""
         if self._runner is not None:
             return
-        if not is_loopback_host(self._host):
-            log.warning("daemon API listens on %s, not on loopback: it has no authentication",
-                        self._host)
+        if not is_loopback_host(self._host) and self._ssl is None:
+            if not self.allow_insecure:
+                raise ApiError(f"api.tls: the API would listen on {self._host}, not loopback, "
+                               "without TLS: give api.tls, or api.allow_insecure: true")
+            log.warning("daemon API listens on %s, not on loopback, in plain HTTP "
+                        "(api.allow_insecure): anyone who reaches it can read it", self._host)
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                keepalive_timeout=self.header_timeout,
                                max_line_size=MAX_LINE_SIZE, max_field_size=MAX_FIELD_SIZE,
                                max_headers=MAX_HEADERS)
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port, reuse_address=True)
+        site = web.TCPSite(runner, self._host, self._port, reuse_address=True,
+                           ssl_context=self._ssl)
         try:
             await site.start()
         except OSError as e:

@@ -13,7 +13,8 @@
   plus ``started`` / ``stopped``; every object has ``gateway``. Exit 3 when the gateway
   refuses to start (layout mismatch, wipe asked for), 2 on a bad config. With
   ``--metrics HOST:PORT`` it also serves the gateway's Prometheus metrics on ``GET /metrics``
-  (docs/metrics.md).
+  (docs/metrics.md). SIGHUP re-reads the etcd CA, certificate, key and password files
+  (``ClusterGateway.reload_credentials``) and says so in one line on stderr.
 """
 
 from __future__ import annotations
@@ -111,6 +112,19 @@ async def _json_printer(gw: ClusterGateway, sub: Subscription) -> None:
         tick.cancel()
 
 
+def _reload_credentials(gw: ClusterGateway) -> None:
+    """SIGHUP: read the etcd credential files again; a bad one is refused in one line naming
+    it on stderr, and the credentials in use stay."""
+    from awide_cluster.store.credentials import CredentialError
+    try:
+        what = gw.reload_credentials()
+    except CredentialError as e:
+        click.echo(f"gateway {gw.id}: credentials reload refused, keeping the ones in use: {e}",
+                   err=True)
+        return
+    click.echo(f"gateway {gw.id}: {what}", err=True)
+
+
 async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = False,
                  metrics: str | None = None) -> int:
     from awide_gateway_cluster import ClusterGateway, LayoutMismatch, WipeRefused
@@ -129,6 +143,7 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload_credentials, gw)
     sub = gw.subscribe()
     try:
         await gw.start()

@@ -238,7 +238,8 @@ class EtcdSection(Section):
         return StoreConfig(
             endpoints=tuple(self.endpoints), prefix=prefix(cluster),
             call_timeout=self.call_timeout, hedge_after=self.hedge_after, tls=tls,
-            username=self.username if password is not None else None, password=password)
+            username=self.username if password is not None else None, password=password,
+            password_file=str(self.password_file) if self.password_file is not None else None)
 
     def store(self, cluster: str) -> EtcdStore:
         from awide_cluster.store.etcd import EtcdStore

@@ -48,8 +48,28 @@ class TimingSection(Section):
                                description="good observations in a row that put it back in")
 
 
+class ApiTlsSection(Section):
+    """TLS of the daemon's HTTP API; every client presents a certificate of ``client_ca_file``."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path
+
+    @field_validator("cert_file", "key_file", "client_ca_file")
+    @classmethod
+    def _readable(cls, v: Path) -> Path:
+        if not v.is_file():
+            raise ValueError(f"{v} is not a readable file")
+        return v
+
+
 class ApiSection(Section):
     listen: str = Field(default=DEFAULT_LISTEN, description="HOST:PORT of the daemon's HTTP API")
+    tls: ApiTlsSection | None = None
+    allow_insecure: bool = Field(
+        default=False,
+        description="LOUD opt-out: serve the API in plain HTTP, without client certificates, "
+                    "on an address that is not loopback")
 
     @field_validator("listen")
     @classmethod
@@ -128,6 +148,7 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
         out.append(("hosts", f"this host {cfg.host!r} is not in hosts "
                              f"({', '.join(cfg.hosts)}): its own reports would be refused"))
     out += plaintext_problems(cfg.etcd, dev_cluster=cfg.dev_cluster)
+    out += api_problems(cfg.api)
     from awide_cluster.access.plan import host_user, identity_problem
     why = identity_problem(cfg.etcd.username, cfg.cluster, (host_user(cfg.cluster, cfg.host),),
                            "this daemon")
@@ -162,6 +183,18 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
     if len(cfg.cards) > 64:
         out.append(("cards", "at most 64 cards per host"))
     return out
+
+
+def api_problems(api: ApiSection) -> list[tuple[str, str]]:
+    """An API bound off loopback needs TLS with client certificates (``api.tls``), unless
+    ``api.allow_insecure`` opts out."""
+    from awide_cluster.api.server import parse_listen
+    host, _ = parse_listen(api.listen)
+    if api.tls is not None or api.allow_insecure or common.is_loopback_host(host):
+        return []
+    return [("api.tls", f"api.listen {api.listen} is not loopback: give api.tls (cert_file, "
+                        "key_file, client_ca_file: clients must present a certificate), or opt "
+                        "out loudly with api.allow_insecure: true (docs/security.md)")]
 
 
 def parse(data: Any, file: str = "<config>") -> DaemonConfig:

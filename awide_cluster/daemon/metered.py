@@ -43,6 +43,14 @@ class MeteredStore:
         self.metrics = metrics
         self.clock = clock
 
+    def reload_credentials(self) -> str:
+        """The wrapped store's ``reload_credentials`` (``CredentialError`` when a file is bad),
+        or a line saying it has none."""
+        reload = getattr(self.inner, "reload_credentials", None)
+        if reload is None:
+            return "this store reads no credential files"
+        return str(reload())
+
     def _timer(self, op: str) -> AbstractContextManager[None]:
         return self.metrics.etcd_timer(op, self.clock)
 

@@ -139,8 +139,9 @@ class Daemon:
         self._own_store = store is None
         self.metrics = DaemonMetrics(host=config.host, role=config.role, version=version,
                                      cluster=config.cluster)
-        self.store: Store = MeteredStore(store if store is not None else store_for(config),
-                                         self.metrics)
+        self._metered = MeteredStore(store if store is not None else store_for(config),
+                                     self.metrics)
+        self.store: Store = self._metered
         self._own_observer = observer is None
         self._runner = runner
         self.observer = observer if observer is not None else self._local_observer(config)
@@ -200,9 +201,13 @@ class Daemon:
     async def start(self) -> None:
         """Start the API (if asked) and the main loop; returns at once."""
         if self.serve_api and self.api is None:
-            from awide_cluster.api.server import DaemonApi
+            from awide_cluster.api.server import ApiTls, DaemonApi
+            t = self.config.api.tls
+            tls = ApiTls(str(t.cert_file), str(t.key_file), str(t.client_ca_file)) \
+                if t is not None else None
             self.api = DaemonApi(health=self.health, metrics=self.metrics, view=self.view,
-                                 listen=self.config.api.listen)
+                                 listen=self.config.api.listen, tls=tls,
+                                 allow_insecure=self.config.api.allow_insecure)
             await self.api.start()
             self.leadership.api = self.api.url
         dog = self.notifier.watchdog_interval()
@@ -756,8 +761,25 @@ class Daemon:
 
     # ------------------------------------------------------------------ reload (SIGHUP)
 
+    def _reload_credentials(self) -> None:
+        """Read the etcd credential files again; a bad one is refused in one line naming it,
+        and the credentials in use stay."""
+        from awide_cluster.store.credentials import CredentialError
+        try:
+            what = self._metered.reload_credentials()
+        except CredentialError as e:
+            log.error("credentials reload refused, keeping the ones in use: %s", e)
+        else:
+            log.info("%s", what)
+        if self.api is not None and self.api.tls is not None:
+            try:
+                log.info("%s", self.api.reload_tls())
+            except CredentialError as e:
+                log.error("API certificate reload refused, keeping the one in use: %s", e)
+
     async def _apply_reload(self) -> None:
         source, self._reload = self._reload, None
+        self._reload_credentials()          # the files, even when the config itself is refused
         try:
             if source is None:
                 return

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from awide_cluster.store.credentials import CredentialFiles
 
 # etcd refuses a request over --max-request-bytes (default 1.5 MiB), so one value is at most
 # that; as base64 in a JSON answer it is 4/3 larger (2 MiB). 4 MiB holds any single-key
@@ -25,10 +29,11 @@ class TlsConfig:
             raise ValueError("TlsConfig: cert_file and key_file go together")
 
     def ssl_context(self) -> ssl.SSLContext:
-        """A verifying client context (hostname checked against the certificate's SAN)."""
-        ctx = ssl.create_default_context(cafile=self.ca_file)
-        if self.cert_file is not None:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
+        """A verifying client context (hostname checked against the certificate's SAN);
+        ``CredentialError`` naming the file that cannot be used."""
+        from awide_cluster.store.credentials import CredentialFiles, read_credentials
+        ctx = read_credentials(CredentialFiles(self.ca_file, self.cert_file, self.key_file)).ssl
+        assert ctx is not None
         return ctx
 
 
@@ -50,6 +55,8 @@ class StoreConfig:
     tls: TlsConfig | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)     # never in a repr or a log
+    # where the password was read from: read again by ``EtcdStore.reload_credentials``
+    password_file: str | None = None
     max_answer_bytes: int = MAX_ANSWER_BYTES
 
     def __post_init__(self) -> None:
@@ -82,3 +89,14 @@ class StoreConfig:
             raise ValueError("StoreConfig.max_answer_bytes must be an integer >= 65536")
         if (self.username is None) != (self.password is None):
             raise ValueError("StoreConfig: username and password go together")
+        if self.password_file is not None and self.password is None:
+            raise ValueError("StoreConfig: password_file without the password read from it")
+
+    def credential_files(self) -> CredentialFiles:
+        """The files the store's credentials are (re-)read from."""
+        from awide_cluster.store.credentials import CredentialFiles
+        t = self.tls
+        return CredentialFiles(ca_file=t.ca_file if t else None,
+                               cert_file=t.cert_file if t else None,
+                               key_file=t.key_file if t else None,
+                               password_file=self.password_file)

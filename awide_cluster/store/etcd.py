@@ -17,6 +17,7 @@ and a read refused for it is asked again once within its deadline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ import aiohttp
 from awide_cluster.store import bounded, codec, history
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
+from awide_cluster.store.credentials import read_credentials
 from awide_cluster.store.errors import (
     BadResponse,
     Conflict,
@@ -68,7 +70,9 @@ class EtcdStore:
         self.config = config
         self.codec = Codec(config.prefix)
         self.ring = EndpointRing(config.endpoints)
-        self.transport = Transport(config)
+        creds = read_credentials(config.credential_files())     # CredentialError: bad file
+        self.transport = Transport(config, creds.ssl)
+        self._credentials_digest = creds.digest     # what the files held when last read
         self.history = History()
         self.history_note = ""      # why the last new history was adopted ("" when none was)
         self._doubt = False         # an answer was refused since the last census
@@ -169,6 +173,29 @@ class EtcdStore:
     def deadline(self, timeout: float | None) -> float:
         t = self.config.call_timeout if timeout is None else timeout
         return asyncio.get_running_loop().time() + t
+
+    # ------------------------------------------------------------------ credentials
+
+    def reload_credentials(self) -> str:
+        """Read the CA, certificate, key and password files again (SIGHUP): new connections
+        use them, calls and watch streams already on a connection finish there. A file that
+        cannot be used raises ``CredentialError`` naming it, and nothing changes: the
+        credentials in use stay. A new password drops the token (the next call authenticates
+        with it). Returns what was done, one line without secrets."""
+        files = self.config.credential_files()
+        if not files.names():
+            return "no credential files configured"
+        new = read_credentials(files)
+        if new.digest == self._credentials_digest:
+            return f"credentials unchanged ({', '.join(files.names())})"
+        if self.config.tls is not None:
+            self.transport.use_ssl(new.ssl)
+        if new.password is not None and new.password != self.config.password:
+            self.config = dataclasses.replace(self.config, password=new.password)
+            self.transport.token = None
+        self._credentials_digest = new.digest
+        return (f"credentials re-read from {', '.join(files.names())}: new connections use "
+                "them")
 
     # ------------------------------------------------------------------ plumbing
 

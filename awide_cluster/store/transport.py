@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,7 @@ from awide_cluster.store.codec import error_for, error_from_body, parse_json
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import BadResponse, StoreError, TooLarge, Unavailable
 
+RETIRED_POOLS = 4      # connection pools of earlier credentials kept open (reload_credentials)
 HEAD_BYTES = 4096      # of a refused answer, kept on the error (see bounded.refused_kv_head)
 
 
@@ -50,9 +52,12 @@ def _with_endpoint(exc: StoreError, endpoint: str) -> StoreError:
 
 
 class Transport:
-    def __init__(self, cfg: StoreConfig) -> None:
-        self._ssl = cfg.tls.ssl_context() if cfg.tls else None
+    def __init__(self, cfg: StoreConfig, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context if ssl_context is not None else \
+            (cfg.tls.ssl_context() if cfg.tls else None)
         self._session: aiohttp.ClientSession | None = None
+        self._retired: list[aiohttp.ClientSession] = []     # pools of earlier credentials
+        self._closing: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self.token: str | None = None
@@ -76,6 +81,22 @@ class Transport:
             )
             self._loop = loop
         return self._session
+
+    def use_ssl(self, ctx: ssl.SSLContext | None) -> None:
+        """New connections use ``ctx`` from now on. The pool of the old context is retired, not
+        closed: calls and watch streams running on its connections finish there; its idle
+        connections close after aiohttp's keep-alive timeout; it is closed with the store (at
+        most ``RETIRED_POOLS`` are kept, the oldest is closed beyond that)."""
+        self._ssl = ctx
+        old, self._session = self._session, None
+        if old is not None and not old.closed:
+            self._retired.append(old)
+        while len(self._retired) > RETIRED_POOLS:
+            oldest = self._retired.pop(0)
+            if not oldest.closed:
+                task = asyncio.ensure_future(oldest.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -137,13 +158,16 @@ class Transport:
     async def close(self) -> None:
         self._closed = True
         session, self._session = self._session, None
-        if session is not None and not session.closed:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is self._loop:
-                await session.close()
+        retired, self._retired = self._retired, []
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            return
+        for s in (*retired, session):
+            if s is not None and not s.closed:
+                await s.close()
 
 
 async def read_capped(resp: aiohttp.ClientResponse, limit: int, where: str, what: str,

@@ -137,6 +137,9 @@ def test_generated_configs_pass_the_real_validators(timing, tmp_path):
         "probe_timeout": timing.probe_timeout}]), "<t>")
     assert d.role == "storage" and d.cards[0].store.tcp == "127.0.0.1:1"
     assert daemon_cfg.parse(daemon_config(spec, "w1", eps, 9701, []), "<t>").role == "witness"
+    # a namespace's own address: the API in plain HTTP there is allowed explicitly
+    ns = daemon_cfg.parse(daemon_config(spec, "w1", eps, 9701, [], address="10.250.0.3"), "<t>")
+    assert ns.api.allow_insecure and ns.api.tls is None
     g = parse_config(gateway_config(spec, 1, eps))
     assert g.id == "gpu2-vllm-0"
 
