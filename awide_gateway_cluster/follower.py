@@ -33,7 +33,7 @@ Only polls set ``last_ok`` (the freshness the stale flag rests on): a watch even
 view newer, never the proof that it is fresh.
 
 The revisions above belong to one etcd history. When the store adopts a new one (a restored or
-rebuilt etcd: ``store.history_epoch`` grew, awide_cluster/store/history.py), ``rebase`` forgets
+rebuilt etcd: ``store.timeline_epoch`` grew, awide_cluster/store/timeline.py), ``rebase`` forgets
 them and keeps the registry: the next poll reads the registry of the new history whatever its
 ``mod_revision``, and ``went_back`` judges it by generation and lineage (an older generation
 of the same lineage is refused until the leader republishes a higher one).
@@ -234,7 +234,7 @@ class Follower:
     def sync_history(self) -> bool:
         """Rebase on the store's history epoch; True when it changed (a new etcd history)."""
         before = self.state
-        self.state = rebase(before, self.store.history_epoch)
+        self.state = rebase(before, self.store.timeline_epoch)
         return self.state is not before
 
     async def poll(self) -> FollowStep:
@@ -250,10 +250,10 @@ class Follower:
                     timeout=self.call_timeout, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
-        if self.store.history_epoch != self.state.epoch:
+        if self.store.timeline_epoch != self.state.epoch:
             # adopted during this poll (asked again in the new history): its answer is of the
             # new history, the revisions remembered are not
-            self.state = rebase(self.state, self.store.history_epoch)
+            self.state = rebase(self.state, self.store.timeline_epoch)
         self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
         self._confirming = not serializable and isinstance(answer, BaseException) and not (
             isinstance(answer, ValueTooLarge) and answer.mod_revision)

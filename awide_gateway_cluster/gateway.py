@@ -31,8 +31,8 @@ from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.errors import (
-    HistoryChanged,
     StoreError,
+    TimelineChanged,
     WatchCompacted,
     WatchMessageTooLarge,
 )
@@ -330,15 +330,15 @@ class ClusterGateway:
         follower forgets its revisions (keeps the registry), the gateway record is written
         again and the key layout checked again (both may be gone), the next poll is now."""
         store = self._store
-        if store is None or store.history_epoch == self._epoch:
+        if store is None or store.timeline_epoch == self._epoch:
             return False
         assert self._follower is not None and self._registration is not None
-        self._epoch = store.history_epoch
+        self._epoch = store.timeline_epoch
         self._follower.sync_history()
         self._registration.history_reset()
         self._layout_ok = False
         self._history_resets += 1
-        self._history_note = clean_text(store.history_note, 300)
+        self._history_note = clean_text(store.timeline_note, 300)
         log.warning("gateway %s: etcd history changed: %s; keeping registry generation %d "
                     "until the leader republishes", self.id, self._history_note,
                     self._view.generation)
@@ -397,11 +397,11 @@ class ClusterGateway:
         the view is known up to, so no change between a poll and the watch is missed."""
         assert self._follower is not None
         resume, first, compacted = 0, True, False
-        epoch = self._started_store().history_epoch
+        epoch = self._started_store().timeline_epoch
         while True:
             self._history_check()
-            if self._started_store().history_epoch != epoch:
-                resume, epoch = 0, self._started_store().history_epoch   # a new etcd history
+            if self._started_store().timeline_epoch != epoch:
+                resume, epoch = 0, self._started_store().timeline_epoch   # a new etcd history
             start = 0 if compacted else max(resume, self._follower.state.known_revision) + 1
             if not first:
                 self._watch_restarts += 1
@@ -425,7 +425,7 @@ class ClusterGateway:
                 self._poll_now.set()
                 await asyncio.sleep(self._interval * (1 + self._rng.random()))
                 continue
-            except HistoryChanged as e:
+            except TimelineChanged as e:
                 # the poll reads the registry of the new history now; watch it from the present
                 log.info("registry watch: %s", e)
                 resume = 0

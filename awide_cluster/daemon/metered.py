@@ -145,12 +145,12 @@ class MeteredStore:
     # ------------------------------------------------------------------ history
 
     @property
-    def history_epoch(self) -> int:
-        return self.inner.history_epoch
+    def timeline_epoch(self) -> int:
+        return self.inner.timeline_epoch
 
     @property
-    def history_note(self) -> str:
-        return self.inner.history_note
+    def timeline_note(self) -> str:
+        return self.inner.timeline_note
 
     # ------------------------------------------------------------------ watch, lifecycle
 

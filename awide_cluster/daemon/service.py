@@ -391,16 +391,16 @@ class Daemon:
 
     def _history_check(self) -> None:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd,
-        store/history.py): counted, logged, shown in /v1/status (``etcd_history_reset``); the
+        store/timeline.py): counted, logged, shown in /v1/status (``etcd_history_reset``); the
         registry revision followed is forgotten (the registry is kept), and leadership is won
         again in the new history; the leader then republishes the registry it holds if etcd's
         is missing, older or of another lineage (LeaderLoop, ``history_reset``)."""
-        epoch = self.store.history_epoch
+        epoch = self.store.timeline_epoch
         if epoch == self._epoch:
             return
         self._epoch = epoch
         self.history_resets += 1
-        self.history_note = clean_text(self.store.history_note, 300)
+        self.history_note = clean_text(self.store.timeline_note, 300)
         self.metrics.etcd_history_resets.inc()
         held = self.registry.generation if self.registry is not None else None
         timing = self.config.timing

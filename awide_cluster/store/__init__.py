@@ -11,12 +11,12 @@ from awide_cluster.store.errors import (
     BadResponse,
     Conflict,
     Denied,
-    HistoryChanged,
     InvalidRequest,
     LeaseExpired,
     NoSpace,
     RevisionWentBack,
     StoreError,
+    TimelineChanged,
     Timeout,
     TooLarge,
     TooManyKeys,
@@ -48,7 +48,7 @@ from awide_cluster.store.watch import Watch
 
 __all__ = [
     "Alarm", "BadResponse", "Compare", "Conflict", "Delete", "Denied", "EndpointStatus",
-    "EtcdStore", "Get", "HistoryChanged", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired",
+    "EtcdStore", "Get", "TimelineChanged", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired",
     "Member", "NoSpace",
     "PrefixRead", "Put", "RangeResult", "Refusal", "RevisionWentBack", "StoreConfig", "StoreError",
     "Timeout", "TlsConfig", "TooLarge", "TooManyKeys", "TxnResult", "Unavailable", "ValueTooLarge",

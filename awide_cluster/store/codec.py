@@ -25,7 +25,7 @@ from awide_cluster.store.errors import (
     Timeout,
     Unavailable,
 )
-from awide_cluster.store.history import Claim
+from awide_cluster.store.timeline import Claim
 from awide_cluster.store.types import (
     Alarm,
     Compare,

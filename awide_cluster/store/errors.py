@@ -14,8 +14,8 @@ Callers decide on the type, never on a message:
 - ``InvalidRequest``: etcd refused the request itself (bad argument, compacted or future
   revision); sending it again will not help.
 - ``WatchCompacted`` / ``WatchCanceled``: a watch ended; re-read, then watch again.
-- ``HistoryChanged``: a watch ended because the store adopted a new etcd history (a restored
-  or rebuilt cluster, history.py): its revisions mean nothing any more; re-read, then watch
+- ``TimelineChanged``: a watch ended because the store adopted a new etcd history (a restored
+  or rebuilt cluster, timeline.py): its revisions mean nothing any more; re-read, then watch
   again from the present.
 - ``TooLarge``: an answer (or one watch message) over the bytes the call may read; refused
   while streaming, naming the request and the bound. ``ValueTooLarge``: one key's value over
@@ -88,7 +88,7 @@ class WatchCompacted(StoreError):
         self.compact_revision = compact_revision
 
 
-class HistoryChanged(StoreError):
+class TimelineChanged(StoreError):
     """The store adopted a new etcd history while this watch ran: re-read, watch again."""
 
 

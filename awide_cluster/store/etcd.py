@@ -8,9 +8,9 @@ under a byte bound (``StoreConfig.max_answer_bytes``; ``TooLarge`` beyond); valu
 caller's bound: ``range(key, max_value_bytes=N)`` and ``read_prefix`` (see bounded.py).
 
 Every answer is judged against the etcd history the store follows (cluster id and revision
-floor, history.py): a refused answer makes the store take a census of every member
-(``reconsider_history``), which adopts a restored or rebuilt etcd only when a quorum of the
-members, and every member that answers, are in the new history; ``history_epoch`` then grows,
+floor, timeline.py): a refused answer makes the store take a census of every member
+(``reconsider_timeline``), which adopts a restored or rebuilt etcd only when a quorum of the
+members, and every member that answers, are in the new history; ``timeline_epoch`` then grows,
 and a read refused for it is asked again once within its deadline.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from awide_cluster.store import bounded, codec, history
+from awide_cluster.store import bounded, codec, timeline
 from awide_cluster.store.codec import AuthNotEnabled, Codec, TokenRejected
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.credentials import read_credentials
@@ -39,8 +39,8 @@ from awide_cluster.store.errors import (
     Unavailable,
 )
 from awide_cluster.store.hedge import EndpointRing, hedged, write_once
-from awide_cluster.store.history import Claim, History
 from awide_cluster.store.port import Op
+from awide_cluster.store.timeline import Claim, Timeline
 from awide_cluster.store.transport import SendState, Transport
 from awide_cluster.store.types import (
     Alarm,
@@ -73,8 +73,8 @@ class EtcdStore:
         creds = read_credentials(config.credential_files())     # CredentialError: bad file
         self.transport = Transport(config, creds.ssl)
         self._credentials_digest = creds.digest     # what the files held when last read
-        self.history = History()
-        self.history_note = ""      # why the last new history was adopted ("" when none was)
+        self.timeline = Timeline()
+        self.timeline_note = ""      # why the last new history was adopted ("" when none was)
         self._doubt = False         # an answer was refused since the last census
         self._census_lock: asyncio.Lock | None = None
         self._census_at = float("-inf")
@@ -88,13 +88,13 @@ class EtcdStore:
     @property
     def last_revision(self) -> int:
         """Highest cluster revision seen in the history followed (0 before the first)."""
-        return self.history.floor
+        return self.timeline.floor
 
     @property
-    def history_epoch(self) -> int:
+    def timeline_epoch(self) -> int:
         """How many new etcd histories (restored or rebuilt clusters) this store adopted.
         Whoever remembers a revision compares it with the epoch it remembered it in."""
-        return self.history.epoch
+        return self.timeline.epoch
 
     @property
     def preferred_endpoint(self) -> str:
@@ -102,36 +102,36 @@ class EtcdStore:
 
     def note_revision(self, revision: int, cluster_id: int = 0) -> None:
         """Raise the floor to ``revision`` if it is of the history followed (never refuses)."""
-        new, verdict = history.judge(self.history, self.history, Claim(cluster_id, revision))
+        new, verdict = timeline.judge(self.timeline, self.timeline, Claim(cluster_id, revision))
         if verdict == "ok":
-            self.history = new
+            self.timeline = new
 
-    def check_claim(self, claim: Claim, sent: History, endpoint: str) -> int:
+    def check_claim(self, claim: Claim, sent: Timeline, endpoint: str) -> int:
         """Refuse an answer of another cluster, or below the floor of ``sent`` (the history
         when the call was sent): ``RevisionWentBack``; the next call takes a census."""
-        new, verdict = history.judge(self.history, sent, claim)
+        new, verdict = timeline.judge(self.timeline, sent, claim)
         if verdict != "ok":
             self._doubt = True
             raise RevisionWentBack(
-                f"{endpoint}: {history.why(verdict, self.history, sent, claim)}")
-        self.history = new
+                f"{endpoint}: {timeline.why(verdict, self.timeline, sent, claim)}")
+        self.timeline = new
         return claim.revision
 
-    def check_revision(self, body: dict[str, Any], sent: History, endpoint: str) -> int:
+    def check_revision(self, body: dict[str, Any], sent: Timeline, endpoint: str) -> int:
         return self.check_claim(codec.header_claim(body), sent, endpoint)
 
-    async def reconsider_history(self, deadline: float) -> bool:
+    async def reconsider_timeline(self, deadline: float) -> bool:
         """After a refused answer: the status of every member (concurrently, by ``deadline``)
-        judged by ``history.assess``. True when a new history was adopted (logged once; the
+        judged by ``timeline.assess``. True when a new history was adopted (logged once; the
         refusal memory forgotten, its revisions are of the old history)."""
         if not self._doubt:
             return False
         if self._census_lock is None:
             self._census_lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
-        epoch = self.history.epoch
+        epoch = self.timeline.epoch
         async with self._census_lock:
-            if self.history.epoch != epoch:
+            if self.timeline.epoch != epoch:
                 return True                 # adopted while this call waited
             if not self._doubt or loop.time() - self._census_at < CENSUS_GAP:
                 return False
@@ -141,12 +141,12 @@ class EtcdStore:
             self._census_at = loop.time()
             self._doubt = False
             claims = await self._census(left)
-            new, verdict = history.assess(self.history, claims)
+            new, verdict = timeline.assess(self.timeline, claims)
             if verdict.outcome != "adopted":
                 log.debug("etcd history kept: %s", verdict.reason)
                 return False
-            self.history = new
-            self.history_note = verdict.reason
+            self.timeline = new
+            self.timeline_note = verdict.reason
             self.refusals = bounded.RefusalMemory(self.refusals.limit)
             log.warning("etcd history changed (epoch %d): %s", new.epoch, verdict.reason)
             return True
@@ -253,9 +253,9 @@ class EtcdStore:
         An answer over ``max_bytes`` (at most ``max_answer_bytes``) raises ``TooLarge``."""
         deadline = self.deadline(timeout)
         for again in (False, True):
-            sent = self.history
+            sent = self.timeline
 
-            async def attempt(ep: str, sent: History = sent) -> dict[str, Any]:
+            async def attempt(ep: str, sent: Timeline = sent) -> dict[str, Any]:
                 answer = await self.transport.post(ep, path, body, max_bytes=max_bytes,
                                                    what=what)
                 self.check_revision(answer, sent, ep)
@@ -267,7 +267,7 @@ class EtcdStore:
                                                 deadline, what), deadline),
                     deadline, what, write=False)
             except StoreError:
-                if again or not await self.reconsider_history(deadline):
+                if again or not await self.reconsider_timeline(deadline):
                     raise
         raise AssertionError("unreachable")
 
@@ -275,7 +275,7 @@ class EtcdStore:
                     what: str) -> tuple[str, dict[str, Any]]:
         """A single-shot write (see hedge.write_once)."""
         deadline = self.deadline(timeout)
-        before = self.history
+        before = self.timeline
 
         async def attempt(ep: str, sent: SendState) -> dict[str, Any]:
             answer = await self.transport.post(ep, path, body, write=True, sent=sent)
@@ -288,7 +288,7 @@ class EtcdStore:
                 deadline, what, write=True)
         except StoreError:
             # never repeated (it may have been applied): the census is for the next call
-            await self.reconsider_history(deadline)
+            await self.reconsider_timeline(deadline)
             raise
 
     @staticmethod

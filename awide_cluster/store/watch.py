@@ -8,9 +8,9 @@ is bounded by the store's call timeout; when every member failed to open one in 
 watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
 revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
 
-A watch belongs to the etcd history its store followed when it was made (``history_epoch``):
-once the store adopts a new history (a restored or rebuilt cluster, history.py), the next
-``__anext__`` raises ``HistoryChanged`` and the watch is over (its revisions are of the old
+A watch belongs to the etcd history its store followed when it was made (``timeline_epoch``):
+once the store adopts a new history (a restored or rebuilt cluster, timeline.py), the next
+``__anext__`` raises ``TimelineChanged`` and the watch is over (its revisions are of the old
 history): the caller re-reads and watches again from the present. A stream that cannot be
 opened because every member answers below the revision delivered makes the store take its
 census at once, so a watch alone also notices a restore.
@@ -40,9 +40,9 @@ from awide_cluster.store import codec
 from awide_cluster.store.codec import TokenRejected, WatchFrame
 from awide_cluster.store.errors import (
     Denied,
-    HistoryChanged,
     RevisionWentBack,
     StoreError,
+    TimelineChanged,
     Timeout,
     Unavailable,
     WatchCanceled,
@@ -77,7 +77,7 @@ class Watch:
         self._reader: LineReader | None = None
         self._endpoint: str | None = None
         self._closed = False
-        self._epoch = store.history_epoch
+        self._epoch = store.timeline_epoch
         self.reconnects = 0   # streams re-opened after a stall or a broken stream
 
     # ------------------------------------------------------------------ public
@@ -121,11 +121,11 @@ class Watch:
                 return batch
 
     def _check_history(self) -> None:
-        if self._store.history_epoch != self._epoch:
+        if self._store.timeline_epoch != self._epoch:
             self._drop()
             self._closed = True
-            note = self._store.history_note or "a new etcd history"
-            raise HistoryChanged(f"watch {self._key!r}: {note}; re-read, then watch again")
+            note = self._store.timeline_note or "a new etcd history"
+            raise TimelineChanged(f"watch {self._key!r}: {note}; re-read, then watch again")
 
     async def close(self) -> None:
         self._closed = True
@@ -211,7 +211,7 @@ class Watch:
             except StoreError as exc:
                 self._drop()
                 errors.append(exc)
-        if await store.reconsider_history(store.deadline(None)):
+        if await store.reconsider_timeline(store.deadline(None)):
             self._check_history()
         raise combine(errors, f"watch {self._key!r}")
 
@@ -246,7 +246,7 @@ class Watch:
         if not frame.created:
             raise Unavailable(f"{ep}: watch stream did not start with 'created'")
         delivered = (self._next_rev or 1) - 1
-        sent = store.history
+        sent = store.timeline
         store.check_claim(codec.Claim(frame.cluster_id, frame.revision), sent, ep)
         if frame.revision and frame.revision < delivered:
             raise RevisionWentBack(f"{ep}: watch created at revision {frame.revision}, below "

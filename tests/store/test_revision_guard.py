@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from awide_cluster.store import HistoryChanged, RevisionWentBack, Unavailable
+from awide_cluster.store import RevisionWentBack, TimelineChanged, Unavailable
 from awide_harness import EtcdCluster
 
 
@@ -16,7 +16,7 @@ async def test_a_cluster_rebuilt_behind_a_known_revision_is_adopted(etcd_binary,
         store = make_store(old.endpoints)
         for i in range(20):
             await store.put(f"k{i}", b"x")
-        high, old_id = store.last_revision, store.history.cluster_id
+        high, old_id = store.last_revision, store.timeline.cluster_id
         watch = store.watch("k0")
         await watch._open()
         ports = old.ports
@@ -29,12 +29,12 @@ async def test_a_cluster_rebuilt_behind_a_known_revision_is_adopted(etcd_binary,
         # every member answers the new history: adopted at the first refused answer, and the
         # read asked again within its deadline
         assert await store.get("k0") is None
-        assert store.history_epoch == 1
-        assert store.history.cluster_id != old_id and store.last_revision < high
-        assert "restored or rebuilt" in store.history_note
+        assert store.timeline_epoch == 1
+        assert store.timeline.cluster_id != old_id and store.last_revision < high
+        assert "restored or rebuilt" in store.timeline_note
         await store.put("k0", b"y")
         assert (await store.get("k0")).value == b"y"
-        with pytest.raises(HistoryChanged):     # a watch of the old history is over
+        with pytest.raises(TimelineChanged):     # a watch of the old history is over
             await watch.__anext__()
         await watch.close()
 
@@ -48,16 +48,16 @@ async def test_one_member_of_another_history_is_refused_not_adopted(etcd_binary,
                         stop_timeout=0.5) as other:
         store = make_store((*main.endpoints[:2], other.endpoints[0]), call_timeout=1.0)
         await store.put("k", b"v")
-        followed = store.history
+        followed = store.timeline
         main.kill(0)
         main.kill(1)
         for _ in range(3):
             with pytest.raises((RevisionWentBack, Unavailable)):
                 await store.get("k")
             store._census_at = float("-inf")        # a census at every refusal, not once a gap
-        assert store.history == followed and store.history_epoch == 0
+        assert store.timeline == followed and store.timeline_epoch == 0
         main.restart(0, wait=False)
         main.restart(1, wait=False)
         main.wait_healthy()
         assert (await store.get("k")).value == b"v"
-        assert store.history.cluster_id == followed.cluster_id
+        assert store.timeline.cluster_id == followed.cluster_id

@@ -1,6 +1,6 @@
 """Which etcd history a client follows: one member gone back in time, or a deliberate restore.
 
-A client remembers the history it follows (``History``): etcd's cluster id and the highest
+A client remembers the history it follows (``Timeline``): etcd's cluster id and the highest
 revision it has seen (the floor). Every answer is judged (``judge``): an answer from another
 cluster id, or below the floor seen before the call was sent, is refused; that is *that
 member's* problem (a lagging or stale member, a wrong endpoint) and the call moves on to
@@ -16,7 +16,7 @@ starts again from the new history when they differ. One member still at or above
 the old cluster keeps the old history: a member that went back in time never moves a client.
 
 Pure: frozen values in, frozen values out. The I/O (the status of every member) is the store's
-(``EtcdStore.reconsider_history``).
+(``EtcdStore.reconsider_timeline``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
-class History:
+class Timeline:
     cluster_id: int = 0     # etcd's cluster id (0 until the first answer that names one)
     floor: int = 0          # the highest revision seen in this history
     epoch: int = 0          # new histories adopted so far
@@ -44,7 +44,7 @@ class History:
 Judgement = Literal["ok", "foreign", "behind"]
 
 
-def judge(current: History, sent: History, claim: Claim) -> tuple[History, Judgement]:
+def judge(current: Timeline, sent: Timeline, claim: Claim) -> tuple[Timeline, Judgement]:
     """One answer to a call sent when the history was ``sent``: accepted (the floor raised)
     or refused as from another cluster (``foreign``) or below the floor (``behind``).
     A call sent before the history changed is judged by the cluster id only."""
@@ -57,7 +57,7 @@ def judge(current: History, sent: History, claim: Claim) -> tuple[History, Judge
     return replace(current, cluster_id=cluster, floor=max(current.floor, claim.revision)), "ok"
 
 
-def why(judgement: Judgement, current: History, sent: History, claim: Claim) -> str:
+def why(judgement: Judgement, current: Timeline, sent: Timeline, claim: Claim) -> str:
     """The refusal's words (for ``RevisionWentBack``)."""
     if judgement == "foreign":
         return (f"answered for etcd cluster {claim.cluster_id:x}, not cluster "
@@ -79,8 +79,8 @@ def quorum(members: int) -> int:
     return members // 2 + 1
 
 
-def assess(current: History, census: Sequence[tuple[str, Claim | None]]
-           ) -> tuple[History, Verdict]:
+def assess(current: Timeline, census: Sequence[tuple[str, Claim | None]]
+           ) -> tuple[Timeline, Verdict]:
     """The status of every configured member (``None``: it did not answer), against the
     history followed: ``adopted`` (a new history, the floor reset), ``kept`` (a member still
     serves this history: the refusals were those members' problem) or ``undecided`` (too few
@@ -104,7 +104,7 @@ def assess(current: History, census: Sequence[tuple[str, Claim | None]]
                                              f"({shown})")
     cluster = ids.pop() or current.cluster_id
     top = max(c.revision for _, c in answered)
-    new = History(cluster_id=cluster, floor=top, epoch=current.epoch + 1)
+    new = Timeline(cluster_id=cluster, floor=top, epoch=current.epoch + 1)
     what = (f"a new cluster id {cluster:x} (was {current.cluster_id:x})"
             if cluster != current.cluster_id else f"cluster id {cluster:x}")
     return new, Verdict("adopted", f"{len(answered)} of {len(census)} etcd members answer "

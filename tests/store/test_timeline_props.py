@@ -5,15 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awide_cluster.store.history import Claim, History, assess, judge, quorum
+from awide_cluster.store.timeline import Claim, Timeline, assess, judge, quorum
 
 IDS = st.integers(min_value=1, max_value=2**64 - 1)
 REVS = st.integers(min_value=1, max_value=10**9)
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> History:
-    return History(cluster_id=draw(IDS), floor=draw(REVS), epoch=draw(st.integers(0, 5)))
+def histories(draw: st.DrawFn) -> Timeline:
+    return Timeline(cluster_id=draw(IDS), floor=draw(REVS), epoch=draw(st.integers(0, 5)))
 
 
 @given(histories(), st.integers(0, 10**9))
@@ -42,18 +42,18 @@ def test_an_answer_of_another_cluster_is_refused_whatever_its_revision(h, other,
 
 @given(histories(), REVS)
 def test_a_call_sent_before_a_new_history_is_judged_by_cluster_only(h, rev):
-    sent = History(h.cluster_id, floor=h.floor + 10**9, epoch=h.epoch - 1)
+    sent = Timeline(h.cluster_id, floor=h.floor + 10**9, epoch=h.epoch - 1)
     new, j = judge(h, sent, Claim(h.cluster_id, rev))
     assert j == "ok" and new.floor == max(h.floor, rev)
 
 
 def test_the_first_answer_names_the_cluster():
-    new, j = judge(History(), History(), Claim(7, 3))
-    assert j == "ok" and new == History(cluster_id=7, floor=3, epoch=0)
+    new, j = judge(Timeline(), Timeline(), Claim(7, 3))
+    assert j == "ok" and new == Timeline(cluster_id=7, floor=3, epoch=0)
 
 
 @st.composite
-def censuses(draw: st.DrawFn, h: History) -> list[tuple[str, Claim | None]]:
+def censuses(draw: st.DrawFn, h: Timeline) -> list[tuple[str, Claim | None]]:
     """3 or 5 members, each silent, current, behind, or of another cluster."""
     n = draw(st.sampled_from((3, 5)))
     out: list[tuple[str, Claim | None]] = []
@@ -115,9 +115,9 @@ def test_a_whole_cluster_restored_from_a_snapshot_is_adopted(h, n):
 
 
 def test_a_cluster_rebuilt_from_nothing_is_adopted_with_a_quorum_answering():
-    h = History(cluster_id=0xA, floor=500, epoch=2)
+    h = Timeline(cluster_id=0xA, floor=500, epoch=2)
     census = [("m0", Claim(0xB, 3)), ("m1", Claim(0xB, 4)), ("m2", None)]
     new, verdict = assess(h, census)
     assert verdict.outcome == "adopted"
-    assert new == History(cluster_id=0xB, floor=4, epoch=3)
+    assert new == Timeline(cluster_id=0xB, floor=4, epoch=3)
     assert "new cluster id b (was a)" in verdict.reason
