@@ -720,7 +720,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
 
 
 def _served_cert(lab: Lab, host: str) -> bytes:
-    """The certificate a member's client port serves, checked against the cluster CA."""
+    """The certificate (DER) a member's client port serves."""
     import ssl
     pem = ssl.get_server_certificate((lab.addr(host), 2379), timeout=10)
     return ssl.PEM_cert_to_DER_cert(pem)
