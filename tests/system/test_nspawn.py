@@ -16,7 +16,7 @@ at its first host; site.yml repairs that host.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 7 minutes on a shared 2-core machine. The
+opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-core machine. The
 root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
 AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
 list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
