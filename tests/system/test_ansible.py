@@ -17,6 +17,7 @@ import pwd
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -64,7 +65,8 @@ def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
 
 def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
     r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
-              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml", "restore.yml"],
+              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml", "restore.yml",
+              "rotate-certs.yml"],
              cwd=ANSIBLE)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
@@ -168,8 +170,11 @@ def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         "vars": {"awide_config_dir": f"{out}/{{{{ inventory_hostname }}}}",
                  "awide_unit_dir": f"{out}/{{{{ inventory_hostname }}}}/units",
                  "awide_bin": str(BIN / "awide-cluster"),
-                 "awide_user": user, "awide_group": group},
+                 "awide_user": user, "awide_group": group, "awide_etcd_os_user": user,
+                 "awide_tls_pki_dir": str(tmp / "pki"), "awide_secrets_dir": str(tmp / "secrets")},
         "tasks": [
+            {"name": "TLS", "ansible.builtin.import_role": {"name": "awide",
+                                                            "tasks_from": "tls.yml"}},
             {"name": "Config", "ansible.builtin.import_role": {"name": "awide",
                                                                "tasks_from": "config.yml"}},
             {"name": "Etcd flags", "ansible.builtin.import_role": {"name": "awide",
@@ -225,13 +230,22 @@ def test_rendered_configs_pass_check_config(rendered: dict) -> None:
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"host {host}, {role}, {ncards} card(s)" in r.stdout
-        # no TLS in the role yet: the loud opt-out is written, and check-config says so
-        assert "WARNING: etcd.allow_plaintext is true" in r.stderr, r.stderr
+        # TLS and the host's own etcd user by default: no plaintext warning
+        assert "WARNING" not in r.stderr, r.stderr
         cfg = yaml.safe_load(path.read_text())
         assert cfg["cluster"] == "t1" and cfg["dev_cluster"] is False
-        assert cfg["etcd"]["allow_plaintext"] is True
-        assert cfg["etcd"]["endpoints"] == ["http://10.9.0.11:2379", "http://[fd00::12]:2379",
-                                            "http://10.9.0.13:2379", "http://10.9.0.14:2379"]
+        assert "allow_plaintext" not in cfg["etcd"]
+        assert cfg["etcd"]["endpoints"] == ["https://10.9.0.11:2379", "https://[fd00::12]:2379",
+                                            "https://10.9.0.13:2379", "https://10.9.0.14:2379"]
+        assert cfg["etcd"]["tls"] == {"ca_file": str(rendered["out"] / host / "tls" / "ca.crt")}
+        assert cfg["etcd"]["username"] == f"host:t1:{host}"
+        pw = Path(cfg["etcd"]["password_file"])
+        assert pw.stat().st_mode & 0o777 == 0o640
+        # the generated password, kept on the controller (0600) and reused
+        kept = rendered["tmp"] / "secrets" / f"host:t1:{host}"
+        assert kept.stat().st_mode & 0o777 == 0o600
+        assert pw.read_text().strip() == kept.read_text().strip()
+        assert len(kept.read_text().strip()) == 32
         for card in cfg["cards"]:
             assert "label" not in card                 # inventory-only keys stay out
 
@@ -273,9 +287,17 @@ def test_the_alert_rules_and_the_dashboard_are_installed(rendered: dict) -> None
 def test_etcd_flags_name_every_member(rendered: dict) -> None:
     env = _env_file(rendered["out"] / "s2" / "etcd.env")
     assert env["ETCD_NAME"] == "s2"
-    assert env["ETCD_INITIAL_CLUSTER"] == ("s1=http://10.9.0.11:2380,s2=http://[fd00::12]:2380,"
-                                           "w1=http://10.9.0.13:2380,w2=http://10.9.0.14:2380")
-    assert env["ETCD_LISTEN_CLIENT_URLS"] == "http://[fd00::12]:2379,http://127.0.0.1:2379"
+    assert env["ETCD_INITIAL_CLUSTER"] == ("s1=https://10.9.0.11:2380,s2=https://[fd00::12]:2380,"
+                                           "w1=https://10.9.0.13:2380,w2=https://10.9.0.14:2380")
+    assert env["ETCD_LISTEN_CLIENT_URLS"] == "https://[fd00::12]:2379,https://127.0.0.1:2379"
+    tls = rendered["out"] / "s2" / "tls"
+    assert env["ETCD_PEER_CLIENT_CERT_AUTH"] == "true"
+    assert env["ETCD_PEER_TRUSTED_CA_FILE"] == str(tls / "ca.crt")
+    assert env["ETCD_CERT_FILE"] == env["ETCD_PEER_CERT_FILE"] == str(tls / "etcd.crt")
+    assert env["ETCD_KEY_FILE"] == env["ETCD_PEER_KEY_FILE"] == str(tls / "etcd.key")
+    # no client certificates demanded on the client port (etcd's JSON gateway would refuse
+    # every request with auth on)
+    assert "ETCD_CLIENT_CERT_AUTH" not in env and "ETCD_TRUSTED_CA_FILE" not in env
     assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == "1s"
     assert env["ETCD_PRE_VOTE"] == "true"
 
@@ -292,7 +314,10 @@ def test_etcdctl_of_the_housekeeping_units_reaches_this_member_only(rendered: di
     path = rendered["out"] / "s2" / "etcdctl.env"
     assert path.stat().st_mode & 0o777 == 0o600
     env = _env_file(path)
-    assert env["ETCDCTL_ENDPOINTS"] == "http://[fd00::12]:2379"
+    assert env["ETCDCTL_ENDPOINTS"] == "https://[fd00::12]:2379"
+    assert env["ETCDCTL_CACERT"] == str(rendered["out"] / "s2" / "tls" / "ca.crt")
+    root_pw = (rendered["tmp"] / "secrets" / "root").read_text().strip()
+    assert env["ETCDCTL_USER"] == f"root:{root_pw}"   # snapshots and defrag are root's
     assert env["ETCDCTL_API"] == "3"
     assert env["AWIDE_BACKUP_DIR"] == "/var/lib/awide-etcd-backup"
     assert env["AWIDE_BACKUP_KEEP_DAYS"] == "7" and env["AWIDE_BACKUP_NAME"] == "s2"
@@ -362,18 +387,21 @@ def _etcd_programs() -> list[str]:
 @pytest.mark.parametrize("which", [0, 1])
 def test_etcd_recognises_every_flag_we_write(rendered: dict, tmp_path: Path, which: int) -> None:
     """Start the real etcd (Debian 3.4.23 and the venv's 3.5.1) with the written flags, moved to
-    loopback as a one-member cluster: it must use every ETCD_* variable and become healthy."""
+    loopback as a one-member cluster: it must use every ETCD_* variable, serve TLS with the
+    role's certificate and become healthy."""
     programs = _etcd_programs()
     if which >= len(programs):
         pytest.skip("only one etcd program here")
     env = _env_file(rendered["out"] / "s1" / "etcd.env")
     client, peer = _free_port(), _free_port()
     env.update({"ETCD_DATA_DIR": str(tmp_path / "data"),
-                "ETCD_LISTEN_CLIENT_URLS": f"http://127.0.0.1:{client}",
-                "ETCD_ADVERTISE_CLIENT_URLS": f"http://127.0.0.1:{client}",
-                "ETCD_LISTEN_PEER_URLS": f"http://127.0.0.1:{peer}",
-                "ETCD_INITIAL_ADVERTISE_PEER_URLS": f"http://127.0.0.1:{peer}",
-                "ETCD_INITIAL_CLUSTER": f"s1=http://127.0.0.1:{peer}"})
+                "ETCD_LISTEN_CLIENT_URLS": f"https://127.0.0.1:{client}",
+                "ETCD_ADVERTISE_CLIENT_URLS": f"https://127.0.0.1:{client}",
+                "ETCD_LISTEN_PEER_URLS": f"https://127.0.0.1:{peer}",
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS": f"https://127.0.0.1:{peer}",
+                "ETCD_INITIAL_CLUSTER": f"s1=https://127.0.0.1:{peer}"})
+    # the host's rendered certificate (SAN 127.0.0.1), checked against the rendered CA
+    ctx = ssl.create_default_context(cafile=str(rendered["out"] / "s1" / "tls" / "ca.crt"))
     log = tmp_path / "etcd.log"
     with open(log, "w") as f:
         proc = subprocess.Popen([programs[which]], env={"PATH": "/usr/bin:/bin", **env},
@@ -383,7 +411,8 @@ def test_etcd_recognises_every_flag_we_write(rendered: dict, tmp_path: Path, whi
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
+                with urllib.request.urlopen(f"https://127.0.0.1:{client}/health", timeout=1,
+                                            context=ctx) as r:
                     healthy = json.load(r).get("health") == "true"
             except OSError:
                 pass

@@ -56,6 +56,10 @@ def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[
                           env=_env(**env))
 
 
+def tools_dir() -> Path:
+    return BIN
+
+
 @pytest.fixture(scope="module")
 def tools() -> Path:
     missing = [p for p in ("ansible-playbook", "ansible-vault") if not (BIN / p).exists()]
@@ -97,12 +101,14 @@ def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
     (tmp / "vault-pw").write_text(VAULT_PASSWORD + "\n")
     keys = list(dhchap.items())
+    # store-a's etcd user and root from the vault, the other users' passwords generated
     secrets = (
-        _vaulted(tools, tmp, ETCD_PASSWORD, "awide_etcd_password")
+        "awide_etcd_passwords:\n"
+        + _vaulted(tools, tmp, ETCD_PASSWORD, '  "host:prod1:store-a"')
+        + _vaulted(tools, tmp, ETCDCTL_PASSWORD, '  "root"')
         + "awide_gateway_dhchap_keys:\n"
         + f'  "{keys[0][0]}": "{keys[0][1]}"\n'
         + _vaulted(tools, tmp, keys[1][1], f'  "{keys[1][0]}"')
-        + yaml.safe_dump({"awide_etcdctl_env": {"ETCDCTL_USER": f"root:{ETCDCTL_PASSWORD}"}})
     )
     (tmp / "secrets.yml").write_text(secrets)
     out = tmp / "out"
@@ -112,15 +118,16 @@ def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
         "awide_bin": str(BIN / "awide-cluster"),
         "awide_user": pwd.getpwuid(os.getuid()).pw_name,
         "awide_group": grp.getgrgid(os.getgid()).gr_name,
-        # a password needs https endpoints (check-config refuses it over http)
-        "awide_etcd_scheme": "https",
-        "awide_config_extra": {"etcd": {"username": "awide-daemon"}},
+        "awide_etcd_os_user": pwd.getpwuid(os.getuid()).pw_name,
+        "awide_tls_pki_dir": str(tmp / "pki"),
+        "awide_secrets_dir": str(tmp / "secrets"),
         **over,
     }
     play = [{"name": "Render the example inventory", "hosts": "storage:witness",
              "gather_facts": False, "vars": play_vars, "tasks": [
                  {"name": n, "ansible.builtin.import_role": {"name": "awide", "tasks_from": f}}
-                 for n, f in (("Checks", "checks.yml"), ("Config", "config.yml"),
+                 for n, f in (("Checks", "checks.yml"), ("TLS", "tls.yml"),
+                              ("Config", "config.yml"),
                               ("Etcd flags", "etcd_env.yml"),
                               ("Housekeeping", "maintenance_files.yml"))]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
@@ -155,11 +162,71 @@ def test_the_check_diff_shows_allow_lists_and_no_allow_any_host(runs: dict) -> N
     assert "allow_any_host" not in text.lower() and "ANY_HOST" not in text
 
 
+def _generated(runs: dict) -> list[str]:
+    """The passwords the role generated (kept on the controller) and the private keys' first
+    lines (which hold the private scalar; the later ones also encode the public key, which the
+    certificates shown by --diff carry too)."""
+    found = [p.read_text().strip() for p in (runs["tmp"] / "secrets").iterdir()]
+    keys = [p.read_text().splitlines()[1] for p in (runs["tmp"] / "pki").glob("*.key")]
+    return found + keys
+
+
 def test_no_secret_in_any_output(runs: dict) -> None:
+    generated = _generated(runs)
+    assert len(generated) >= 2 + 4            # store-b's and witness-1's passwords, 4 keys
     for name in ("check", "real"):
         text = _text(runs[name])
         leaked = [s for s in SECRETS if s in text]
         assert not leaked, f"{name}: {leaked}"
+        assert not [s for s in generated if s in text], name
+        assert "PRIVATE KEY" not in text, name
+
+
+def test_no_plain_http_in_the_diff_nor_the_files(runs: dict) -> None:
+    """TLS by default: every etcd URL the role writes is https (the only http:// it may write
+    is the documented opt-out, awide_etcd_insecure_plaintext, below)."""
+    for name in ("check", "real"):
+        text = _text(runs[name])
+        assert runs[name].returncode == 0, text[-3000:]
+        assert "http://" not in text, name
+        assert "https://10.0.0.11:2379" in text and "allow_plaintext" not in text, name
+    for f in runs["out"].rglob("*"):
+        if f.is_file() and "monitoring" not in f.parts:
+            assert "http://" not in f.read_text(), f
+
+
+def test_keys_are_private_and_certificates_chain_to_the_cluster_ca(runs: dict) -> None:
+    pki = runs["tmp"] / "pki"
+    assert pki.stat().st_mode & 0o777 == 0o700
+    assert (pki / "ca.key").stat().st_mode & 0o777 == 0o600
+    for host, addr in (("store-a", "10.0.0.11"), ("witness-1", "10.0.0.13")):
+        tls = runs["out"] / host / "tls"
+        assert (tls / "etcd.key").stat().st_mode & 0o777 == 0o600
+        assert (tls / "etcd.key").stat().st_uid == os.getuid()     # awide_etcd_os_user's
+        assert (tls / "ca.crt").read_bytes() == (pki / "ca.crt").read_bytes()
+        r = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "ca.crt"),
+                            "-purpose", "sslserver", str(tls / "etcd.crt")],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+        text = subprocess.run(["openssl", "x509", "-in", str(tls / "etcd.crt"), "-noout",
+                               "-text"], capture_output=True, text=True, timeout=30).stdout
+        assert f"IP Address:{addr}" in text and "IP Address:127.0.0.1" in text
+        assert f"DNS:{host}" in text and "TLS Web Client Authentication" in text
+
+
+def test_renewal_issues_new_certificates_from_the_same_ca(runs: dict) -> None:
+    tls = runs["out"] / "store-a" / "tls"
+    before = {n: (tls / n).read_bytes() for n in ("ca.crt", "etcd.crt", "etcd.key")}
+    r = _playbook(tools_dir(), runs, "-e", "awide_tls_renew=true", "--diff")
+    assert r.returncode == 0, _text(r)[-3000:]
+    after = {n: (tls / n).read_bytes() for n in ("ca.crt", "etcd.crt", "etcd.key")}
+    assert after["ca.crt"] == before["ca.crt"]
+    assert after["etcd.crt"] != before["etcd.crt"] and after["etcd.key"] != before["etcd.key"]
+    r2 = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "ca.crt"),
+                         str(tls / "etcd.crt")], capture_output=True, text=True, timeout=30)
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert "PRIVATE KEY" not in _text(r)
+    assert not [s for s in _generated(runs) if s in _text(r)]
 
 
 def test_secret_files_are_written_private(runs: dict) -> None:
@@ -175,6 +242,11 @@ def test_secret_files_are_written_private(runs: dict) -> None:
     assert pw.stat().st_mode & 0o777 == 0o640 and pw.read_text() == ETCD_PASSWORD + "\n"
     cluster = yaml.safe_load((out / "store-a" / "cluster.yaml").read_text())
     assert cluster["etcd"]["password_file"] == str(pw)
+    assert cluster["etcd"]["username"] == "host:prod1:store-a"
+    # a host whose password the vault does not give: its own, generated, kept on the controller
+    generated = (runs["tmp"] / "secrets" / "host:prod1:store-b").read_text().strip()
+    assert (out / "store-b" / "etcd-password").read_text() == generated + "\n"
+    assert generated != ETCD_PASSWORD
     assert "password" not in cluster["etcd"]
     assert ETCD_PASSWORD not in (out / "store-a" / "cluster.yaml").read_text()
     etcdctl = out / "witness-1" / "etcdctl.env"
@@ -199,6 +271,19 @@ def test_the_rendered_card_env_drives_the_export_script(runs: dict, tmp_path: Pa
     assert (sub / "attr_allow_any_host").read_text().strip() == "0"
     hosts = tmp_path / "nvmet" / "hosts"
     assert {h: (hosts / h / "dhchap_key").read_text().strip() for h in DHCHAP} == DHCHAP
+
+
+def test_plain_http_only_with_the_loud_opt_out(tools: Path, tmp_path: Path) -> None:
+    s = _setup(tools, tmp_path, awide_etcd_insecure_plaintext=True)
+    r = _playbook(tools, s, "--check", "--diff")
+    assert r.returncode == 0, _text(r)[-3000:]
+    text = _text(r)
+    assert "http://10.0.0.11:2379" in text and "https://" not in text
+    assert "allow_plaintext: true" in text and "awide_etcd_insecure_plaintext is true" in text
+    assert "ETCD_PEER_CLIENT_CERT_AUTH" not in text and "username" not in text
+    # setting the scheme by hand is no way around the loud name
+    r = _playbook(tools, _setup(tools, tmp_path / "b", awide_etcd_scheme="http"), "--check")
+    assert r.returncode != 0 and "awide_etcd_insecure_plaintext=true" in _text(r)
 
 
 def test_the_loud_opt_out_is_written_instead_of_the_list(tools: Path, tmp_path: Path) -> None:

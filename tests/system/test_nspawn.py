@@ -3,16 +3,20 @@ containers (one network namespace each, on a bridge with a private /24 used only
 sshd inside, and ansible/site.yml and ansible/upgrade.yml run over SSH against them.
 
 Checked: the etcd quorum forms (3 members, Debian's etcd.service masked, the progress-notify
-flag used); the daemons are active under systemd (Type=notify reached READY); `awide-cluster
-status` is healthy with one directory card per storage host; a second site.yml changes
-nothing; upgrade.yml upgrades one host at a time, the leader last, to a new version; a daemon
+flag used) with TLS on the client and peer ports and authentication on (plain http to either
+port fails; a gateway's own etcd user reads the registry and is refused writing it; no
+credentials read nothing); the daemons are active under systemd (Type=notify reached READY),
+each with its own etcd user; `awide-cluster status` is healthy with one directory card per
+storage host; a second site.yml changes nothing; rotate-certs.yml gives every member a new
+certificate without a restart and the cluster stays healthy;
+upgrade.yml upgrades one host at a time, the leader last, to a new version; a daemon
 killed with SIGKILL is restarted by systemd and the cluster is healthy again; upgrade.yml
 refuses an unhealthy cluster and changes nothing; a build that cannot start stops upgrade.yml
 at its first host; site.yml repairs that host.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 7 minutes on a shared 2-core machine. The
+opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-core machine. The
 root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
 AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
 list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
@@ -61,6 +65,7 @@ RECIPE = "bookworm minbase " + ",".join(PACKAGES) + " v1"
 HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each), h3 witness
 STORAGE = ("h1", "h2")
 CLUSTER = "systest"
+GATEWAY = "gw1"                              # a gateway given its own etcd user
 NEW_VERSION = "0.1.0.post1"                  # what upgrade.yml rolls out
 BROKEN_VERSION = "0.1.0.post2"               # a build that cannot start
 
@@ -480,7 +485,10 @@ def _inventory(lab: Lab, tmp: Path, source: Path) -> Path:
                  "ansible_ssh_private_key_file": str(CACHE / "ssh" / "id_ed25519"),
                  "ansible_ssh_common_args": " ".join(SSH_OPTS),
                  "ansible_python_interpreter": "/usr/bin/python3",
-                 "awide_source": str(source), "awide_health_retries": 45},
+                 "awide_source": str(source), "awide_health_retries": 45,
+                 # the CA, the certificates and the generated etcd passwords: the test's own
+                 "awide_tls_pki_dir": str(tmp / "pki"), "awide_secrets_dir": str(tmp / "secrets"),
+                 "awide_gateways": [{"id": GATEWAY, "namespace": "ns1"}]},
         "children": {"storage": {"hosts": {h: hosts[h] for h in STORAGE}},
                      "witness": {"hosts": {h: hosts[h] for h in HOSTS if h not in STORAGE}}}}}
     path = tmp / "inventory.yml"
@@ -607,11 +615,17 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
                 if "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL" in line]
         assert used and "1s" in used[-1] and "recognized and used" in used[-1], journal[-3000:]
         assert "unrecognized environment variable" not in journal
-    members = json.loads(_ssh(lab, "h1", "etcdctl", "--endpoints=http://127.0.0.1:2379",
+    # etcdctl over TLS as root (its password is in the housekeeping units' env file)
+    etcdctl = ["sh", "-c", "set -a; . /etc/awide-cluster/etcdctl.env; unset ETCDCTL_ENDPOINTS; "
+               'exec etcdctl "$@"', "etcdctl"]
+    members = json.loads(_ssh(lab, "h1", *etcdctl, "--endpoints=https://127.0.0.1:2379",
                               "member", "list", "-w", "json").stdout)["members"]
     assert sorted(m["name"] for m in members) == list(HOSTS)
-    _ssh(lab, "h1", "etcdctl", "--endpoints=" + ",".join(f"http://{lab.addr(h)}:2379"
-                                                         for h in HOSTS), "endpoint", "health")
+    assert all(u.startswith("https://") for m in members for u in m["peerURLs"]), members
+    _ssh(lab, "h1", *etcdctl, "--endpoints=" + ",".join(f"https://{lab.addr(h)}:2379"
+                                                        for h in HOSTS), "endpoint", "health")
+    _secured(lab, tmp_path)
+    t.lap("TLS and etcd users (plain http refused, a gateway's registry write refused)")
     doc = _healthy(lab, "h3")
     assert doc["etcd"]["quorum"] == "ok" and doc["etcd"]["up"] == 3, doc["etcd"]
     assert sorted(h["host"] for h in doc["hosts"]) == list(HOSTS)
@@ -626,6 +640,18 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
     assert {h: recap[h]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}, again.stdout[-4000:]
     assert all(recap[h]["failed"] == 0 for h in HOSTS)
     t.lap("site.yml again (no change)")
+
+    # new certificates from the same CA, one member at a time, no restart: still serving
+    served = {h: _served_cert(lab, h) for h in HOSTS}
+    restarts = {h: _unit(lab, h, "awide-etcd.service")["MainPID"] for h in HOSTS}
+    rotated = _playbook(lab, inventory, "rotate-certs.yml", "rotate-certs")
+    assert _task_hosts(rotated.stdout, "Install this host's certificate") == list(HOSTS)
+    for h in HOSTS:
+        assert _served_cert(lab, h) != served[h], h
+        assert _unit(lab, h, "awide-etcd.service")["MainPID"] == restarts[h], h
+    rot = _healthy(lab, "h2")
+    assert rot["etcd"]["quorum"] == "ok" and rot["etcd"]["up"] == 3, rot["etcd"]
+    t.lap("rotate-certs.yml (new certificates, no restart, healthy)")
 
     # rolling upgrade to a new version, the leader last
     up = _playbook(lab, inventory, "upgrade.yml", "upgrade", "-e",
@@ -691,6 +717,71 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
     repaired = _healthy(lab, "h3", timeout=90)
     assert {h["host"]: h["version"] for h in repaired["hosts"]} == {h: NEW_VERSION for h in HOSTS}
     t.lap("site.yml repaired the broken host")
+
+
+def _served_cert(lab: Lab, host: str) -> bytes:
+    """The certificate (DER) a member's client port serves."""
+    import ssl
+    pem = ssl.get_server_certificate((lab.addr(host), 2379), timeout=10)
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def _plain_http_fails(addr: str, port: int) -> str:
+    """A plain-http request to a TLS port: what went wrong (it must not answer health)."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{addr}:{port}/health", timeout=10) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:        # Go: 400 "client sent an HTTP request to an
+        return f"HTTP {e.code}"                # HTTPS server"
+    except OSError as e:
+        return type(e).__name__
+    raise AssertionError(f"plain http to {addr}:{port} answered: {body[:200]!r}")
+
+
+def _etcd_json(addr: str, path: str, body: dict, ca: Path, token: str | None = None) -> dict:
+    """A call to etcd's JSON gateway over TLS (the gateway library speaks it)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(f"https://{addr}:2379{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": token} if token else {})})
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        return json.loads(e.read() or b"{}") | {"http_status": e.code}
+
+
+def _secured(lab: Lab, tmp: Path) -> None:
+    """Plain http to a client and a peer port fails; the gateway's own user reads the registry
+    and is refused writing it; no credentials read nothing."""
+    import base64
+    for host in HOSTS:
+        for port in (2379, 2380):
+            print(f"[systest] plain http to {host}:{port}: "
+                  f"{_plain_http_fails(lab.addr(host), port)}", flush=True)
+    ca, addr = tmp / "pki" / "ca.crt", lab.addr("h2")
+    prefix = f"/awide/{CLUSTER}/"
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    user = f"gateway:{CLUSTER}:{GATEWAY}"
+    password = (tmp / "secrets" / user).read_text().strip()
+    auth = _etcd_json(addr, "/v3/auth/authenticate", {"name": user, "password": password}, ca)
+    assert "token" in auth, auth
+    # what it may read (nothing is written to its own keys: the leader reads them)
+    own = _etcd_json(addr, "/v3/kv/range", {"key": b64(prefix + "registry")}, ca, auth["token"])
+    assert "header" in own and "error" not in own, own
+    refused = _etcd_json(addr, "/v3/kv/put", {"key": b64(prefix + "registry"),
+                                              "value": b64("{}")}, ca, auth["token"])
+    assert "permission denied" in json.dumps(refused), refused
+    anonymous = _etcd_json(addr, "/v3/kv/range", {"key": b64(prefix + "registry")}, ca)
+    assert "user name is empty" in json.dumps(anonymous) or "http_status" in anonymous, anonymous
 
 
 def _planned_leader(stdout: str) -> str:
