@@ -105,7 +105,9 @@ def table(st: ClusterStatus) -> str:
 
     e = st.etcd
     out.append("")
-    out.append(f"ETCD  quorum {e.quorum} ({e.up}/{e.total} up)   raft leader "
+    answered = sum(1 for m in e.members if m.reachable)
+    seen = f", {answered} answering" if answered > e.up else ""
+    out.append(f"ETCD  quorum {e.quorum} ({e.up}/{e.total} up{seen})   raft leader "
                f"{e.leader or 'none'}   term {e.raft_term if e.raft_term is not None else '?'}")
     if e.alarms:
         out.append("  ALARMS  " + ", ".join(f"{a.alarm} (raised by {a.member})"
