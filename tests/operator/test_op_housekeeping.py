@@ -29,6 +29,7 @@ from awide_harness import EtcdCluster, etcd_version
 from awide_harness.etcd_cluster import HOUSEKEEPING, QUOTA_BACKEND_BYTES, with_housekeeping
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name  # noqa: F401
+from tests.timing import wait_until
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,10 +116,11 @@ def test_status_shows_each_members_db_size_in_use_and_quota(etcd_cluster, cluste
 def test_near_the_quota_status_warns_and_compaction_with_defrag_clears_it(etcd_cluster,
                                                                          tmp_path):
     ctl = beside(etcd_cluster.binary, "etcdctl") or pytest.skip("no etcdctl next to etcd")
-    # not a power of two: bbolt grows the file by doubling (8 MiB, then 16 MiB) and commits
-    # up to 100 ms after a put is answered, so a status read can still show the old size;
-    # with 20 MiB the 16 MiB file is at 80 % and one more 1 MiB put still fits under the quota
-    quota = 20 * MiB
+    # the database file grows in steps of up to ~6 MiB here (1 MiB puts, measured on 3.4 and
+    # 3.5) and the backend commits after a put's answer: with 40 MiB the window from 80 % to
+    # the quota (8 MiB) is wider than one step, and each reading waits for the last put to
+    # show in the in-use size, so the warning is seen before NOSPACE
+    quota = 40 * MiB
     with EtcdCluster(tmp_path, size=1, binary=etcd_cluster.binary, stop_timeout=0.5,
                      extra_args=[f"--quota-backend-bytes={quota}"]) as small:
         state.write(small.endpoints, "nearq", state.healthy_state("nearq"))
@@ -133,13 +135,26 @@ def test_near_the_quota_status_warns_and_compaction_with_defrag_clears_it(etcd_c
                 reader = StatusReader(viewer, cluster="nearq", endpoints=small.endpoints,
                                       call_timeout=5.0)
                 blob = os.urandom(MiB)
-                for i in range(32):                  # 1 MiB at a time: stops below the quota
+
+                written = 0
+
+                async def committed():  # untyped: wait_until infers Never from a bool
+                    # the backend commits after the put's answer: wait until the member's
+                    # in-use size shows what was written, so the next reading is current
+                    _, st = await reader.snapshot()
+                    used = st.etcd.members[0].db_size_in_use
+                    return used is not None and used >= written
+
+                for i in range(64):                  # 1 MiB at a time: stops below the quota
                     _, st = await reader.snapshot()
                     size = st.etcd.members[0].db_size
                     if size is not None and size >= 0.8 * quota:
                         return st
                     await store.put(f"/fill/{i}", blob)   # outside the cluster's prefix
-            raise AssertionError("32 MiB written and the database is not at 80 % of the quota")
+                    written = (i + 1) * MiB
+                    await wait_until(committed, 5.0,
+                                     f"{i + 1} MiB written show in the member's in-use size")
+            raise AssertionError("64 MiB written and the database is not at 80 % of the quota")
 
         st = asyncio.run(fill())
         (member,) = st.etcd.members
