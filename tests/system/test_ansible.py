@@ -606,3 +606,62 @@ def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None
     out = lint_run["log"].read_text()
     assert rc == 0, out
     assert "0 failure(s), 0 warning(s)" in out, out
+
+
+def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path: Path) -> None:
+    """The role's etcd_members.yml against a real etcd (one member, loopback, plain http) with
+    a learner added: every member, its peer URL, whether it is a learner, and its id in the
+    hex form that `etcdctl member promote/remove` take."""
+    program = _etcd_programs()[0]
+    client, peer = _free_port(), _free_port()
+    log = tmp_path / "etcd.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [program, "--name", "m1", "--data-dir", str(tmp_path / "data"),
+             "--listen-client-urls", f"http://127.0.0.1:{client}",
+             "--advertise-client-urls", f"http://127.0.0.1:{client}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"m1=http://127.0.0.1:{peer}"],
+            stdout=f, stderr=subprocess.STDOUT)
+    try:
+        etcdctl = [str(BIN / "etcdctl") if (BIN / "etcdctl").exists() else "etcdctl",
+                   f"--endpoints=http://127.0.0.1:{client}"]
+        deadline = time.monotonic() + 30
+        while True:
+            r = subprocess.run([*etcdctl, "member", "add", "m2", "--learner",
+                                "--peer-urls=http://127.0.0.1:1"], capture_output=True,
+                               text=True, timeout=30)
+            if r.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert r.returncode == 0, r.stderr + log.read_text()[-2000:]
+        simple = subprocess.run([*etcdctl, "member", "list"], capture_output=True, text=True,
+                                timeout=30, check=True).stdout
+        expected = sorted((line.split(", ")[0], line.split(", ")[3], line.split(", ")[5] == "true")
+                          for line in simple.splitlines() if line)
+        roles = _handlers_are_stubbed(tmp_path)
+        out = tmp_path / "members.json"
+        inventory = {"all": {"vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
+                                      "ansible_python_interpreter": sys.executable},
+                             "children": {"storage": {"hosts": {"c1": {}}}}}}
+        (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+        play = [{"name": "List", "hosts": "storage", "gather_facts": False,
+                 "vars": {"awide_member_via": "c1", "awide_etcd_insecure_plaintext": True,
+                          "awide_etcd_client_port": client},
+                 "tasks": [{"name": "Members", "ansible.builtin.import_role": {
+                     "name": "awide", "tasks_from": "etcd_members.yml"}},
+                           {"name": "Keep", "ansible.builtin.copy": {
+                               "content": "{{ awide_etcd_members | to_json }}",
+                               "dest": str(out), "mode": "0600"}}]}]
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+        r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
+                 cwd=tmp_path, ANSIBLE_ROLES_PATH=str(roles))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    got = json.loads(out.read_text())
+    assert sorted((m["id"], m["peer"], m["learner"]) for m in got) == expected
+    assert {m["name"] for m in got} == {"m1", ""}       # a learner not started has no name yet
+    assert [m["learner"] for m in got if m["peer"] == "http://127.0.0.1:1"] == [True]
