@@ -66,11 +66,83 @@ def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
 def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
     r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
               "--syntax-check", "site.yml", "upgrade.yml", "backup.yml", "restore.yml",
-              "rotate-certs.yml"],
+              "rotate-certs.yml", "add-host.yml", "remove-host.yml", "replace-host.yml"],
              cwd=ANSIBLE)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
     assert "playbook: backup.yml" in r.stdout and "playbook: restore.yml" in r.stdout
+    for name in ("add-host.yml", "remove-host.yml", "replace-host.yml"):
+        assert f"playbook: {name}" in r.stdout
+
+
+def _inventory(tmp: Path, hosts: list[str]) -> Path:
+    """hosts (storage) at addresses nothing answers on: a run that got past the local check
+    would fail to reach them."""
+    inv = {"all": {"vars": {"awide_cluster_name": "t1"},
+                   "children": {"storage": {"hosts": {
+                       h: {"ansible_host": f"192.0.2.{i + 1}"} for i, h in enumerate(hosts)}}}}}
+    path = tmp / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+@pytest.mark.parametrize(("playbook", "hosts", "extra", "why"), [
+    # 3 voting members: removing one leaves 2
+    ("remove-host.yml", ["h1", "h2", "h3"], {"awide_remove_host": "h3"}, "after 2"),
+    # the host to remove is not in the inventory
+    ("remove-host.yml", ["h1", "h2", "h3", "h4"], {"awide_remove_host": "h9"}, "leaving host h9"),
+    # nothing named
+    ("add-host.yml", ["h1", "h2", "h3", "h4"], {}, "new host -"),
+    # the new host must be in the inventory already
+    ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h4"}, "new host h4"),
+    # the cluster it would join has only 2 members
+    ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h3"}, "before 2"),
+    # 3 members + the new one: replacing leaves 3, but the peak (4 voters, the failed one
+    # silent) still needs 3 answering: fine; with 2 + new, refused
+    ("replace-host.yml", ["h1", "h2", "h3"],
+     {"awide_new_host": "h3", "awide_remove_host": "h2"}, "after 2"),
+    ("replace-host.yml", ["h1", "h2", "h3", "h4"], {"awide_new_host": "h4"},
+     "awide_remove_host=<failed host>"),
+    ("replace-host.yml", ["h1", "h2", "h3", "h4"],
+     {"awide_new_host": "h4", "awide_remove_host": "h4"}, "leaving host h4"),
+])
+def test_membership_changes_are_refused_before_any_host_is_touched(
+        ansible_tools: Path, tmp_path: Path, playbook: str, hosts: list[str],
+        extra: dict[str, str], why: str) -> None:
+    """The refusal is computed on the controller from the inventory: the hosts' addresses
+    answer nothing, so any step that touched a host would fail with unreachable instead."""
+    inventory = _inventory(tmp_path, hosts)
+    argv = [str(ansible_tools / "ansible-playbook"), "-i", str(inventory),
+            str(ANSIBLE / playbook)]
+    for k, v in extra.items():
+        argv += ["-e", f"{k}={v}"]
+    r = _run(argv, cwd=ANSIBLE)
+    assert r.returncode != 0
+    assert "refused, nothing was changed" in r.stdout, r.stdout[-3000:]
+    assert why in r.stdout, r.stdout[-3000:]
+    recap = _recap(r.stdout)
+    assert set(recap) == {"localhost"}, recap          # no host was reached
+    assert "UNREACHABLE" not in r.stdout
+
+
+@pytest.mark.parametrize(("hosts", "new", "remove", "allowed"), [
+    (["h1", "h2", "h3", "h4"], "h4", "", True),        # add a 4th
+    (["h1", "h2", "h3", "h4"], "", "h4", True),        # remove it again
+    (["h1", "h2", "h3", "h4"], "h4", "h3", True),      # replace h3 by h4: 3, 4, 3 voters
+    (["h1", "h2", "h3"], "", "h3", False),             # 2 would remain
+    (["h1", "h2", "h3", "h4", "h5"], "h5", "h4", True),
+    (["h1", "h2", "h3"], "h3", "h2", False),           # 2, 3, 2
+])
+def test_the_quorum_arithmetic_of_membership_changes(ansible_tools: Path, tmp_path: Path,
+                                                     hosts: list[str], new: str, remove: str,
+                                                     allowed: bool) -> None:
+    """The role's membership check alone, on localhost: allowed exactly when at least 3 voting
+    members remain before, during and after the change."""
+    r = _play(tmp_path, ansible_tools, "membership_check.yml",
+              {"awide_hosts": hosts, "awide_new_host": new, "awide_remove_host": remove,
+               "awide_membership_usage": "usage"},
+              {"c1": {"ansible_host": "127.0.0.1"}})
+    assert (r.returncode == 0) == allowed, r.stdout[-3000:]
 
 
 def test_restore_refuses_without_the_cluster_named(ansible_tools: Path) -> None:
@@ -534,3 +606,62 @@ def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None
     out = lint_run["log"].read_text()
     assert rc == 0, out
     assert "0 failure(s), 0 warning(s)" in out, out
+
+
+def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path: Path) -> None:
+    """The role's etcd_members.yml against a real etcd (one member, loopback, plain http) with
+    a learner added: every member, its peer URL, whether it is a learner, and its id in the
+    hex form that `etcdctl member promote/remove` take."""
+    program = _etcd_programs()[0]
+    client, peer = _free_port(), _free_port()
+    log = tmp_path / "etcd.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [program, "--name", "m1", "--data-dir", str(tmp_path / "data"),
+             "--listen-client-urls", f"http://127.0.0.1:{client}",
+             "--advertise-client-urls", f"http://127.0.0.1:{client}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"m1=http://127.0.0.1:{peer}"],
+            stdout=f, stderr=subprocess.STDOUT)
+    try:
+        etcdctl = [str(BIN / "etcdctl") if (BIN / "etcdctl").exists() else "etcdctl",
+                   f"--endpoints=http://127.0.0.1:{client}"]
+        deadline = time.monotonic() + 30
+        while True:
+            r = subprocess.run([*etcdctl, "member", "add", "m2", "--learner",
+                                "--peer-urls=http://127.0.0.1:1"], capture_output=True,
+                               text=True, timeout=30)
+            if r.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert r.returncode == 0, r.stderr + log.read_text()[-2000:]
+        simple = subprocess.run([*etcdctl, "member", "list"], capture_output=True, text=True,
+                                timeout=30, check=True).stdout
+        expected = sorted((line.split(", ")[0], line.split(", ")[3], line.split(", ")[5] == "true")
+                          for line in simple.splitlines() if line)
+        roles = _handlers_are_stubbed(tmp_path)
+        out = tmp_path / "members.json"
+        inventory = {"all": {"vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
+                                      "ansible_python_interpreter": sys.executable},
+                             "children": {"storage": {"hosts": {"c1": {}}}}}}
+        (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+        play = [{"name": "List", "hosts": "storage", "gather_facts": False,
+                 "vars": {"awide_member_via": "c1", "awide_etcd_insecure_plaintext": True,
+                          "awide_etcd_client_port": client},
+                 "tasks": [{"name": "Members", "ansible.builtin.import_role": {
+                     "name": "awide", "tasks_from": "etcd_members.yml"}},
+                           {"name": "Keep", "ansible.builtin.copy": {
+                               "content": "{{ awide_etcd_members | to_json }}",
+                               "dest": str(out), "mode": "0600"}}]}]
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+        r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
+                 cwd=tmp_path, ANSIBLE_ROLES_PATH=str(roles))
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    got = json.loads(out.read_text())
+    assert sorted((m["id"], m["peer"], m["learner"]) for m in got) == expected
+    assert {m["name"] for m in got} == {"m1", ""}       # a learner not started has no name yet
+    assert [m["learner"] for m in got if m["peer"] == "http://127.0.0.1:1"] == [True]
