@@ -36,8 +36,13 @@ async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, c
         leaders = [d for d in daemons if d.is_leader]
         assert len(leaders) == 1
         assert reg.leader == leaders[0].config.host
-        members = await store.range(keys.MEMBERS, prefix=True)
-        reports = {reportdoc.decode(kv.value).host for kv in members.kvs}
+        # every daemon reports, the witness too (its first report may come after start()
+        # returned and after the two cards were registered)
+        async def reporting() -> set[str]:
+            members = await store.range(keys.MEMBERS, prefix=True)
+            return {reportdoc.decode(kv.value).host for kv in members.kvs}
+
+        reports = await wait_for(lambda: _all_three(reporting), what="three host reports")
         assert reports == {"h1", "h2", "w1"}
         leader_kv = await store.get(keys.LEADER)
         assert leader_kv.lease == leaders[0].lease.id
@@ -57,3 +62,8 @@ async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, c
 async def _reg_with(store, n):
     r = await registry(store)
     return r if r is not None and len(r.cards) == n else None
+
+
+async def _all_three(reporting):
+    reports = await reporting()
+    return reports if reports == {"h1", "h2", "w1"} else None
