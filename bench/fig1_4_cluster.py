@@ -3,9 +3,9 @@ services and ``gateway watch`` processes; every gateway stamps its views with
 ``time.monotonic()``).
 
 1. detection: a card's store service SIGKILLed -> the card out on every gateway.
-   Floor: sick polls x poll interval. Goal: p99 <= floor + 0.25 s.
+   Floor: sick polls x poll interval. Goal: p99 <= floor + 0.05 s.
 2. return: the store service started again -> the card in on every gateway.
-   Floor: healthy polls x poll interval. Goal: p99 <= 1 poll + 0.25 s.
+   Floor: healthy polls x poll interval. Goal: p99 <= 1 poll + 0.05 s.
 3. join: a new card on a host (labelled directory, store service, config rewritten, SIGHUP)
    -> placed and in service on every gateway. Floor: 1 poll. Goal: <= 2 polls.
 4. leader hand-over: the leader daemon SIGKILLed (or SIGTERMed) -> first fenced registry
@@ -14,7 +14,7 @@ services and ``gateway watch`` processes; every gateway stamps its views with
    intent for a card of another host (SIGKILL: put right after the kill; SIGTERM: the leader
    is SIGSTOPped, the intent put, then SIGTERM + SIGCONT). A watch on ``registry`` sees the
    first write naming another leader. Floor: the lease TTL (SIGKILL). Goal: <= TTL + 0.5 s;
-   on a clean stop (SIGTERM) <= 0.5 s.
+   on a clean stop (SIGTERM) <= 0.1 s.
 
 A value per run is the time the *last* gateway showed the change (the "every gateway" time);
 a run in which a gateway never showed it within the harness's bound is counted as missed.
@@ -153,9 +153,10 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
             det_miss += 1
         else:
             det.append(d)
-        time.sleep(t.poll_interval * 0.5)
-        c.card_store_start(key)
-        t1 = time.monotonic()
+        # the store back at a random phase too: the card went out right after one of its host's
+        # reports, so a fixed pause here would place every return at the same phase
+        time.sleep(rng.uniform(0.0, t.poll_interval))
+        t1 = c.card_store_start(key)
         x = _every(c.wait_until(card_in(cid), b.return_, since=t1), t1)
         if x is None:
             ret_miss += 1
@@ -287,11 +288,11 @@ def run(ctx: Context) -> list[Row]:
         det, ret, det_miss, ret_miss = _detect_return(ctx, c, t, dr_runs)
         floor1 = t.sick_polls * P
         rows.append(_row(1, "detection: store killed -> out on every gateway", det, det_miss,
-                         floor1, f"p99 <= floor + 0.25 s ({(floor1 + 0.25) * 1000:.0f} ms)",
-                         floor1 + 0.25, setting))
+                         floor1, f"p99 <= floor + 0.05 s ({(floor1 + 0.05) * 1000:.0f} ms)",
+                         floor1 + 0.05, setting))
         floor2 = t.healthy_polls * P
         rows.append(_row(2, "return: store back -> in on every gateway", ret, ret_miss, floor2,
-                         f"p99 <= 1 poll + 0.25 s ({(P + 0.25) * 1000:.0f} ms)", P + 0.25,
+                         f"p99 <= 1 poll + 0.05 s ({(P + 0.05) * 1000:.0f} ms)", P + 0.05,
                          setting))
         watch = RegistryWatch(c.store_config())
         st = StoreThread(c.store_config())
@@ -305,7 +306,7 @@ def run(ctx: Context) -> list[Row]:
                                      t.lease_ttl + 0.5, setting, campaign=camp))
                 else:
                     rows.append(_row(4, "leader hand-over, SIGTERM: first fenced write by the "
-                                        "next leader", ho, missed, None, "p99 <= 500 ms", 0.5,
+                                        "next leader", ho, missed, None, "p99 <= 100 ms", 0.1,
                                      setting, campaign=camp))
         finally:
             watch.close()

@@ -89,7 +89,7 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
     lat = win.seconds
     p99, mx = pct(lat, 99), (max(lat) if lat else None)
     row = latency_row(7, f"one etcd member frozen ({which}, listed first): poll time", lat,
-                      goal="p99 <= 100 ms and max <= 500 ms",
+                      goal="p99 <= 100 ms and max <= 250 ms",
                       note=f"{count} pollers over {frozen_s:g} s; {win.failed} polls failed "
                            f"(kept the last good registry), {win.over} over 0.5 s",
                       pollers=count, frozen_s=frozen_s, failed=win.failed, over_bound=win.over,
@@ -97,7 +97,7 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
                       polls_made_of_due=round(win.polls / (count * (t1 - t0)), 3),
                       load_cpu_cores=round(win.load_cpu_s / (t1 - t0), 3),
                       etcd_cpu_cores=round((e1 - e0) / (t1 - t0), 3))
-    row.met = p99 is not None and mx is not None and p99 <= 0.100 and mx <= 0.500
+    row.met = p99 is not None and mx is not None and p99 <= 0.100 and mx <= 0.250
     return row
 
 
