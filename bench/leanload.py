@@ -28,6 +28,10 @@ Commands on stdin, answers on stdout, as ``bench.pollers`` (``set``, ``window``)
 (this process's CPU) since the last mark.
 A poll that is due while the previous request of its gateway is still out is not sent (the
 gateway is behind, never bursting); the window counts it as not made.
+
+``bench/leanload.c`` is the same generator in C (same commands, mix and accounting, at a
+fraction of this one's CPU per request); figure 6 uses it when a C compiler is installed
+(``bench.cgen``) and this one otherwise.
 """
 
 from __future__ import annotations
@@ -360,6 +364,7 @@ class Fleet:
             "requests": self.requests - self.marked[0], "gen_cpu_s": _cpu() - self.marked[1],
             "skipped": self.skipped,
             "keepalive_failed": self.keepalive_failed, "watch_bytes": self.watch_bytes,
+            "generator": "python",
         }
 
 
