@@ -358,6 +358,7 @@ static void start_done(size_t slot, int ok, const char *why) {
     starting--;
     if (ok) { g->started = 1; return; }
     g->failed = 1;
+    g->out = OUT_NONE;
     start_failed++;
     conn_close(&g->u, 1);
     conn_close(&g->w, 1);
@@ -539,7 +540,7 @@ static void on_event(uint64_t data, uint32_t events) {
         socklen_t el = sizeof err;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
         if (err || (events & (EPOLLERR | EPOLLHUP))) {
-            if (watch) { conn_close(c, 0); return; }
+            if (watch) { reconnect_failed++; conn_close(c, 0); return; }
             if (g->started) { reconnect_failed++; conn_close(c, 0); return; }
             start_done(slot, 0, strerror(err ? err : ECONNREFUSED));
             return;
@@ -559,7 +560,11 @@ static void on_event(uint64_t data, uint32_t events) {
         char scratch[16384];
         for (;;) {
             ssize_t n = read(c->fd, scratch, sizeof scratch);
-            if (n > 0) { watch_bytes += n; continue; }
+            if (n > 0) {
+                watch_bytes += n;
+                if ((size_t)n < sizeof scratch) return;   /* drained (epoll is level-triggered) */
+                continue;
+            }
             if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
             conn_close(c, 0);                        /* the stream ended: open it again */
             if (conn_open(c, slot, 1) < 0) reconnect_failed++;
@@ -568,8 +573,13 @@ static void on_event(uint64_t data, uint32_t events) {
     }
     for (;;) {
         c->buf = grow(c->buf, &c->cap, c->len + 8192, 1);
-        ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len);
-        if (n > 0) { c->len += (size_t)n; continue; }
+        size_t room = c->cap - c->len;
+        ssize_t n = read(c->fd, c->buf + c->len, room);
+        if (n > 0) {
+            c->len += (size_t)n;
+            if ((size_t)n < room) break;             /* drained: no second read for EAGAIN */
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) break;
         gw_frame(slot);                              /* what arrived before the end counts */
