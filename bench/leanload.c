@@ -720,6 +720,11 @@ int main(int argc, char **argv) {
     }
     const char *spec = argv[1];
     signal(SIGPIPE, SIG_IGN);
+    struct rlimit nofile;                            /* two sockets per gateway */
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     char key[256];
     if (!jstr_at(jfind(spec, "registry_key_b64"), key, sizeof key)) {
         fprintf(stderr, "leanload: the spec has no registry_key_b64 string\n");
