@@ -25,6 +25,7 @@ class Window:
     load_cpu_s: float = 0.0          # CPU seconds of the load processes over the window
     requests: int = 0                # requests answered since the mark (bench.leanload only)
     gen_cpu_s: float = 0.0           # the load processes' own CPU since the mark (leanload)
+    gen_sys_s: float = 0.0           # of which in the kernel (system time)
     skipped: int = 0                 # polls not sent because the gateway was behind (leanload)
     watch_bytes: int = 0             # bytes the watch streams delivered so far (leanload)
     generators: set[str] = field(default_factory=set)   # "c" / "python" (leanload)
@@ -98,6 +99,7 @@ class LoadSet:
             win.late_over_100ms += got["late_over_100ms"]
             win.requests += got.get("requests", 0)
             win.gen_cpu_s += got.get("gen_cpu_s", 0.0)
+            win.gen_sys_s += got.get("gen_sys_s", 0.0)
             win.skipped += got.get("skipped", 0)
             win.watch_bytes += got.get("watch_bytes", 0)
             if "generator" in got:

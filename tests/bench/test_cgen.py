@@ -75,6 +75,7 @@ def test_c_generator_drives_the_whole_mix_and_the_naive_poller(
         assert win.polls <= win.requests <= win.polls + GATEWAYS * 3, win
         assert win.watch_bytes > 0                   # created answers and progress notifications
         assert 0 < win.gen_cpu_s / win.requests < bound(0.25e-3), win.gen_cpu_s
+        assert 0 <= win.gen_sys_s <= win.gen_cpu_s
 
         load.set(GATEWAYS // 3, "naive")
         naive = _window(load)
