@@ -11,13 +11,14 @@ $(BIN)/python:
 
 # apt packages when root (Debian etcd 3.4.23 for the second etcd version, nvme-cli,
 # systemd-container and iproute2 for the system tests, prometheus for promtool and the
-# monitoring/ tests); skipped with a note otherwise. The services these packages enable are
+# monitoring/ tests, gcc and libc6-dev for the benchmark's C load generator and its test);
+# skipped with a note otherwise. The services these packages enable are
 # disabled again: the tests start their own.
 deps:
 	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
 	  need=""; \
 	  for p in etcd-server etcd-client nvme-cli systemd-container iproute2 debootstrap openssh-client \
-	           prometheus; do \
+	           prometheus gcc libc6-dev; do \
 	    dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
 	  if [ -n "$$need" ]; then \
 	    echo "apt: installing$$need"; \

@@ -1,22 +1,25 @@
 """Figure 6: how many gateways a 3-member etcd on this machine carries, and at what cost.
 
-**The climb** uses simulated gateways that make a gateway's whole request mix
-(``bench.leanload``: a serializable change check per second with every 10th linearizable, a
-watch of the registry, a lease keepalive every ttl/3) over raw keep-alive connections, with a
-client lean enough that etcd, not the generator, is measured (its own CPU per request is in
-the row). They are split over a few load processes. The count steps up; a step is held when,
-over its measuring window, the p99 poll latency is <= 50 ms, no poll failed or took longer
-than the 0.5 s bound, and >= 95 % of the polls due were made (a load generator that falls
-behind would otherwise look fast). A step not held is measured once more (other work on this
-shared machine causes short stalls); the first step not held twice ends the climb, and so does
-the time budget of the climb.
+**The climb** uses simulated gateways that make a gateway's whole request mix (a
+serializable change check per second with every 10th linearizable, a watch of the registry, a
+lease keepalive every ttl/3) over raw keep-alive connections, with a client lean enough that
+etcd, not the generator, is measured: the C generator (``bench/leanload.c``, built at run
+time by ``bench.cgen``) when a C compiler is installed, else the Python one
+(``bench.leanload``); which one ran and its own CPU per request are in the rows. They are
+split over a few load processes. The count steps up; a step is held when, over its measuring
+window, the p99 poll latency is <= 50 ms, no poll failed or took longer than the 0.5 s bound,
+and >= 95 % of the polls due were made (a load generator that falls behind would otherwise
+look fast). A step not held is measured once more (other work on this shared machine causes
+short stalls); the first step not held twice ends the climb, and so does the time budget of
+the climb.
 
 **Side by side**, at one fixed count, in one run: etcd CPU seconds (utime+stime of the three
 members, from /proc, net of etcd's idle CPU measured just before) per gateway-second for the
 whole mix and for the naive full-read poller (a linearizable read of the whole registry each
-second, the same keepalive, no watch); then the library's own poll (``bench.pollers``:
-``Follower.poll()`` on an ``EtcdStore``) against the naive fetch + decode, per 1,000 polls,
-with the library's client CPU.
+second, the same keepalive, no watch); with the C generator, the Python one once more on the
+same mix, for its CPU per request beside the C one's; then the library's own poll
+(``bench.pollers``: ``Follower.poll()`` on an ``EtcdStore``) against the naive fetch +
+decode, per 1,000 polls, with the library's client CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import uuid
 from typing import Any
 
 from awide_cluster.contract import keys
+from bench import cgen
 from bench.common import (
     Context,
     RegistryWriter,
@@ -85,6 +89,23 @@ def _measure(load: LoadSet, etcd: Any, warmup: float, measure: float) -> tuple[W
     return load.window(t0, t1, c0), e1 - e0
 
 
+def _per_gateway(load: LoadSet, etcd: Any, idle_rate: float, count: int, kind: str,
+                 warmup: float, measure: float) -> dict[str, Any]:
+    """``count`` gateways of ``kind``: etcd CPU (net of idle) per gateway-second, poll latency,
+    and the generator's own CPU per request, over one window."""
+    load.set(count, kind)
+    win, etcd_s = _measure(load, etcd, warmup, measure)
+    span = win.t1 - win.t0
+    net = max(0.0, etcd_s - idle_rate * span)
+    return {"gateways": count, "polls": win.polls, "requests": win.requests,
+            "etcd_cpu_ms_per_gateway_s": round(net / span / count * 1000, 4),
+            "p99_ms": ms(pct(win.seconds, 99)), "failed": win.failed,
+            "generator_us_per_request": round(win.gen_cpu_s / max(1, win.requests) * 1e6, 1),
+            "generator_kernel_share": (round(win.gen_sys_s / win.gen_cpu_s, 2)
+                                       if win.gen_cpu_s else None),
+            "generators": sorted(win.generators)}
+
+
 def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
     span = win.t1 - win.t0
     due = count * span
@@ -121,9 +142,13 @@ def run(ctx: Context) -> list[Row]:
         time.sleep(2.0)
         idle_rate = (etcd_cpu(etcd) - e0) / 2.0
         rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
+        gen = cgen.choose(ctx.work / "cgen")
+        ctx.say(f"  load generator: {gen.name}"
+                + (f" (built with {gen.compiler})" if gen.compiler else " (no C compiler)"))
+        spec = cgen.spec(cluster, rev, 10)
         load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
-                       name="lean6-", module="bench.leanload", seed=ctx.seed,
-                       extra={"registry_mod_revision": rev, "lease_ttl": 10})
+                       name="lean6-", module="bench.leanload", seed=ctx.seed, extra=spec,
+                       program=gen.program)
         records: list[dict[str, Any]] = []
         climb_end = time.monotonic() + budget
         for count in steps:
@@ -160,9 +185,10 @@ def run(ctx: Context) -> list[Row]:
         gen_us = _gen_us(records)
         cap = Row(6, "capacity: gateways (whole mix) held (p99 <= 50 ms, none over 0.5 s)",
                   float(largest), "gateways", len(records), stat="value", goal=">= 5000",
-                  met=largest >= 5000, note=why + f"; load generator {gen_us} us of CPU per "
-                  "request",
+                  met=largest >= 5000, note=why + f"; load generator ({gen.name}) {gen_us} us "
+                  "of CPU per request",
                   extra={"steps": records, "load_processes": procs, "warmup_s": warmup,
+                         "generator": gen.name, "generator_us_per_request": gen_us,
                          "measure_s": measure, "etcd": etcd_settings(etcd),
                          "registry_bytes": doc_bytes,
                          "etcd_idle_cpu_cores": round(idle_rate, 3)})
@@ -172,16 +198,9 @@ def run(ctx: Context) -> list[Row]:
         per_gw: dict[str, dict[str, Any]] = {}
         for kind in ("mix", "naive"):
             load.set(0, kind)
-            load.set(mix_count, kind)
-            win, etcd_s = _measure(load, etcd, warmup, cmp_measure)
-            span = win.t1 - win.t0
-            net = max(0.0, etcd_s - idle_rate * span)
-            per_gw[kind] = {"gateways": mix_count, "polls": win.polls,
-                            "etcd_cpu_ms_per_gateway_s": round(net / span / mix_count * 1000, 4),
-                            "p99_ms": ms(pct(win.seconds, 99)), "failed": win.failed,
-                            "generator_us_per_request": round(
-                                win.gen_cpu_s / max(1, win.requests) * 1e6, 1)}
-            ctx.say(f"  {kind}: {per_gw[kind]}")
+            per_gw[kind] = _per_gateway(load, etcd, idle_rate, mix_count, kind, warmup,
+                                        cmp_measure)
+            ctx.say(f"  {kind} ({gen.name} generator): {per_gw[kind]}")
         m, nv0 = per_gw["mix"], per_gw["naive"]
         rows.append(Row(6, "etcd CPU per gateway-second, whole mix (vs naive full-read poller)",
                         m["etcd_cpu_ms_per_gateway_s"], "ms", m["polls"], stat="value",
@@ -191,11 +210,36 @@ def run(ctx: Context) -> list[Row]:
                                if m["etcd_cpu_ms_per_gateway_s"] else None),
                         ratio_of="naive / mix", goal="<= 0.3 ms",
                         met=m["etcd_cpu_ms_per_gateway_s"] <= 0.3,
-                        note=f"{mix_count} gateways; load generator {m['generator_us_per_request']}"
-                             f" us (mix) and {nv0['generator_us_per_request']} us (naive) of "
-                             "CPU per request",
-                        extra={"mix": m, "naive": nv0}))
+                        note=f"{mix_count} gateways; load generator ({gen.name}) "
+                             f"{m['generator_us_per_request']} us (mix) and "
+                             f"{nv0['generator_us_per_request']} us (naive) of CPU per request",
+                        extra={"mix": m, "naive": nv0, "generator": gen.name}))
         load.close()
+
+        # the generator's own CPU per request on the same mix: the C one against the Python one
+        py: dict[str, Any] | None = None
+        if gen.name == "c":
+            load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
+                           name="py6-", module="bench.leanload", seed=ctx.seed, extra=spec)
+            py = _per_gateway(load, etcd, idle_rate, mix_count, "mix", warmup, cmp_measure)
+            ctx.say(f"  mix (python generator): {py}")
+            load.close()
+        gen_now = m["generator_us_per_request"]
+        rows.append(Row(6, f"load generator CPU per request, whole mix ({gen.name})", gen_now,
+                        "us", m["requests"], stat="value",
+                        baseline=None if py is None else py["generator_us_per_request"],
+                        ratio=(round(py["generator_us_per_request"] / gen_now, 2)
+                               if py is not None and gen_now else None),
+                        ratio_of="python / c" if py is not None else "",
+                        goal="<= 50 us", met=gen_now <= 50.0,
+                        note=f"{mix_count} gateways in {procs} processes, "
+                             f"{m['generator_kernel_share']} of it in the kernel; "
+                             + (f"baseline: the Python generator on the same mix (p99 "
+                                f"{py['p99_ms']} ms, etcd {py['etcd_cpu_ms_per_gateway_s']} ms "
+                                f"per gateway-second)" if py is not None
+                                else "no C compiler: the Python generator ran"),
+                        extra={"generator": gen.name, "compiler": gen.compiler,
+                               "mix": m, "python_mix": py}))
         load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
                        name="poll6-")
 

@@ -28,6 +28,10 @@ Commands on stdin, answers on stdout, as ``bench.pollers`` (``set``, ``window``)
 (this process's CPU) since the last mark.
 A poll that is due while the previous request of its gateway is still out is not sent (the
 gateway is behind, never bursting); the window counts it as not made.
+
+``bench/leanload.c`` is the same generator in C (same commands, mix and accounting, at a
+fraction of this one's CPU per request); figure 6 uses it when a C compiler is installed
+(``bench.cgen``) and this one otherwise.
 """
 
 from __future__ import annotations
@@ -306,12 +310,12 @@ class Fleet:
         self.keepalive_failed = 0
         self.reconnect_failed = 0
         self.watch_bytes = 0
-        self.marked = (0, 0.0)
+        self.marked = (0, 0.0, 0.0)
         self._sweeper = self.loop.call_later(SWEEP, self._sweep)
 
     def mark(self) -> None:
         """Start counting this process's requests and CPU (read back by ``window``)."""
-        self.marked = (self.requests, _cpu())
+        self.marked = (self.requests, _cpu(), os.times().system)
 
     def watch_request(self, host: str, port: int) -> bytes:
         return _request(f"{host}:{port}", "/v3/watch", {"create_request": {
@@ -358,8 +362,10 @@ class Fleet:
             "late_over_100ms": sum(1 for r in got if r[3] > 0.1),
             # since the last mark: requests answered and this process's CPU
             "requests": self.requests - self.marked[0], "gen_cpu_s": _cpu() - self.marked[1],
+            "gen_sys_s": os.times().system - self.marked[2],     # of which in the kernel
             "skipped": self.skipped,
             "keepalive_failed": self.keepalive_failed, "watch_bytes": self.watch_bytes,
+            "generator": "python",
         }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,10 @@ class Window:
     load_cpu_s: float = 0.0          # CPU seconds of the load processes over the window
     requests: int = 0                # requests answered since the mark (bench.leanload only)
     gen_cpu_s: float = 0.0           # the load processes' own CPU since the mark (leanload)
+    gen_sys_s: float = 0.0           # of which in the kernel (system time)
     skipped: int = 0                 # polls not sent because the gateway was behind (leanload)
+    watch_bytes: int = 0             # bytes the watch streams delivered so far (leanload)
+    generators: set[str] = field(default_factory=set)   # "c" / "python" (leanload)
 
     @property
     def seconds(self) -> list[float]:
@@ -35,18 +39,21 @@ class LoadSet:
     def __init__(self, endpoints: tuple[str, ...], cluster: str, *, procs: int, log_dir: Path,
                  name: str, rotate: bool = True, call_timeout: float = 0.5,
                  module: str = "bench.pollers", extra: dict[str, Any] | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, program: Sequence[str] | None = None) -> None:
+        """``program``: run it instead of ``python -m module`` (the C generator, which speaks
+        ``bench.leanload``'s commands)."""
         self.workers = [
             Worker(module, {"endpoints": list(endpoints), "cluster": cluster,
                             "first": k * 100_000, "seed": seed * 10 + k + 1, "rotate": rotate,
                             "call_timeout": call_timeout, **(extra or {})},
-                   log_dir=log_dir, name=f"{name}{k}")
+                   log_dir=log_dir, name=f"{name}{k}", program=program)
             for k in range(procs)
         ]
         for w in self.workers:
             w.expect("hello", 30.0)
         self.count = 0
         self.module = module
+        self.lean = module == "bench.leanload" or program is not None
 
     def set(self, count: int, kind: str = "follower") -> None:
         n = len(self.workers)
@@ -58,9 +65,9 @@ class LoadSet:
         self.count = count
 
     def mark(self) -> None:
-        """bench.leanload only (a no-op for bench.pollers): start counting requests and the
-        processes' own CPU."""
-        if self.module != "bench.leanload":
+        """The lean generators only (a no-op for bench.pollers): start counting requests and
+        the processes' own CPU."""
+        if not self.lean:
             return
         for w in self.workers:
             w.send({"cmd": "mark"})
@@ -92,7 +99,11 @@ class LoadSet:
             win.late_over_100ms += got["late_over_100ms"]
             win.requests += got.get("requests", 0)
             win.gen_cpu_s += got.get("gen_cpu_s", 0.0)
+            win.gen_sys_s += got.get("gen_sys_s", 0.0)
             win.skipped += got.get("skipped", 0)
+            win.watch_bytes += got.get("watch_bytes", 0)
+            if "generator" in got:
+                win.generators.add(got["generator"])
         return win
 
     def close(self) -> None:

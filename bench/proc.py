@@ -1,4 +1,5 @@
-"""Load processes: a child ``python -m bench.<module> '<json spec>'`` speaking JSON lines.
+"""Load processes: a child ``python -m bench.<module> '<json spec>'`` (or a program of the
+bench's own, ``<program> '<json spec>'``) speaking JSON lines.
 
 The parent sends commands as JSON lines on the child's stdin; the child answers with JSON lines
 on stdout (one reader thread per child puts them on a queue). Every wait is bounded; ``close``
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ class WorkerError(RuntimeError):
 
 class Worker:
     def __init__(self, module: str, spec: dict[str, Any], *, log_dir: Path, name: str,
-                 sink: queue.Queue[dict[str, Any] | None] | None = None) -> None:
+                 sink: queue.Queue[dict[str, Any] | None] | None = None,
+                 program: Sequence[str] | None = None) -> None:
         self.name = name
-        args = [sys.executable, "-m", module, json.dumps(spec)]
+        args = ([*program, json.dumps(spec)] if program
+                else [sys.executable, "-m", module, json.dumps(spec)])
         setpriv = shutil.which("setpriv")
         if setpriv:
             args = [setpriv, "--pdeathsig", "KILL", "--", *args]
