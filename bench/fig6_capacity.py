@@ -20,6 +20,14 @@ second, the same keepalive, no watch); with the C generator, the Python one once
 same mix, for its CPU per request beside the C one's; then the library's own poll
 (``bench.pollers``: ``Follower.poll()`` on an ``EtcdStore``) against the naive fetch +
 decode, per 1,000 polls, with the library's client CPU.
+
+**Part by part** (``python -m bench --only 6 --mix-parts``, instead of the above): at one
+fixed count (1,000 gateways), etcd CPU per gateway-second of the poll alone, the watch alone,
+the keepalive alone and the whole mix (the generators' ``parts``), each with fresh load
+processes against the same 3-member etcd (progress notifications every 1 s); then the watch
+alone and the whole mix against a second 3-member etcd whose members notify progress every
+10 s. Rows without a
+goal; the parts need not add up to the whole exactly (each window has its own noise).
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ from bench.loadset import LoadSet, Window, sleep_until
 
 P99_GOAL = 0.050
 BOUND = 0.5
+PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("poll only", ("poll",)), ("watch only", ("watch",)), ("keepalive only", ("keepalive",)),
+    ("whole mix", ("poll", "watch", "keepalive")))
 
 
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
@@ -124,7 +135,61 @@ def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
             "skipped": win.skipped}
 
 
+def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tuple[str, ...]], ...],
+              count: int, warmup: float, measure: float) -> list[Row]:
+    """One 3-member etcd notifying watch progress every ``progress_notify`` seconds: etcd CPU
+    per gateway-second of ``count`` gateways making each case's parts of the mix."""
+    etcd = start_etcd(ctx, f"etcd6p{progress_notify:g}", progress_notify_interval=progress_notify)
+    cluster = f"parts{uuid.uuid4().hex[:6]}"
+    rows: list[Row] = []
+    try:
+        doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
+        e0 = etcd_cpu(etcd)
+        time.sleep(2.0)
+        idle_rate = (etcd_cpu(etcd) - e0) / 2.0
+        rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
+        gen = cgen.choose(ctx.work / "cgen")
+        spec = cgen.spec(cluster, rev, 10)
+        for label, parts in cases:
+            load = LoadSet(etcd.endpoints, cluster, procs=2, log_dir=ctx.work / "logs",
+                           name=f"parts6-{'-'.join(parts)}-", module="bench.leanload",
+                           seed=ctx.seed, extra={**spec, "parts": list(parts)},
+                           program=gen.program)
+            try:
+                got = _per_gateway(load, etcd, idle_rate, count, "mix", warmup, measure)
+            finally:
+                load.close()
+            ctx.say(f"  {label}, progress notify every {progress_notify:g} s "
+                    f"({gen.name} generator): {got}")
+            name = f"etcd CPU per gateway-second, mix part: {label}"
+            if progress_notify != 1.0:
+                name += f" (progress notify every {progress_notify:g} s)"
+            rows.append(Row(6, name, got["etcd_cpu_ms_per_gateway_s"], "ms", count,
+                            stat="value",
+                            note=f"{count} gateways, parts {', '.join(parts)}; members notify "
+                                 f"watch progress every {progress_notify:g} s; etcd idle "
+                                 f"{idle_rate:.3f} cores subtracted",
+                            extra={**got, "parts": list(parts), "generator": gen.name,
+                                   "progress_notify_interval_s": progress_notify,
+                                   "etcd": etcd_settings(etcd), "registry_bytes": doc_bytes,
+                                   "etcd_idle_cpu_cores": round(idle_rate, 3)}))
+    finally:
+        etcd.stop()
+    return rows
+
+
+def decompose(ctx: Context) -> list[Row]:
+    """What each part of a gateway's mix costs etcd, and the whole mix at a 10 s progress
+    notification interval."""
+    count, warmup, measure = (100, 1.5, 2.5) if ctx.quick else (1000, 3.0, 8.0)
+    rows = _parts_on(ctx, 1.0, PARTS, count, warmup, measure)
+    rows += _parts_on(ctx, 10.0, (PARTS[1], PARTS[-1]), count, warmup, measure)
+    return rows
+
+
 def run(ctx: Context) -> list[Row]:
+    if ctx.mix_parts:
+        return decompose(ctx)
     if ctx.quick:
         steps, warmup, measure, procs, budget = [100, 250], 1.5, 2.5, 2, 15.0
         cmp_count, cmp_measure, mix_count = 100, 2.5, 100

@@ -14,6 +14,10 @@
  *   connection, read and dropped; a lease keepalive every lease_ttl/3 (lease granted at start);
  * - "naive": a full linearizable read of the registry every `interval`, the same keepalive,
  *   no watch.
+ * "parts" in the spec (a list, default ["poll", "watch", "keepalive"]) switches parts of the
+ * mix off, as bench/leanload.py: without "poll" no registry poll, without "watch" no watch
+ * stream, without "keepalive" no keepalive (the lease is still granted once at start); "naive"
+ * ignores it. An unknown part ends the process with an error naming it.
  * One request out per gateway at a time: a poll due while one is out is not made (counted as
  * skipped); a keepalive due then is sent after the answer. Answers are framed (status line,
  * Content-Length or the chunked terminator), never decoded, except the lease grant's ID.
@@ -92,6 +96,7 @@ static long first_index;
 static double interval = 1.0, ka_every;
 static int lease_ttl = 10;
 static int kind = MIX;
+static int part_poll = 1, part_watch = 1, part_keepalive = 1;    /* of the mix */
 static uint64_t rng_state;
 
 static Gw *gws;
@@ -224,6 +229,30 @@ static const char *jstr_at(const char *p, char *out, size_t cap) {
     if (*p != '"') return NULL;
     out[n] = 0;
     return p + 1;
+}
+
+/* The spec's "parts" list, when there is one: the parts of the mix switched on. */
+static int parse_parts(const char *spec) {
+    const char *p = jfind(spec, "parts");
+    if (!p) return 0;
+    if (*p != '[') { fprintf(stderr, "leanload: spec parts must be a list\n"); return -1; }
+    part_poll = part_watch = part_keepalive = 0;
+    p++;
+    for (;;) {
+        while (*p == ' ' || *p == ',') p++;
+        if (*p == ']') return 0;
+        char name[32];
+        p = jstr_at(p, name, sizeof name);
+        if (!p) { fprintf(stderr, "leanload: spec parts: bad list\n"); return -1; }
+        if (strcmp(name, "poll") == 0) part_poll = 1;
+        else if (strcmp(name, "watch") == 0) part_watch = 1;
+        else if (strcmp(name, "keepalive") == 0) part_keepalive = 1;
+        else {
+            fprintf(stderr, "leanload: spec parts: unknown part %s (known: poll, watch, "
+                    "keepalive)\n", name);
+            return -1;
+        }
+    }
 }
 
 /* ------------------------------------------------------------ requests, built once */
@@ -447,13 +476,14 @@ static void gw_granted(size_t slot, const char *body, size_t blen) {
         return;
     }
     g->ka_len = n;
-    if (kind == MIX && conn_open(&g->w, slot, 1) < 0) {
+    if (kind == MIX && part_watch && conn_open(&g->w, slot, 1) < 0) {
         start_done(slot, 0, "cannot open the watch connection");
         return;
     }
     double t = now();
-    timer_add(t + uniform(interval), slot, T_POLL);
-    timer_add(t + uniform(ka_every), slot, T_KEEPALIVE);
+    double poll_at = t + uniform(interval), ka_at = t + uniform(ka_every);
+    if (kind == NAIVE || part_poll) timer_add(poll_at, slot, T_POLL);
+    if (kind == NAIVE || part_keepalive) timer_add(ka_at, slot, T_KEEPALIVE);
     start_done(slot, 1, NULL);
 }
 
@@ -744,6 +774,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ka_every = lease_ttl / 3.0;
+    if (parse_parts(spec) < 0) return 2;
     rng_state = (uint64_t)jnum(spec, "seed", 1) * 0x2545F4914F6CDD1DULL + 1;
     const char *p = jfind(spec, "endpoints");
     if (!p || *p != '[') { fprintf(stderr, "leanload: the spec has no endpoints list\n"); return 2; }

@@ -29,6 +29,12 @@ Commands on stdin, answers on stdout, as ``bench.pollers`` (``set``, ``window``)
 A poll that is due while the previous request of its gateway is still out is not sent (the
 gateway is behind, never bursting); the window counts it as not made.
 
+``parts`` in the spec (a list, default ``["poll", "watch", "keepalive"]``) switches parts of
+the ``mix`` off to measure what each costs etcd (figure 6's decomposition): a gateway without
+``poll`` makes no registry poll (its windows count no polls), without ``watch`` opens no
+watch stream, without ``keepalive`` sends no keepalive (the lease is still granted once at
+start). ``naive`` ignores it. An unknown part is an error naming it.
+
 ``bench/leanload.c`` is the same generator in C (same commands, mix and accounting, at a
 fraction of this one's CPU per request); figure 6 uses it when a C compiler is installed
 (``bench.cgen``) and this one otherwise.
@@ -52,6 +58,18 @@ from bench.proc import emit, stdin_lines
 BOUND = 0.5          # a poll over this is "over the bound" and the connection is dropped
 SWEEP = 0.05
 LINEARIZABLE_EVERY = 10
+PARTS = ("poll", "watch", "keepalive")
+
+
+def parts_of(spec: dict[str, Any]) -> frozenset[str]:
+    """The parts of the mix the spec switches on (all by default); ValueError naming a bad one."""
+    raw = spec.get("parts", list(PARTS))
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise ValueError(f"spec parts must be a list of strings among {list(PARTS)}: {raw!r}")
+    bad = [p for p in raw if p not in PARTS]
+    if bad:
+        raise ValueError(f"spec parts: unknown part(s) {bad} (known: {list(PARTS)})")
+    return frozenset(raw)
 
 
 def _b64(s: str | bytes) -> str:
@@ -155,15 +173,18 @@ class Gateway:
         loop = asyncio.get_running_loop()
         await self._connect()
         self.lease = await self._grant()
-        if self.fleet.kind == "mix":
+        mix = self.fleet.kind == "mix"
+        if mix and "watch" in self.fleet.parts:
             _, self.stream = await loop.create_connection(
                 lambda: Stream(self.fleet), self.host, self.port)
             assert self.stream.transport is not None
             self.stream.transport.write(self.fleet.watch_request(self.host, self.port))
         now = loop.time()
         rng = self.fleet.rng
-        self._at(now + rng.uniform(0, self.fleet.interval), self.poll)
-        self._at(now + rng.uniform(0, self.fleet.keepalive_every), self.keepalive)
+        if not mix or "poll" in self.fleet.parts:
+            self._at(now + rng.uniform(0, self.fleet.interval), self.poll)
+        if not mix or "keepalive" in self.fleet.parts:
+            self._at(now + rng.uniform(0, self.fleet.keepalive_every), self.keepalive)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -292,6 +313,7 @@ class Fleet:
         self.lease_ttl = int(spec.get("lease_ttl", 10))
         self.keepalive_every = self.lease_ttl / 3
         self.rng = random.Random(int(spec.get("seed", 1)))
+        self.parts = parts_of(spec)
         key = keys.prefix(spec["cluster"]) + keys.REGISTRY
         rev = int(spec["registry_mod_revision"])
         host = "{}:{}".format(*self.endpoints[0])

@@ -1,0 +1,91 @@
+"""Both load generators of figure 6 switch parts of a gateway's mix off (``parts`` in their
+spec): against a real 3-member etcd, a window counts polls only when the poll is on, watch
+bytes only when the watch is on, and keepalives answered only when the keepalive is on; an
+unknown part is an error naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from awide_cluster.contract import keys
+from bench import cgen
+from bench.common import store_for
+from bench.leanload import PARTS, parts_of
+from bench.loadset import LoadSet, Window
+
+CLUSTER = "parts1"
+GATEWAYS = 12                 # 4 per member
+SPAN = 3.0                    # seconds of one window; a keepalive is due every 3.3 s
+
+
+async def _registry_revision(endpoints: tuple[str, ...]) -> int:
+    store = store_for(endpoints, CLUSTER)
+    try:
+        return await store.put(keys.REGISTRY, b'{"generation": 1}')
+    finally:
+        await store.close()
+
+
+def _window(load: LoadSet) -> Window:
+    load.mark()
+    t0 = time.monotonic()
+    return load.window(t0, t0 + SPAN, load.cpu())
+
+
+def _programs(tmp_path: Path) -> list[tuple[str, tuple[str, ...] | None]]:
+    got: list[tuple[str, tuple[str, ...] | None]] = [("python", None)]
+    if cgen.compiler() is not None:
+        gen = cgen.choose(tmp_path / "build")
+        got.append(("c", gen.program))
+    return got
+
+
+def test_parts_default_to_the_whole_mix_and_a_bad_one_is_named() -> None:
+    assert parts_of({}) == frozenset(PARTS)
+    assert parts_of({"parts": ["watch"]}) == {"watch"}
+    with pytest.raises(ValueError, match=r"unknown part\(s\) \['polls'\]"):
+        parts_of({"parts": ["poll", "polls"]})
+    with pytest.raises(ValueError, match="must be a list"):
+        parts_of({"parts": "poll"})
+
+
+def test_c_generator_names_an_unknown_part(tmp_path: Path) -> None:
+    if cgen.compiler() is None:
+        pytest.skip("no C compiler (cc or gcc): apt-get install gcc")
+    gen = cgen.choose(tmp_path / "build")
+    assert gen.program is not None
+    spec = ('{"endpoints": ["http://127.0.0.1:2379"], "registry_key_b64": "YQ==", '
+            '"registry_mod_revision": 1, "parts": ["poll", "gossip"]}')
+    done = subprocess.run([*gen.program, spec], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.PIPE)
+    assert done.returncode == 2
+    assert "unknown part gossip" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_each_part_alone_on_both_generators(tmp_path: Path, etcd3) -> None:
+    rev = asyncio.run(_registry_revision(etcd3.endpoints))
+    for name, program in _programs(tmp_path):
+        seen: dict[str, Window] = {}
+        for part in PARTS:
+            load = LoadSet(etcd3.endpoints, CLUSTER, procs=1, log_dir=tmp_path / "logs",
+                           name=f"{name}-{part}-", module="bench.leanload", program=program,
+                           extra={**cgen.spec(CLUSTER, rev, 10), "parts": [part]})
+            try:
+                load.set(GATEWAYS, "mix")
+                seen[part] = _window(load)
+            finally:
+                load.close()
+        poll, watch, keepalive = seen["poll"], seen["watch"], seen["keepalive"]
+        ctx = (name, poll, watch, keepalive)
+        assert poll.polls >= 0.9 * GATEWAYS * SPAN and poll.failed == 0, ctx
+        assert poll.requests >= poll.polls and poll.watch_bytes == 0, ctx
+        assert watch.polls == 0 and watch.requests == 0 and watch.watch_bytes > 0, ctx
+        assert keepalive.polls == 0 and keepalive.watch_bytes == 0, ctx
+        assert keepalive.requests >= GATEWAYS // 2, ctx       # keepalives answered
