@@ -135,6 +135,18 @@ def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
             "skipped": win.skipped}
 
 
+def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, dict[str, Any]]:
+    """The registry published, etcd's idle CPU rate measured, the generator chosen: the registry's
+    size in bytes, etcd's idle cores, the generator and its spec."""
+    doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
+    e0 = etcd_cpu(etcd)
+    time.sleep(2.0)
+    idle_rate = (etcd_cpu(etcd) - e0) / 2.0
+    rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
+    gen = cgen.choose(ctx.work / "cgen")
+    return doc_bytes, idle_rate, gen, cgen.spec(cluster, rev, 10)
+
+
 def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tuple[str, ...]], ...],
               count: int, warmup: float, measure: float) -> list[Row]:
     """One 3-member etcd notifying watch progress every ``progress_notify`` seconds: etcd CPU
@@ -143,13 +155,7 @@ def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tupl
     cluster = f"parts{uuid.uuid4().hex[:6]}"
     rows: list[Row] = []
     try:
-        doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
-        e0 = etcd_cpu(etcd)
-        time.sleep(2.0)
-        idle_rate = (etcd_cpu(etcd) - e0) / 2.0
-        rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
-        gen = cgen.choose(ctx.work / "cgen")
-        spec = cgen.spec(cluster, rev, 10)
+        doc_bytes, idle_rate, gen, spec = _prepare(ctx, etcd, cluster)
         for label, parts in cases:
             load = LoadSet(etcd.endpoints, cluster, procs=2, log_dir=ctx.work / "logs",
                            name=f"parts6-{'-'.join(parts)}-", module="bench.leanload",
@@ -202,15 +208,9 @@ def run(ctx: Context) -> list[Row]:
     load: LoadSet | None = None
     rows: list[Row] = []
     try:
-        doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
-        e0 = etcd_cpu(etcd)
-        time.sleep(2.0)
-        idle_rate = (etcd_cpu(etcd) - e0) / 2.0
-        rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
-        gen = cgen.choose(ctx.work / "cgen")
+        doc_bytes, idle_rate, gen, spec = _prepare(ctx, etcd, cluster)
         ctx.say(f"  load generator: {gen.name}"
                 + (f" (built with {gen.compiler})" if gen.compiler else " (no C compiler)"))
-        spec = cgen.spec(cluster, rev, 10)
         load = LoadSet(etcd.endpoints, cluster, procs=procs, log_dir=ctx.work / "logs",
                        name="lean6-", module="bench.leanload", seed=ctx.seed, extra=spec,
                        program=gen.program)

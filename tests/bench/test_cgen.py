@@ -6,35 +6,17 @@ bound), the requests answered, the watch streams' bytes and the generator's own 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
 
-from awide_cluster.contract import keys
 from bench import cgen
-from bench.common import store_for
-from bench.loadset import LoadSet, Window
+from bench.loadset import LoadSet
+from tests.bench.generators import SPAN, registry_revision, window
 from tests.timing import bound
 
 CLUSTER = "cgen1"
 GATEWAYS = 30                 # 10 per member
-SPAN = 3.0                    # seconds of one window
-
-
-async def _registry_revision(endpoints: tuple[str, ...]) -> int:
-    store = store_for(endpoints, CLUSTER)
-    try:
-        return await store.put(keys.REGISTRY, b'{"generation": 1}')
-    finally:
-        await store.close()
-
-
-def _window(load: LoadSet) -> Window:
-    """The polls of the next SPAN seconds (the generator answers once they are all done)."""
-    load.mark()
-    t0 = time.monotonic()
-    return load.window(t0, t0 + SPAN, load.cpu())
 
 
 def test_bad_source_is_a_clear_build_error(tmp_path: Path,
@@ -58,13 +40,13 @@ def test_c_generator_drives_the_whole_mix_and_the_naive_poller(
         pytest.skip("no C compiler (cc or gcc): apt-get install gcc")
     gen = cgen.choose(tmp_path / "build")
     assert gen.name == "c" and gen.program is not None
-    rev = asyncio.run(_registry_revision(etcd3.endpoints))
+    rev = asyncio.run(registry_revision(etcd3.endpoints, CLUSTER))
     load = LoadSet(etcd3.endpoints, CLUSTER, procs=2, log_dir=tmp_path / "logs", name="cgen-",
                    module="bench.leanload", program=gen.program,
                    extra=cgen.spec(CLUSTER, rev, 10))
     try:
         load.set(GATEWAYS, "mix")
-        win = _window(load)
+        win = window(load)
         due = GATEWAYS * SPAN
         assert win.generators == {"c"}
         assert win.polls >= 0.9 * due, (win.polls, due, win.skipped)
@@ -78,7 +60,7 @@ def test_c_generator_drives_the_whole_mix_and_the_naive_poller(
         assert 0 <= win.gen_sys_s <= win.gen_cpu_s
 
         load.set(GATEWAYS // 3, "naive")
-        naive = _window(load)
+        naive = window(load)
         assert naive.polls >= 0.9 * GATEWAYS // 3 * SPAN, naive
         assert naive.failed == 0 and naive.over == 0, naive
         assert naive.requests >= naive.polls

@@ -7,34 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from awide_cluster.contract import keys
 from bench import cgen
-from bench.common import store_for
 from bench.leanload import PARTS, parts_of
 from bench.loadset import LoadSet, Window
+from tests.bench.generators import SPAN, registry_revision, window
 
 CLUSTER = "parts1"
 GATEWAYS = 12                 # 4 per member
-SPAN = 3.0                    # seconds of one window; a keepalive is due every 3.3 s
-
-
-async def _registry_revision(endpoints: tuple[str, ...]) -> int:
-    store = store_for(endpoints, CLUSTER)
-    try:
-        return await store.put(keys.REGISTRY, b'{"generation": 1}')
-    finally:
-        await store.close()
-
-
-def _window(load: LoadSet) -> Window:
-    load.mark()
-    t0 = time.monotonic()
-    return load.window(t0, t0 + SPAN, load.cpu())
 
 
 def _programs(tmp_path: Path) -> list[tuple[str, tuple[str, ...] | None]]:
@@ -70,7 +53,7 @@ def test_c_generator_names_an_unknown_part(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_each_part_alone_on_both_generators(tmp_path: Path, etcd3) -> None:
-    rev = asyncio.run(_registry_revision(etcd3.endpoints))
+    rev = asyncio.run(registry_revision(etcd3.endpoints, CLUSTER))
     for name, program in _programs(tmp_path):
         seen: dict[str, Window] = {}
         for part in PARTS:
@@ -79,7 +62,7 @@ def test_each_part_alone_on_both_generators(tmp_path: Path, etcd3) -> None:
                            extra={**cgen.spec(CLUSTER, rev, 10), "parts": [part]})
             try:
                 load.set(GATEWAYS, "mix")
-                seen[part] = _window(load)
+                seen[part] = window(load)
             finally:
                 load.close()
         poll, watch, keepalive = seen["poll"], seen["watch"], seen["keepalive"]
