@@ -782,9 +782,11 @@ def test_membership_changes_backup_and_restore(lab, rollout: Rollout) -> None:
     it had; after the restore the registry's generation grew and no daemon restarted."""
     lab, t = lab
     if not rollout.rolled_out:                       # run alone: the cluster first
-        _playbook(lab, rollout.inventory, "site.yml", "site")
+        # built once here rather than by each playbook (as after the upgrade test)
+        rollout.wheels = _wheelhouse(rollout.dir, "current", None, None)
+        _playbook(lab, rollout.inventory, "site.yml", "site", *rollout.wheel_args())
         rollout.rolled_out = True
-        t.lap("site.yml (the membership test run alone)")
+        t.lap("wheelhouse and site.yml (the membership test run alone)")
     started = time.monotonic()
     wheels = rollout.wheel_args()                    # what the others run (upgraded or not)
     slots = _slots(_healthy(lab, "h1", timeout=90))
