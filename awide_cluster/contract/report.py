@@ -31,6 +31,8 @@ from awide_cluster.nvme.target import NvmeTarget
 
 SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
+HISTORY_RESETS_MAX = 2**31 - 1  # new etcd histories one daemon process may say it followed
+HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
 
 
 class ReportError(u.BadValue):
@@ -79,6 +81,10 @@ class HostReport:
     cards: tuple[ReportedCard, ...] = ()
     dev_cluster: bool = False
     schema: int = SCHEMA_VERSION
+    # new etcd histories this daemon process followed (a restore, or a member that went back)
+    # and why it adopted the last one; written only when non-zero (older readers ignore them)
+    history_resets: int = 0
+    history_note: str = ""
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -92,6 +98,7 @@ _ControllerState: TypeAlias = Annotated[str, u.chars(u.CONTROLLER_STATE_MAX), u.
 _Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
 _Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
 _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
+_HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -127,6 +134,8 @@ class _ReportDoc(_Strict):
     seq: int = Field(ge=0)
     dev_cluster: bool = False
     cards: list[_CardDoc] = Field(default=[], max_length=u.REPORT_CARDS_MAX)
+    history_resets: int = Field(default=0, ge=0, le=HISTORY_RESETS_MAX)
+    history_note: _HistoryNote = ""
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -148,6 +157,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
     return HostReport(
         host=doc.host, role=doc.role, version=doc.version, api=doc.api, run=doc.run,
         seq=doc.seq, cards=tuple(cards), dev_cluster=doc.dev_cluster, schema=doc.schema_,
+        history_resets=doc.history_resets, history_note=doc.history_note,
     )
 
 
@@ -169,6 +179,8 @@ def to_dict(r: HostReport) -> dict[str, Any]:
             }
             for c in r.cards
         ],
+        **({"history_resets": r.history_resets, "history_note": r.history_note}
+           if r.history_resets else {}),
     }
 
 

@@ -456,7 +456,8 @@ class Daemon:
         self.report = build_report(
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api.url if self.api is not None else "", run=self.run_id, seq=self.seq,
-            dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations)
+            dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations,
+            history_resets=self.history_resets, history_note=self.history_note)
         if self.lease.id is None:
             return ""
         try:

@@ -63,6 +63,8 @@ log = logging.getLogger("awide_cluster.store")
 # a census of the members (after a refused answer) at most this often, in seconds: a member
 # that lags and answers below the floor costs at most one status call per member per gap
 CENSUS_GAP = 0.5
+# seconds an authentication gets at least (see EtcdStore._auth_deadline)
+AUTH_TIMEOUT_MIN = 2.0
 
 
 class EtcdStore:
@@ -148,6 +150,10 @@ class EtcdStore:
             self.timeline = new
             self.timeline_note = verdict.reason
             self.refusals = bounded.RefusalMemory(self.refusals.limit)
+            # tokens of the old history are void: a restored etcd rejects them only after a
+            # check slower than a call's bound (seen: 0.4 s of 0.5), so the rejection never
+            # arrived and nothing authenticated again; the next call authenticates first
+            self.transport.token = None
             log.warning("etcd history changed (epoch %d): %s", new.epoch, verdict.reason)
             return True
 
@@ -203,7 +209,7 @@ class EtcdStore:
         """Run ``call`` with a token (when credentials are configured); on a rejected token,
         authenticate again and repeat the call once (the rejection proves it was not applied)."""
         if self.config.username is not None and not self._auth_off and not self.transport.token:
-            await self._authenticate(deadline, stale=None)
+            await self._authenticate(self._auth_deadline(deadline), stale=None)
         try:
             return await call()
         except Denied as exc:
@@ -215,11 +221,18 @@ class EtcdStore:
                 raise
             if not isinstance(exc, TokenRejected) and stale is not None:
                 raise  # a real refusal (wrong password, permission)
-            await self._authenticate(deadline, stale=stale)
+            await self._authenticate(self._auth_deadline(deadline), stale=stale)
         try:
             return await call()
         except TokenRejected as exc:
             raise Denied(f"token rejected again after re-authentication: {exc}") from None
+
+    def _auth_deadline(self, deadline: float) -> float:
+        """A password check costs etcd a bcrypt and a raft round: it gets at least
+        AUTH_TIMEOUT_MIN of its own, not what a rejected call left of the caller's deadline
+        (after a restore every old token is rejected, and a call bound of 0.5 s left nothing:
+        the daemons never authenticated again)."""
+        return max(deadline, self.deadline(max(self.config.call_timeout, AUTH_TIMEOUT_MIN)))
 
     async def _authenticate(self, deadline: float, stale: str | None) -> None:
         if self._auth_lock is None:

@@ -477,8 +477,9 @@ def observation(name: str, kind: Literal["dir", "nvme"], healthy: bool, reason: 
 
 @settings(deadline=None, max_examples=40)
 @given(reason=hostile_text, probe_reason=hostile_text, healthy=st.booleans(),
-       n=st.integers(0, 4))
-def test_host_report_written_from_any_probe_text_decodes(reason, probe_reason, healthy, n):
+       n=st.integers(0, 4), resets=st.integers(0, 2**40))
+def test_host_report_written_from_any_probe_text_decodes(reason, probe_reason, healthy, n,
+                                                         resets):
     specs = tuple(CardSpec(name=f"card{i}", kind="dir", path=f"/srv/cards/card{i}")
                   for i in range(n))
     obs = [observation(s.name, "dir", healthy, reason, probe_reason, str(s.path))
@@ -487,9 +488,12 @@ def test_host_report_written_from_any_probe_text_decodes(reason, probe_reason, h
     specs += (CardSpec(name="nvme0", kind="nvme", serial="SN9", target=TARGET.to_dict()),)
     r = reporter.build_report(host="h1", role="storage", version="0.1.0\n",
                               api="http://127.0.0.1:9700", run="r1", seq=1,
-                              dev_cluster=False, specs=specs, observations=obs)
+                              dev_cluster=False, specs=specs, observations=obs,
+                              history_resets=resets, history_note=reason)
     back = reportdoc.decode(reportdoc.encode(r), key="members/h1")
     assert back == r
+    assert back.history_resets == min(resets, reportdoc.HISTORY_RESETS_MAX)
+    assert bool(back.history_note) == bool(resets and reason)
 
 
 def test_largest_host_report_the_writer_can_make_fits() -> None:
@@ -501,7 +505,8 @@ def test_largest_host_report_the_writer_can_make_fits() -> None:
     worst = "\U0001f600" * 5000
     obs = [observation(s.name, "dir", False, worst, worst, str(s.path)) for s in specs]
     r = reporter.build_report(host="h1", role="storage", version="0.1.0", api="", run="r1",
-                              seq=1, dev_cluster=False, specs=specs, observations=obs)
+                              seq=1, dev_cluster=False, specs=specs, observations=obs,
+                              history_resets=2**31, history_note=worst)
     raw = reportdoc.encode(r)
     assert len(raw) <= u.REPORT_LIMITS.max_bytes
     assert reportdoc.decode(raw) == r

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from awide_cluster.contract import keys
+from awide_cluster.contract import report as reportdoc
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
@@ -52,6 +53,11 @@ async def test_leader_republishes_after_etcd_was_rebuilt_from_nothing(etcd_binar
             assert fixed.generation == good.generation + 4
             await d.turn()                  # once: nothing more to say
             assert d.history_resets == 1
+            # its report says so too, which is what `awide-cluster status` shows
+            kv = await store.get(keys.member("h1"))
+            assert kv is not None
+            report = reportdoc.decode(kv.value)
+            assert report.history_resets == 1 and report.history_note == d.history_note != ""
         finally:
             await d.stop()
             await store.close()

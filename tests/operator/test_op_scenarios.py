@@ -61,6 +61,25 @@ async def test_healthy_cluster(shared_etcd, cluster_name):
     assert [c["serial"] for c in cards_doc["cards"]] == [c.serial for c in st.cards]
 
 
+async def test_a_daemon_that_followed_a_new_etcd_history_is_noted(shared_etcd, cluster_name):
+    kvs = state.healthy_state(cluster_name)
+    cards = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2"),
+             state.card("h2", "card0", "SN-B1", ip="10.0.0.2")]
+    note = "cluster id 1f2e -> 9a3c, revision 812 -> 40 (a quorum of 3 members agrees)"
+    kvs[keys.member("h2")] = reportdoc.encode(state.replace(
+        state.report("h2", cards), history_resets=2, history_note=note))
+    st = await status_of(shared_etcd, cluster_name, kvs)
+    assert st.healthy and st.verdict == "healthy", st.problems     # a note, exit 0
+    (p,) = st.problems
+    assert (p.severity, p.code, p.subject) == ("warning", "etcd_history_reset", "h2")
+    assert "2 times" in p.message and note in p.message and "Restore etcd" in p.message
+    assert "etcd_history_reset" in render(st, "table")
+    assert json.loads(render(st, "json"))["problems"][0]["code"] == "etcd_history_reset"
+    # without it (a daemon started since, or never reset) nothing is said
+    kvs[keys.member("h2")] = reportdoc.encode(state.report("h2", cards))
+    assert (await status_of(shared_etcd, cluster_name, kvs)).problems == ()
+
+
 async def test_card_out(shared_etcd, cluster_name):
     kvs = state.healthy_state(cluster_name)
     cards = [state.card("h1", "card0", "SN-A1"),

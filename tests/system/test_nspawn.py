@@ -14,6 +14,15 @@ killed with SIGKILL is restarted by systemd and the cluster is healthy again; up
 refuses an unhealthy cluster and changes nothing; a build that cannot start stops upgrade.yml
 at its first host; site.yml repairs that host.
 
+Membership, backup and restore (on the same cluster, with a 4th host booted with the others):
+add-host.yml makes it a 4th etcd member (a learner, promoted) running its daemon,
+remove-host.yml retires it, backup.yml takes a snapshot now and restore.yml rebuilds etcd from
+it; after each, status is healthy with the expected members and every card in service in its
+slot, and after the restore the registry is at its generation or above without any daemon
+restarting.
+It adds several minutes: in `make system-test` always, in `make test` only with
+AWIDE_SYSTEM_LONG=1.
+
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
 opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-core machine. The
@@ -63,6 +72,8 @@ PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "pytho
 # The part of the root filesystem's recipe that, when changed, needs a new one.
 RECIPE = "bookworm minbase " + ",".join(PACKAGES) + " v1"
 HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each), h3 witness
+SPARE = "h4"                                 # booted with the others, joins in the membership test
+LAB_HOSTS = (*HOSTS, SPARE)
 STORAGE = ("h1", "h2")
 CLUSTER = "systest"
 GATEWAY = "gw1"                              # a gateway given its own etcd user
@@ -89,6 +100,16 @@ def _why_not() -> str | None:
     if not (BIN / "ansible-playbook").exists():
         return f"ansible-playbook is not in {BIN} (pip install ansible-core)"
     return None
+
+
+def _long_why_not() -> str | None:
+    """Why the membership, backup and restore scenario (several minutes more) is left out: it
+    runs in `make system-test` (AWIDE_SYSTEM_TESTS=1) and, with AWIDE_SYSTEM_LONG=1, in
+    `make test`."""
+    if "1" in (os.environ.get("AWIDE_SYSTEM_TESTS"), os.environ.get("AWIDE_SYSTEM_LONG")):
+        return None
+    return "the membership, backup and restore scenario runs in `make system-test`; " \
+           "AWIDE_SYSTEM_LONG=1 adds it to `make test`"
 
 
 # --- small helpers -------------------------------------------------------------------------
@@ -285,7 +306,7 @@ class Lab:
         return f"{self.tag}-{host}"
 
     def addr(self, host: str) -> str:
-        return str(self.subnet.network_address + 11 + HOSTS.index(host))
+        return str(self.subnet.network_address + 11 + LAB_HOSTS.index(host))
 
     @property
     def control_dir(self) -> Path:
@@ -299,7 +320,7 @@ class Lab:
         self.made_links.append(self.bridge)
         _ip("addr", "add", f"{gw}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
-        for i, host in enumerate(HOSTS):
+        for i, host in enumerate(LAB_HOSTS):
             ns, veth = self.ns(host), f"{self.tag}v{i}"
             _ip("netns", "add", ns)
             self.made_ns.append(ns)
@@ -362,17 +383,18 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
     try:
         lab.control_dir.mkdir(mode=0o700)
         lab.up()
-        for host in HOSTS:
+        booted = LAB_HOSTS if _long_why_not() is None else HOSTS   # the spare: when used
+        for host in booted:
             lab.boot(host)
-        for host in HOSTS:
+        for host in booted:
             _wait(f"sshd of {host}", lambda h=host: _port_open(lab.addr(h), 22), timeout=90)
             _wait(f"ssh into {host}", lambda h=host: _ssh(lab, h, "true", check=False)
                   .returncode == 0, timeout=60)
-        t.lap("bridge, namespaces, 3 containers booted, sshd answering")
+        t.lap(f"bridge, namespaces, {len(booted)} containers booted, sshd answering")
         yield lab, t
     finally:
         t.lap("(until teardown)")
-        for host in HOSTS:                   # for the post-mortem: each host's journal
+        for host in lab.procs:               # for the post-mortem: each host's journal
             try:
                 r = _ssh(lab, host, "journalctl", "-b", "--no-pager", "-o", "short-precise",
                          check=False, timeout=20)
@@ -475,9 +497,13 @@ def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | Non
 
 # --- ansible -------------------------------------------------------------------------------
 
-def _inventory(lab: Lab, tmp: Path, source: Path) -> Path:
+def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h3",),
+               name: str = "inventory.yml") -> Path:
+    """The lab's inventory: h1 and h2 storage hosts with one dir card each, the witness hosts
+    given (the CA, certificates and etcd passwords kept in tmp, shared by every inventory)."""
     import yaml
-    hosts: dict[str, dict[str, object]] = {h: {"ansible_host": lab.addr(h)} for h in HOSTS}
+    members = (*STORAGE, *witness)
+    hosts: dict[str, dict[str, object]] = {h: {"ansible_host": lab.addr(h)} for h in members}
     for h in STORAGE:
         hosts[h]["awide_cards"] = [{"name": "dev0", "kind": "dir", "path": "/srv/awide/dev0"}]
     inv = {"all": {
@@ -490,8 +516,8 @@ def _inventory(lab: Lab, tmp: Path, source: Path) -> Path:
                  "awide_tls_pki_dir": str(tmp / "pki"), "awide_secrets_dir": str(tmp / "secrets"),
                  "awide_gateways": [{"id": GATEWAY, "namespace": "ns1"}]},
         "children": {"storage": {"hosts": {h: hosts[h] for h in STORAGE}},
-                     "witness": {"hosts": {h: hosts[h] for h in HOSTS if h not in STORAGE}}}}}
-    path = tmp / "inventory.yml"
+                     "witness": {"hosts": {h: hosts[h] for h in witness}}}}}
+    path = tmp / name
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
 
@@ -589,17 +615,39 @@ def test_labs_left_by_a_killed_run_are_removed_live_ones_kept() -> None:
     assert not {dead, live} & set(_labs_here())
 
 
-def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
+@dataclass
+class Rollout:
+    """The cluster this module's tests share: its controller-side files (a copy of this tree
+    the wheels are built from, the CA, the etcd passwords, the inventory) and its state."""
+    dir: Path
+    source: Path
+    inventory: Path
+    rolled_out: bool = False                 # site.yml has run
+    wheels: Path | None = None               # the wheelhouse installed last (None: the source)
+
+    def wheel_args(self) -> tuple[str, ...]:
+        return ("-e", f"awide_wheelhouse={self.wheels}") if self.wheels else ()
+
+
+@pytest.fixture(scope="module")
+def rollout(lab, tmp_path_factory: pytest.TempPathFactory) -> Rollout:
+    lab_, _ = lab
+    tmp = tmp_path_factory.mktemp("cluster")
+    source = _source_copy(tmp / "src-current", None)
+    return Rollout(dir=tmp, source=source, inventory=_inventory(lab_, tmp, source))
+
+
+def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_path: Path) -> None:
     lab, t = lab
-    source = _source_copy(tmp_path / "src-current", None)
     wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, None)
     wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True)
     t.lap("wheelhouses built (new and broken version)")
-    inventory = _inventory(lab, tmp_path, source)
+    inventory = rollout.inventory
 
     # site.yml: etcd quorum, daemons, config, units; the wheels built by the playbook from
     # a copy of this tree (awide_source)
     _playbook(lab, inventory, "site.yml", "site")
+    rollout.rolled_out = True
     t.lap("site.yml")
     for host in HOSTS:
         etcd = _unit(lab, host, "awide-etcd.service")
@@ -615,16 +663,12 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
                 if "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL" in line]
         assert used and "1s" in used[-1] and "recognized and used" in used[-1], journal[-3000:]
         assert "unrecognized environment variable" not in journal
-    # etcdctl over TLS as root (its password is in the housekeeping units' env file)
-    etcdctl = ["sh", "-c", "set -a; . /etc/awide-cluster/etcdctl.env; unset ETCDCTL_ENDPOINTS; "
-               'exec etcdctl "$@"', "etcdctl"]
-    members = json.loads(_ssh(lab, "h1", *etcdctl, "--endpoints=https://127.0.0.1:2379",
-                              "member", "list", "-w", "json").stdout)["members"]
+    members = _members(lab, "h1")
     assert sorted(m["name"] for m in members) == list(HOSTS)
     assert all(u.startswith("https://") for m in members for u in m["peerURLs"]), members
-    _ssh(lab, "h1", *etcdctl, "--endpoints=" + ",".join(f"https://{lab.addr(h)}:2379"
+    _ssh(lab, "h1", *ETCDCTL, "--endpoints=" + ",".join(f"https://{lab.addr(h)}:2379"
                                                         for h in HOSTS), "endpoint", "health")
-    _secured(lab, tmp_path)
+    _secured(lab, rollout.dir)
     t.lap("TLS and etcd users (plain http refused, a gateway's registry write refused)")
     doc = _healthy(lab, "h3")
     assert doc["etcd"]["quorum"] == "ok" and doc["etcd"]["up"] == 3, doc["etcd"]
@@ -656,6 +700,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
     # rolling upgrade to a new version, the leader last
     up = _playbook(lab, inventory, "upgrade.yml", "upgrade", "-e",
                    f"awide_wheelhouse={wheels_new}")
+    rollout.wheels = wheels_new
     leader = _planned_leader(up.stdout)
     order = _task_hosts(up.stdout, "Install awide-cluster into the venv")
     assert order == sorted(set(HOSTS) - {leader}) + [leader], (order, leader)
@@ -717,6 +762,115 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, tmp_path: Path) -> None:
     repaired = _healthy(lab, "h3", timeout=90)
     assert {h["host"]: h["version"] for h in repaired["hosts"]} == {h: NEW_VERSION for h in HOSTS}
     t.lap("site.yml repaired the broken host")
+
+
+@pytest.mark.skipif(_long_why_not() is not None, reason=str(_long_why_not()))
+def test_membership_changes_backup_and_restore(lab, rollout: Rollout) -> None:
+    """On the rolled-out cluster (site.yml first when run alone): a 4th host joins with
+    add-host.yml and leaves with remove-host.yml, a backup taken now with backup.yml is
+    restored with restore.yml; after each, status is healthy with the expected etcd members,
+    every card in service in the slot it had; after the restore the registry's generation
+    is not older, no daemon restarted and status notes that each followed a new etcd history."""
+    lab, t = lab
+    if not rollout.rolled_out:                       # run alone: the cluster first
+        # built once here rather than by each playbook (as after the upgrade test)
+        rollout.wheels = _wheelhouse(rollout.dir, "current", None, None)
+        _playbook(lab, rollout.inventory, "site.yml", "site", *rollout.wheel_args())
+        rollout.rolled_out = True
+        t.lap("wheelhouse and site.yml (the membership test run alone)")
+    started = time.monotonic()
+    wheels = rollout.wheel_args()                    # what the others run (upgraded or not)
+    slots = _slots(_healthy(lab, "h1", timeout=90))
+    assert sorted(slots) == [(h, "dev0") for h in STORAGE] and None not in slots.values(), slots
+
+    # a 4th host (a witness) joins: a learner, promoted; every daemon told; its daemon started
+    with_spare = _inventory(lab, rollout.dir, rollout.source, witness=("h3", SPARE),
+                            name="inventory-spare.yml")
+    _playbook(lab, with_spare, "add-host.yml", "add-host", "-e", f"awide_new_host={SPARE}",
+              *wheels)
+    members = _members(lab, "h1")
+    assert sorted(m["name"] for m in members) == [*HOSTS, SPARE], members
+    assert not any(m.get("isLearner") for m in members), members
+    _serving(lab, "h1", (*HOSTS, SPARE), slots)
+    t.lap(f"add-host.yml ({SPARE} joined, 4 voting members, healthy)")
+
+    # it leaves again: its member removed, its units stopped, every daemon told
+    _playbook(lab, with_spare, "remove-host.yml", "remove-host", "-e",
+              f"awide_remove_host={SPARE}")
+    assert sorted(m["name"] for m in _members(lab, "h1")) == list(HOSTS)
+    for unit in ("awide-etcd.service", "awide-cluster.service"):
+        assert _unit(lab, SPARE, unit)["ActiveState"] == "inactive", unit
+    _serving(lab, "h2", HOSTS, slots)
+    t.lap(f"remove-host.yml ({SPARE} left, 3 voting members, healthy)")
+
+    # a backup now, restored: the daemons follow the new etcd history without a restart
+    after = rollout.inventory
+    backups = _mkdir(rollout.dir / "backups")
+    _playbook(lab, after, "backup.yml", "backup", "-e", f"awide_backup_fetch_dir={backups}")
+    snapshots = sorted(backups.glob("*.db"))
+    assert len(snapshots) == 1 and snapshots[0].stat().st_size > 0, snapshots
+    generation = _healthy(lab, "h2")["registry"]["generation"]
+    pids = {h: _unit(lab, h, "awide-cluster.service")["MainPID"] for h in HOSTS}
+    _playbook(lab, after, "restore.yml", "restore", "-e", f"awide_restore_confirm={CLUSTER}",
+              "-e", f"awide_restore_snapshot={snapshots[0]}")
+    # the snapshot holds the current generation: nothing to republish, none may go back
+    restored = _serving(lab, "h1", HOSTS, slots, min_generation=generation)
+    assert {h: _unit(lab, h, "awide-cluster.service")["MainPID"] for h in HOSTS} == pids
+
+    def noted():                                     # each daemon's report says it followed
+        rc, doc = _status(lab, "h2")
+        return rc == 0 and doc is not None and sorted(
+            p["subject"] for p in doc["problems"] if p["code"] == "etcd_history_reset") \
+            == list(HOSTS)
+    _wait("status notes every daemon's etcd_history_reset", noted, timeout=60, every=1)
+    t.lap(f"backup.yml and restore.yml (generation {generation} -> "
+          f"{restored['registry']['generation']}, no slot moved, no daemon restarted)")
+    print(f"[systest] membership changes, backup and restore: {time.monotonic() - started:.1f} s",
+          flush=True)
+
+
+# etcdctl over TLS as root (its password is in the housekeeping units' env file)
+ETCDCTL = ["sh", "-c", "set -a; . /etc/awide-cluster/etcdctl.env; unset ETCDCTL_ENDPOINTS; "
+           'exec etcdctl "$@"', "etcdctl"]
+
+
+def _members(lab: Lab, host: str) -> list[dict]:
+    """etcd's member list, asked of host's member."""
+    return json.loads(_ssh(lab, host, *ETCDCTL, "--endpoints=https://127.0.0.1:2379",
+                           "member", "list", "-w", "json").stdout)["members"]
+
+
+def _slots(doc: dict) -> dict[tuple[str, str], int | None]:
+    return {(c["host"], c["name"]): c["slot"] for c in doc["cards"]}
+
+
+def _serving(lab: Lab, via: str, hosts: tuple[str, ...], slots: dict,
+             min_generation: int | None = None, timeout: float = 120) -> dict:
+    """status from via, polled until healthy with exactly these hosts and etcd members (all
+    up), the registry read (at a generation or above), every card in service in its slot."""
+    last: list[object] = [None]
+
+    def ok():
+        rc, doc = _status(lab, via)
+        if doc is None:
+            last[0] = rc
+            return None
+        got = {"rc": rc, "healthy": doc["healthy"],
+               "hosts": sorted(h["host"] for h in doc["hosts"]),
+               "etcd": (doc["etcd"]["up"], doc["etcd"]["total"]),
+               "generation": doc["registry"]["generation"],
+               "cards": {(c["host"], c["name"]): (c["state"], c["slot"]) for c in doc["cards"]},
+               "problems": [p["code"] + " " + p["subject"] for p in doc["problems"]]}
+        last[0] = got
+        want_gen = got["generation"] is not None and (min_generation is None
+                                                      or got["generation"] >= min_generation)
+        return doc if (rc == 0 and doc["healthy"] and got["hosts"] == sorted(hosts)
+                       and got["etcd"] == (len(hosts), len(hosts)) and want_gen
+                       and got["cards"] == {k: ("in", v) for k, v in slots.items()}) else None
+    try:
+        return _wait(f"status from {via} healthy with {' '.join(hosts)}", ok, timeout, every=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nlast status: {last[0]}") from None
 
 
 def _served_cert(lab: Lab, host: str) -> bytes:

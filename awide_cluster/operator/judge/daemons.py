@@ -151,7 +151,20 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
             "error", "report_stale", host,
             f"report of host {host} unchanged for {age.at_least:.1f} s: its daemon's loop "
             "is stuck (its lease is still kept alive)"))
+    if report.history_resets:
+        problems.append(history_reset(host, report.history_resets, report.history_note))
     return report, _host_view(host, lead, age, report=report), problems
+
+
+def history_reset(host: str, count: int, note: str) -> Problem:
+    """A daemon that followed a new etcd history (a restore, or a member that went back):
+    shown until the daemon restarts; an error only if something else is wrong."""
+    times = "once" if count == 1 else f"{count} times"
+    return Problem(
+        "warning", "etcd_history_reset", host,
+        f"the daemon of {host} followed a new etcd history {times} since it started"
+        f"{': ' + note if note else ''} (expected after a restore, docs/operations.md "
+        "\"Restore etcd\"; otherwise a member went back in time)")
 
 
 def _host_view(host: str, lead: str, age: Age | None, *, report: HostReport | None = None,
