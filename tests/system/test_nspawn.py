@@ -19,7 +19,9 @@ add-host.yml makes it a 4th etcd member (a learner, promoted) running its daemon
 remove-host.yml retires it, backup.yml takes a snapshot now and restore.yml rebuilds etcd from
 it; after each, status is healthy with the expected members and every card in service in its
 slot, and after the restore the registry is at its generation or above without any daemon
-restarting.
+restarting. Then replace-host.yml: refused while the witness h3 still answers (nothing
+changed); with h3 powered off, its member is removed first and the 4th host joins in its place
+(3 voting members, healthy, every card in its slot).
 It adds several minutes: in `make system-test` always, in `make test` only with
 AWIDE_SYSTEM_LONG=1.
 
@@ -340,6 +342,13 @@ class Lab:
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()
+
+    def power_off(self, host: str) -> None:
+        """Power one container off (SIGTERM to its nspawn halts its systemd) and wait until
+        it is gone: a failed host."""
+        proc = self.procs[host]
+        proc.terminate()
+        proc.wait(timeout=60)
 
     def down(self) -> None:
         """Power the containers off (SIGTERM to nspawn halts the container's systemd), kill
@@ -825,6 +834,25 @@ def test_membership_changes_backup_and_restore(lab, rollout: Rollout) -> None:
     _wait("status notes every daemon's etcd_history_reset", noted, timeout=60, every=1)
     t.lap(f"backup.yml and restore.yml (generation {generation} -> "
           f"{restored['registry']['generation']}, no slot moved, no daemon restarted)")
+
+    # replace the witness h3 by the spare: refused while h3's member still answers
+    failed, replaced = "h3", ("h1", "h2", SPARE)
+    replace = ("-e", f"awide_new_host={SPARE}", "-e", f"awide_remove_host={failed}")
+    refused = _playbook(lab, with_spare, "replace-host.yml", "replace-refused", *replace,
+                        *wheels, expect_ok=False)
+    assert "refused, nothing was changed" in refused.stdout and "still answers" in \
+        refused.stdout, refused.stdout[-4000:]
+    assert sorted(m["name"] for m in _members(lab, "h1")) == list(HOSTS)
+    # h3 fails (powered off): its member is removed first (voters 3 -> 2, both answering),
+    # then the spare joins as a learner, is promoted (3 again) and runs its daemon
+    lab.power_off(failed)
+    _playbook(lab, with_spare, "replace-host.yml", "replace-host", *replace, *wheels)
+    members = _members(lab, "h1")
+    assert sorted(m["name"] for m in members) == sorted(replaced), members
+    assert not any(m.get("isLearner") for m in members), members
+    _serving(lab, "h2", replaced, slots)
+    t.lap(f"replace-host.yml ({failed} powered off, refused before; {SPARE} in its place, "
+          "3 voting members, healthy)")
     print(f"[systest] membership changes, backup and restore: {time.monotonic() - started:.1f} s",
           flush=True)
 
