@@ -97,8 +97,7 @@ def _inventory(tmp: Path, hosts: list[str]) -> Path:
     ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h4"}, "new host h4"),
     # the cluster it would join has only 2 members
     ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h3"}, "before 2"),
-    # 3 members + the new one: replacing leaves 3, but the peak (4 voters, the failed one
-    # silent) still needs 3 answering: fine; with 2 + new, refused
+    # 2 members + the new one: 2 before, 2 after
     ("replace-host.yml", ["h1", "h2", "h3"],
      {"awide_new_host": "h3", "awide_remove_host": "h2"}, "after 2"),
     ("replace-host.yml", ["h1", "h2", "h3", "h4"], {"awide_new_host": "h4"},
@@ -128,21 +127,63 @@ def test_membership_changes_are_refused_before_any_host_is_touched(
 @pytest.mark.parametrize(("hosts", "new", "remove", "allowed"), [
     (["h1", "h2", "h3", "h4"], "h4", "", True),        # add a 4th
     (["h1", "h2", "h3", "h4"], "", "h4", True),        # remove it again
-    (["h1", "h2", "h3", "h4"], "h4", "h3", True),      # replace h3 by h4: 3, 4, 3 voters
+    (["h1", "h2", "h3", "h4"], "h4", "h3", True),      # replace h3 by h4: 3, 2, 3 voters
     (["h1", "h2", "h3"], "", "h3", False),             # 2 would remain
     (["h1", "h2", "h3", "h4", "h5"], "h5", "h4", True),
-    (["h1", "h2", "h3"], "h3", "h2", False),           # 2, 3, 2
+    (["h1", "h2", "h3"], "h3", "h2", False),           # 2, 1, 2
 ])
 def test_the_quorum_arithmetic_of_membership_changes(ansible_tools: Path, tmp_path: Path,
                                                      hosts: list[str], new: str, remove: str,
                                                      allowed: bool) -> None:
     """The role's membership check alone, on localhost: allowed exactly when at least 3 voting
-    members remain before, during and after the change."""
+    members are there before and after the change."""
     r = _play(tmp_path, ansible_tools, "membership_check.yml",
               {"awide_hosts": hosts, "awide_new_host": new, "awide_remove_host": remove,
                "awide_membership_usage": "usage"},
               {"c1": {"ansible_host": "127.0.0.1"}})
     assert (r.returncode == 0) == allowed, r.stdout[-3000:]
+
+
+def _member(name: str, addr: str, learner: bool = False) -> dict[str, object]:
+    return {"id": f"{sum(map(ord, name + addr)):x}", "name": name,
+            "peer": f"https://{addr}:2380", "client": f"https://{addr}:2379" if name else "",
+            "learner": learner}
+
+
+H1, H2, H3 = (_member(f"h{i}", f"192.0.2.{i}") for i in (1, 2, 3))
+
+
+@pytest.mark.parametrize(("members", "answers", "healthy", "why"), [
+    # h3 failed, h1 and h2 healthy: allowed
+    ([H1, H2, H3], False, ["h1", "h2"], None),
+    # a rerun after h3's member was removed: allowed (the new one joins)
+    ([H1, H2], False, ["h1", "h2"], None),
+    # h3 still answers: not failed
+    ([H1, H2, H3], True, ["h1", "h2"], "still answers"),
+    # h2 not healthy: h1 alone would be left
+    ([H1, H2, H3], False, ["h1"], "not healthy: h2"),
+    # only 2 voters: removing h3 leaves 1
+    ([H1, H3], False, ["h1"], "would have 1 voting members (h1)"),
+    # the new host is already a learner (added, never started: no name yet)
+    ([H1, H2, H3, _member("", "192.0.2.4", learner=True)], False, ["h1", "h2"],
+     "h4 is already an etcd member"),
+])
+def test_a_replacement_is_refused_by_the_live_membership(
+        ansible_tools: Path, tmp_path: Path, members: list[dict], answers: bool,
+        healthy: list[str], why: str | None) -> None:
+    """The role's check of etcd's live membership for replace-host.yml (what the playbook
+    asked etcd is the input): h3 is replaced by h4."""
+    r = _play(tmp_path, ansible_tools, "replace_check.yml",
+              {"awide_etcd_members": members, "awide_failed_answers": answers,
+               "awide_healthy_voters": healthy, "awide_new_host": "h4",
+               "awide_remove_host": "h3", "awide_leaving_peer": "https://192.0.2.3:2380",
+               "awide_joining_peer": "https://192.0.2.4:2380"},
+              {"c1": {"ansible_host": "127.0.0.1"}})
+    if why is None:
+        assert r.returncode == 0, r.stdout[-3000:]
+        return
+    assert r.returncode != 0
+    assert "refused, nothing was changed" in r.stdout and why in r.stdout, r.stdout[-3000:]
 
 
 def test_restore_refuses_without_the_cluster_named(ansible_tools: Path) -> None:
