@@ -651,8 +651,8 @@ def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None
 
 def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path: Path) -> None:
     """The role's etcd_members.yml against a real etcd (one member, loopback, plain http) with
-    a learner added: every member, its peer URL, whether it is a learner, and its id in the
-    hex form that `etcdctl member promote/remove` take."""
+    a learner added: every member, its peer and client URL, whether it is a learner, and its
+    id in the hex form that `etcdctl member promote/remove` take."""
     program = _etcd_programs()[0]
     client, peer = _free_port(), _free_port()
     log = tmp_path / "etcd.log"
@@ -705,4 +705,6 @@ def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path:
     got = json.loads(out.read_text())
     assert sorted((m["id"], m["peer"], m["learner"]) for m in got) == expected
     assert {m["name"] for m in got} == {"m1", ""}       # a learner not started has no name yet
+    # nor a client URL (replace-host.yml asks a member on its client URL whether it answers)
+    assert {m["name"]: m["client"] for m in got} == {"m1": f"http://127.0.0.1:{client}", "": ""}
     assert [m["learner"] for m in got if m["peer"] == "http://127.0.0.1:1"] == [True]
