@@ -80,7 +80,7 @@ class EtcdStore:
         self._doubt = False         # an answer was refused since the last census
         self._census_lock: asyncio.Lock | None = None
         self._census_at = float("-inf")
-        self._auth_lock: asyncio.Lock | None = None
+        self._auth_task: asyncio.Task[None] | None = None   # the password check under way
         self._auth_off = False  # credentials configured but the cluster has auth disabled
         # values refused for their size, by key: not read again while unchanged (bounded.py)
         self.refusals = bounded.RefusalMemory()
@@ -235,30 +235,41 @@ class EtcdStore:
         return max(deadline, self.deadline(max(self.config.call_timeout, AUTH_TIMEOUT_MIN)))
 
     async def _authenticate(self, deadline: float, stale: str | None) -> None:
-        if self._auth_lock is None:
-            self._auth_lock = asyncio.Lock()
-        async with self._auth_lock:
-            if self.transport.token is not None and self.transport.token != stale:
-                return  # another call authenticated meanwhile
-            body = {"name": self.config.username, "password": self.config.password}
+        """Authenticate once for every caller: one password check at a time, run as a task of
+        its own and shielded from the callers' bounds. Under load a check outlasts a 0.5 s
+        call; cancelled with the call, every next call would start another, and etcd would
+        spend itself on bcrypt while no call ever got a token (seen: 190 checks in 40 s from
+        five clients, none of them served). A caller that gives up leaves the check running;
+        the next one waits for the same check."""
+        if self.transport.token is not None and self.transport.token != stale:
+            return  # another call authenticated meanwhile
+        task = self._auth_task
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._login(deadline))
+            task.add_done_callback(_retrieved)
+            self._auth_task = task
+        await asyncio.shield(task)
 
-            async def attempt(ep: str) -> str:
-                answer = await self.transport.post(ep, "/v3/auth/authenticate", body)
-                token = answer.get("token")
-                if not isinstance(token, str) or not token:
-                    raise BadResponse(f"{ep}: authenticate answered no token")
-                return token
+    async def _login(self, deadline: float) -> None:
+        body = {"name": self.config.username, "password": self.config.password}
 
-            self.transport.token = None
-            try:
-                # password checks cost etcd CPU (bcrypt): hedge late, not after 50 ms
-                _, token = await hedged(attempt, self.ring, max(self.config.hedge_after, 0.2),
-                                        deadline, "authenticate")
-                self._auth_off = False
-            except AuthNotEnabled:
-                token = None  # credentials configured, auth off on the cluster: go without
-                self._auth_off = True
-            self.transport.token = token
+        async def attempt(ep: str) -> str:
+            answer = await self.transport.post(ep, "/v3/auth/authenticate", body)
+            token = answer.get("token")
+            if not isinstance(token, str) or not token:
+                raise BadResponse(f"{ep}: authenticate answered no token")
+            return token
+
+        self.transport.token = None
+        try:
+            # password checks cost etcd CPU (bcrypt): hedge late, not after 50 ms
+            _, token = await hedged(attempt, self.ring, max(self.config.hedge_after, 0.2),
+                                    deadline, "authenticate")
+            self._auth_off = False
+        except AuthNotEnabled:
+            token = None  # credentials configured, auth off on the cluster: go without
+            self._auth_off = True
+        self.transport.token = token
 
     async def read(self, path: str, body: dict[str, Any], timeout: float | None,
                    what: str, *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -508,6 +519,8 @@ class EtcdStore:
     # ------------------------------------------------------------------ lifecycle
 
     async def close(self) -> None:
+        if self._auth_task is not None and not self._auth_task.done():
+            self._auth_task.cancel()
         await self.transport.close()
 
     async def __aenter__(self) -> EtcdStore:
@@ -515,6 +528,13 @@ class EtcdStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A password check whose callers all gave up: its error is theirs to see at the next
+    call, not an "exception was never retrieved" warning."""
+    if not task.cancelled():
+        task.exception()
 
 
 QUOTA_GAUGE = b"etcd_server_quota_backend_bytes"

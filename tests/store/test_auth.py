@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from awide_cluster.store import Denied
+from awide_cluster.store import Denied, Timeout
 from awide_harness import EtcdCluster
 from tests.timing import wait_until
 
@@ -63,6 +63,22 @@ async def test_credentials_give_a_token_that_is_renewed(auth_cluster, make_store
         batch = await asyncio.wait_for(watch.__anext__(), 5)
     assert batch.events[0].kv.value == b"2"
     assert store.transport.token != "not-a-token"
+
+
+async def test_a_call_that_gives_up_leaves_the_password_check_running(auth_cluster, make_store):
+    """A call bounded under the time a password check takes (bcrypt in etcd: tens of ms, more
+    under load) times out, but the check goes on without it and its token serves the next call:
+    cancelled with each call, checks would follow each other without end."""
+    store = make_store(auth_cluster.endpoints, prefix="/auth/", username="root",
+                       password="rootpw", call_timeout=SLOW)
+    with pytest.raises(Timeout):
+        await store.get("k", timeout=0.001)
+    await wait_until(lambda: store.transport.token is not None, 5 * SLOW,
+                     "the password check finished after its caller gave up")
+    token = store.transport.token
+    await store.put("k", b"after")
+    assert (await store.get("k")).value == b"after"
+    assert store.transport.token == token          # no second check
 
 
 async def test_wrong_password_and_missing_credentials_are_denied(auth_cluster, make_store):
