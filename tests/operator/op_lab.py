@@ -19,7 +19,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.service import Daemon
 from tests.operator import op_state as state
-from tests.timing import wait_until
+from tests.timing import bound, wait_until
 
 CLI = str(Path(sys.executable).with_name("awide-cluster"))
 LOOKUP_VARIABLES = ("AWIDE_CONFIG", "AWIDE_ETCD_ENDPOINTS", "AWIDE_CLUSTER",
@@ -59,7 +59,12 @@ class Lab:
             for h, cards in layout.items()}
         self.count = sum(len(c) for c in layout.values())
         self.file = root / "cluster.yaml"
-        self.file.write_text(yaml.safe_dump(self.configs[next(iter(layout))]))
+        # the operator's commands read this file: their call bound is 1 s scaled by the tests'
+        # time factor, not the daemons' tight 0.3 s (on a loaded machine a member's status
+        # answer took longer than 0.3 s, and status rightly called the cluster unhealthy)
+        first = self.configs[next(iter(layout))]
+        self.file.write_text(yaml.safe_dump(
+            {**first, "etcd": {**first["etcd"], "call_timeout": bound(1.0)}}))
         self.env = {"AWIDE_CONFIG": str(self.file)}
         self.daemons = {h: Daemon(daemon_config.parse(c, f"<{h}>"))
                         for h, c in self.configs.items()}
