@@ -157,8 +157,8 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
 
 
 def history_reset(host: str, count: int, note: str) -> Problem:
-    """A daemon that followed a new etcd history (a restore, or a member that went back):
-    shown until the daemon restarts; an error only if something else is wrong."""
+    """A daemon that followed a new etcd history (a restore, or a member that went back): a
+    warning, shown until the daemon restarts."""
     times = "once" if count == 1 else f"{count} times"
     return Problem(
         "warning", "etcd_history_reset", host,
