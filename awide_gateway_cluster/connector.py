@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from awide_cluster.cards.worker import ProbeWorker, StillStuck, shared_worker
 from awide_cluster.contract.registry import CardEntry
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, read_secret_file
@@ -49,18 +50,27 @@ class Connector:
     def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
                  dhchap_secret_file: Path | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
-                 sysfs_timeout: float = 1.0) -> None:
+                 sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None) -> None:
         self.nvme, self.sysfs = nvme, sysfs
+        # every card's reads of one probe round go to the worker's thread together
+        self.worker = worker if worker is not None else shared_worker()
+        self._key = f"gw{id(self):x}"     # this connector's jobs, on a worker maybe shared
         self.hostnqn = hostnqn
         self.dhchap_secret_file = dhchap_secret_file
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
 
-    async def _off_loop(self, fn: Callable[[], T]) -> T:
-        """A sysfs/file read off the event loop, bounded."""
-        async with asyncio.timeout(self.sysfs_timeout):
-            return await asyncio.to_thread(fn)
+    async def _off_loop(self, fn: Callable[[], T], card: CardEntry, what: str) -> T:
+        """A sysfs/file read off the event loop, on the probe worker, bounded. A read of the
+        same card and kind still stuck from an earlier probe is a timeout too (nothing queues
+        behind it)."""
+        try:
+            async with asyncio.timeout(self.sysfs_timeout):
+                return await self.worker.run(fn, bound=self.sysfs_timeout,
+                                             key=f"{self._key}:{card.id}:{what}")
+        except StillStuck as e:
+            raise TimeoutError(str(e)) from e
 
     async def probe(self, card: CardEntry, local: CardPath, io_errors: int = 0) -> Probe:
         try:
@@ -81,7 +91,7 @@ class Connector:
         except InvalidTarget as e:
             log.error("card %s: hostile target refused, nothing run: %s", card.id, e)
             return Probe(refused=f"target refused: {e}", hostile=True)
-        ctrls = await self._off_loop(self.sysfs.controllers)
+        ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
         mine = [c for c in ctrls if c.serial == card.serial]
         if not mine:
             wrong = [c for c in ctrls if _at_target(c, target) and c.serial]
@@ -120,7 +130,8 @@ class Connector:
         secret_file = self.dhchap_secret_file
         if secret_file is not None:
             try:
-                secret = await self._off_loop(lambda: read_secret_file(secret_file))
+                secret = await self._off_loop(lambda: read_secret_file(secret_file), card,
+                                              "secret")
             except BadSecret as e:
                 log.warning("card %s: connect %s not tried: %s", card.id, target, e)
                 return Probe(note=f"connect not tried: {e}")
@@ -128,7 +139,7 @@ class Connector:
             name = await self.nvme.connect(target, self.hostnqn, dhchap_secret=secret,
                                            timeout=self.command_timeout)
         except AlreadyConnected:
-            ctrls = await self._off_loop(self.sysfs.controllers)
+            ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
             found = [c for c in ctrls if _at_target(c, target)]
             if not found:
                 return Probe(note=f"nvme connect {target}: already connected, but not in sysfs")
@@ -137,7 +148,7 @@ class Connector:
             log.warning("card %s: connect %s failed: %s", card.id, target, e)
             return Probe(note=f"connect failed: {e}")
         else:
-            shown = await self._off_loop(lambda: self.sysfs.controller(name))
+            shown = await self._off_loop(lambda: self.sysfs.controller(name), card, "sysfs")
             if shown is None:
                 return Probe(note=f"nvme connect gave {name}, which sysfs does not show")
             ctrl = shown
@@ -191,7 +202,7 @@ class Connector:
         if read_label is None:
             return Probe(note="directory cards need a label reader")
         try:
-            label = await self._off_loop(lambda: read_label(path))
+            label = await self._off_loop(lambda: read_label(path), card, "label")
         except TimeoutError:
             raise
         except Exception as e:  # noqa: BLE001 - any unreadable label is "not found"

@@ -5,7 +5,9 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   serializable but every ``linearizable_every``-th; a watch on ``registry`` (optional) whose
   events are applied as they come, checked exactly like a polled answer (no second read);
 - the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
-- one worker per registry card: connect/probe it once per poll, bounded.
+- one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
+  them all at once each poll interval, so their blocking reads go to the probe worker's one
+  thread together (``awide_cluster.cards.worker``).
 
 The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
 one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
+from awide_cluster.cards.worker import ProbeWorker
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
@@ -82,12 +85,15 @@ class GatewayStats:
 
 class ClusterGateway:
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
-    an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds."""
+    an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds;
+    ``probe_worker``: where the cards' blocking reads run (the process's shared one when
+    None)."""
 
     def __init__(self, config: GatewayConfig, *, store: Store | None = None, nvme: Any = None,
                  clock: Callable[[], float] | None = None, sysfs: Any = None,
                  read_label: Callable[..., Any] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 probe_worker: ProbeWorker | None = None) -> None:
         self.config = config
         self.id = config.id
         self.namespace = lay.namespace(config.model)
@@ -96,6 +102,7 @@ class ClusterGateway:
                                         created_by=self.id)
         self._store, self._own_store = store, store is None
         self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
+        self._probe_worker = probe_worker     # None: the process's shared one
         self._clock = clock or time.monotonic
         self._rng = rng or random.Random()
         t = config.timing
@@ -227,7 +234,7 @@ class ClusterGateway:
         self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     command_timeout=self.config.nvme.command_timeout,
-                                    read_label=self._read_label)
+                                    read_label=self._read_label, worker=self._probe_worker)
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
@@ -241,7 +248,7 @@ class ClusterGateway:
             raise
         await self._poll_once()
         self._started = True
-        loops = [self._poll_loop(), self._etcd_side_loop()]
+        loops = [self._poll_loop(), self._etcd_side_loop(), self._probe_round_loop()]
         if self.config.watch:
             loops.append(self._watch_loop())
         self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
@@ -557,10 +564,20 @@ class ClusterGateway:
             wake = self._wake.get(card_id)
             if wake is None:
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
+            with contextlib.suppress(TimeoutError):      # the bound if the round loop failed
+                async with asyncio.timeout(2 * self._interval):
                     await wake.wait()
             wake.clear()
+
+    async def _probe_round_loop(self) -> None:
+        """Every poll interval, at a random phase, wake every card's worker at once: their
+        probes start in the same loop iteration, so their blocking reads go to the probe
+        worker's thread as one submission (one wake-up of the loop, not one per card)."""
+        await asyncio.sleep(self._rng.uniform(0, self._interval))
+        while True:
+            for wake in self._wake.values():
+                wake.set()
+            await asyncio.sleep(self._interval)
 
     # ------------------------------------------------------------------ view
 

@@ -21,16 +21,14 @@ from awide_cluster.cards.model import DISCOVERY, CardObservation, LocalCard, Pro
 from awide_cluster.cards.nvme import discover_nvme
 from awide_cluster.cards.probes import (
     Clock,
-    ProbeWorker,
-    StillStuck,
     check_device,
     check_identity,
     probe_listener,
     probe_store,
     probe_writable,
-    shared_worker,
 )
 from awide_cluster.cards.spec import CardSpec
+from awide_cluster.cards.worker import ProbeWorker, StillStuck, shared_worker
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.nvme.sysfs import Sysfs

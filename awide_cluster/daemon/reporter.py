@@ -40,7 +40,7 @@ class LocalObserver:
 
     def __init__(self, runner: CommandRunner, sysfs: Sysfs, clock: Clock, *,
                  nvme_program: str = "nvme") -> None:
-        from awide_cluster.cards.probes import ProbeWorker
+        from awide_cluster.cards.worker import ProbeWorker
         self.runner, self.sysfs, self.clock = runner, sysfs, clock
         self.nvme_program = nvme_program
         self.worker = ProbeWorker()     # every card's blocking probes of a turn, one thread

@@ -12,8 +12,8 @@ import pytest
 
 from awide_cluster.cards.directory import LABEL_FILE, write_label
 from awide_cluster.cards.observe import observe
-from awide_cluster.cards.probes import ProbeWorker, StillStuck
 from awide_cluster.cards.spec import CardSpec
+from awide_cluster.cards.worker import ProbeWorker, StillStuck
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from tests.timing import bound, wait_until

@@ -1,0 +1,173 @@
+"""The blocking worker: file and sysfs reads of every card, off the event loop, on one thread.
+
+The jobs every card asks for in one loop iteration (one turn of the daemon, one probe round of
+a gateway) are handed over together (one submission) to one thread that stays for the next
+turns; nothing starts a thread per card per poll. A job that hangs keeps its thread: once the
+worker is busy with one job for ``SPILL_SHARE`` of the shortest waiting job's bound, that
+thread is given up (it ends after its job) and a new one takes the queue, so a hung probe
+costs only its own card. Used by the daemon's probes (``cards.probes``, ``cards.observe``) and
+the gateway's card probes (``awide_gateway_cluster.connector``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SPILL_SHARE = 0.2       # a queued job waits at most this share of its bound behind a hung one
+IDLE_EXIT = 30.0        # a worker thread with nothing to do for this long ends
+
+
+class StillStuck(RuntimeError):
+    """A job with the same key is still running (it hung); this one is not queued behind it."""
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    bound: float
+    key: str
+
+
+@dataclass(eq=False)
+class _Thread:
+    job: _Job | None = None
+    since: float = 0.0
+    given_up: bool = False
+
+
+class ProbeWorker:
+    """Blocking probe jobs off the event loop: the jobs asked for in one loop iteration (every
+    card's, in one turn) go to the worker thread as one submission and run one after the
+    other, each to its end (its cleanup always runs, even when its task gave up); one that
+    hangs is left to its thread while a new thread takes the queue (see the module doc). A job
+    whose ``key`` is still queued or running (it hung in an earlier turn) fails at once with
+    ``StillStuck`` instead of queueing behind it."""
+
+    def __init__(self, *, name: str = "awide-probes") -> None:
+        self.name = name
+        self.submissions = 0            # batches handed to the thread (one per turn)
+        self.threads_started = 0
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._active: _Thread | None = None     # the thread that takes the queue
+        self._running: set[str] = set()         # keys of jobs queued or running
+        self._batch: list[_Job] = []
+        self._flush_at: asyncio.AbstractEventLoop | None = None
+
+    def run(self, fn: Callable[..., T], *args: Any, bound: float,
+            key: str = "") -> asyncio.Future[T]:
+        """``fn(*args)`` on the worker; its result (or exception) in the future. ``bound``
+        is what the caller waits at most (it decides when a hung job is left behind)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._cond:
+            if key and key in self._running:
+                fut.set_exception(StillStuck(f"{key}: previous probe still stuck"))
+                return fut
+            if key:
+                self._running.add(key)
+        self._batch.append(_Job(fn, args, fut, loop, bound, key))
+        if self._flush_at is not loop:
+            self._flush_at = loop
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        batch, self._batch, self._flush_at = self._batch, [], None
+        if not batch:
+            return
+        with self._cond:
+            self._queue.extend(batch)
+            self.submissions += 1
+            if self._active is None:
+                self._start()
+            else:
+                self._cond.notify()
+        patience = SPILL_SHARE * min(j.bound for j in batch)
+        batch[0].loop.call_later(patience, self._check, patience)
+
+    def _start(self) -> None:
+        """A new active thread (called with the lock held)."""
+        me = _Thread()
+        self._active = me
+        self.threads_started += 1
+        threading.Thread(target=self._work, args=(me,), name=self.name, daemon=True).start()
+
+    def _check(self, patience: float) -> None:
+        """Jobs wait behind one that runs for longer than ``patience``: leave that thread to
+        it and let a new one take the queue. Again every ``patience`` while jobs wait."""
+        again = patience
+        with self._cond:
+            if not self._queue:
+                return
+            me = self._active
+            busy = time.monotonic() - me.since if me is not None and me.job is not None else 0.0
+            if me is not None and me.job is not None and busy >= patience:
+                me.given_up = True
+                log.warning("%s: a blocking probe (%s) runs for over %.2f s; %d queued "
+                            "probe(s) go to a new thread", self.name, me.job.key or "unkeyed",
+                            patience, len(self._queue))
+                self._start()
+            elif busy > 0:
+                again = max(0.001, patience - busy)     # when that job reaches patience
+        asyncio.get_running_loop().call_later(again, self._check, patience)
+
+    def _work(self, me: _Thread) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not me.given_up:
+                    if not self._cond.wait(IDLE_EXIT) and not self._queue:
+                        if self._active is me:
+                            self._active = None
+                        return
+                if me.given_up:
+                    return
+                job = self._queue.popleft()
+                me.job, me.since = job, time.monotonic()
+            try:        # even when its task gave up: a job's own cleanup always runs
+                result, error = job.fn(*job.args), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                result, error = None, exc
+            self._settle(job, result, error)
+            with self._cond:
+                me.job = None
+                if me.given_up:             # a new thread took the queue meanwhile
+                    return
+
+    def _settle(self, job: _Job, result: Any, error: BaseException | None) -> None:
+        with self._cond:
+            self._running.discard(job.key)
+
+        def settle() -> None:
+            if job.future.done():
+                return
+            if error is None:
+                job.future.set_result(result)
+            else:
+                job.future.set_exception(error)
+
+        try:
+            job.loop.call_soon_threadsafe(settle)
+        except RuntimeError:        # the loop is gone; nobody waits any more
+            pass
+
+
+_shared = ProbeWorker()
+
+
+def shared_worker() -> ProbeWorker:
+    """The worker of callers that pass none (one per process)."""
+    return _shared

@@ -1,0 +1,102 @@
+"""The gateway's card probes: one round per poll interval for every card, their blocking reads
+handed to the probe worker together, and a read that hangs costing only its own card."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awide_cluster.cards.directory import read_label, write_label
+from awide_cluster.cards.worker import ProbeWorker
+from awide_cluster.contract.registry import CardEntry, card_id
+from awide_gateway_cluster.connector import Connector
+from awide_gateway_cluster.view import CardPath
+from tests.gateway.support import config, gateway, in_service, make_card, serve, wait_for
+from tests.timing import bound
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class CountingWorker(ProbeWorker):
+    """A probe worker that counts the jobs it is given (``submissions`` counts the batches)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="test-probes")
+        self.jobs = 0
+
+    def run(self, fn: Any, *args: Any, bound: float, key: str = "") -> Any:
+        self.jobs += 1
+        return super().run(fn, *args, bound=bound, key=key)
+
+
+def dir_card(root: Path, n: int) -> CardEntry:
+    path = root / f"card{n}"
+    path.mkdir(parents=True)
+    label = write_label(path, f"DIRSN{n:04d}", "AWIDE Dir Card")
+    return CardEntry(id=card_id(label.serial, label.model, label.identity), serial=label.serial,
+                     model=label.model, identity=label.identity, host="s1", name=f"card{n}",
+                     kind="dir", state="in", health="ok", reason="", admitted=1,
+                     changed_generation=1, target=None, path=str(path))
+
+
+async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
+        etcd, leader, world, cluster_name):
+    cards = [make_card(n, admitted=n) for n in range(1, 5)]
+    for c in cards:
+        serve(world, c)
+    await leader.publish(cards)
+    worker = CountingWorker()
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker)
+    await gw.start()
+    try:
+        await wait_for(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
+        jobs0, subs0 = worker.jobs, worker.submissions
+        await wait_for(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
+        jobs, subs = worker.jobs - jobs0, worker.submissions - subs0
+        # each round's four sysfs reads in one batch (a card woken alone, by a change, would
+        # make a batch of one; nothing changes here). One job per card per batch before the
+        # round loop: a ratio of about 1.
+        assert jobs >= 3 * subs, (jobs, subs)
+        assert all(in_service(gw, c.id) for c in cards)
+    finally:
+        await gw.stop()
+
+
+async def test_a_hung_label_read_costs_only_its_card_and_piles_up_no_thread(tmp_path: Path):
+    hung_card, other = dir_card(tmp_path, 1), dir_card(tmp_path, 2)
+    release = threading.Event()
+    calls: dict[str, int] = {}
+
+    def label(path: Path) -> Any:
+        calls[str(path)] = calls.get(str(path), 0) + 1
+        if str(path) == hung_card.path:
+            release.wait(bound(20.0))            # a file system that does not answer
+        return read_label(path)
+
+    worker = ProbeWorker(name="test-hang")
+    conn = Connector(nvme=None, sysfs=None, read_label=label,  # type: ignore[arg-type]
+                     sysfs_timeout=0.3, worker=worker)
+    try:
+        first = await conn.probe(hung_card, CardPath(hung_card.id))
+        assert first.good is None and "timed out" in first.note      # no observation
+        # the same card again while its read still hangs: at once, nothing queued behind it
+        again = await conn.probe(hung_card, CardPath(hung_card.id))
+        assert again.good is None and "timed out" in again.note
+        assert calls[str(hung_card.path)] == 1
+        # another card is served meanwhile, by a new thread (the hung one is left to its read)
+        ok = await conn.probe(other, CardPath(other.id))
+        assert ok.good is True and ok.verified and ok.device == other.path
+        assert worker.threads_started == 2
+    finally:
+        release.set()
+    # the read came back: a later probe of the card reads its label again and sees it
+
+    async def observed() -> Any:
+        p = await conn.probe(hung_card, CardPath(hung_card.id))
+        return p if p.good is not None else None
+
+    back = await wait_for(observed, what="the stuck read ended and the card is seen again")
+    assert back.good is True and calls[str(hung_card.path)] == 2
