@@ -68,9 +68,20 @@ def wait(pred, what: str, bound: float = BOUND):
 
 # ------------------------------------------------------------------ etcd
 
+def every_host_reported(c: EmbeddedCluster) -> bool:
+    """Every daemon holds a lease and its report is in etcd (the cluster is "ready" once the
+    gateways show every card; a witness may still be getting its lease then, and a lease is
+    refused under NOSPACE like any write)."""
+    got = c.reports()
+    return got is not None and set(c.hosts) <= set(got[1])
+
+
 def fill_quota(c: EmbeddedCluster) -> int:
     """Put 1 MiB values outside the cluster's prefix until etcd refuses (NoSpace): how many
-    were written. Bounded: 64 puts of 5 s at most."""
+    were written, once every daemon has reported on its lease. Bounded: 64 puts of 5 s at
+    most."""
+    wait(lambda: every_host_reported(c), "every daemon reported before the quota fills")
+
     async def main() -> int:
         cfg = StoreConfig(endpoints=c.etcd.endpoints, prefix="", call_timeout=5.0)
         async with EtcdStore(cfg) as s:
