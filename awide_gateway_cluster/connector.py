@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from awide_cluster.cards.worker import ProbeWorker, StillStuck, shared_worker
+from awide_cluster.cards.worker import ProbeWorker, StillStuck
 from awide_cluster.contract.registry import CardEntry
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, read_secret_file
@@ -53,8 +53,10 @@ class Connector:
                  sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None) -> None:
         self.nvme, self.sysfs = nvme, sysfs
         # every card's reads of one probe round go to the worker's thread together
-        self.worker = worker if worker is not None else shared_worker()
-        self._key = f"gw{id(self):x}"     # this connector's jobs, on a worker maybe shared
+        # this gateway's own (a worker serves one event loop; a host program may run
+        # gateways on several, e.g. threaded ones)
+        self.worker = worker if worker is not None else ProbeWorker(name="awide-gateway-probes")
+        self._key = f"gw{id(self):x}"     # this connector's jobs, should a worker be shared
         self.hostnqn = hostnqn
         self.dhchap_secret_file = dhchap_secret_file
         self.command_timeout = command_timeout

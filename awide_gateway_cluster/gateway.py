@@ -86,7 +86,7 @@ class GatewayStats:
 class ClusterGateway:
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
     an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds;
-    ``probe_worker``: where the cards' blocking reads run (the process's shared one when
+    ``probe_worker``: where the cards' blocking reads run (one of this gateway's own when
     None)."""
 
     def __init__(self, config: GatewayConfig, *, store: Store | None = None, nvme: Any = None,
@@ -102,7 +102,7 @@ class ClusterGateway:
                                         created_by=self.id)
         self._store, self._own_store = store, store is None
         self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
-        self._probe_worker = probe_worker     # None: the process's shared one
+        self._probe_worker = probe_worker     # None: one of its own
         self._clock = clock or time.monotonic
         self._rng = rng or random.Random()
         t = config.timing

@@ -5,7 +5,8 @@ a gateway) are handed over together (one submission) to one thread that stays fo
 turns; nothing starts a thread per card per poll. A job that hangs keeps its thread: once the
 worker is busy with one job for ``SPILL_SHARE`` of the shortest waiting job's bound, that
 thread is given up (it ends after its job) and a new one takes the queue, so a hung probe
-costs only its own card. Used by the daemon's probes (``cards.probes``, ``cards.observe``) and
+costs only its own card. A worker serves the event loop of its callers (one loop: the daemon's,
+or one gateway's). Used by the daemon's probes (``cards.probes``, ``cards.observe``) and
 the gateway's card probes (``awide_gateway_cluster.connector``).
 """
 

@@ -100,3 +100,10 @@ async def test_a_hung_label_read_costs_only_its_card_and_piles_up_no_thread(tmp_
 
     back = await wait_for(observed, what="the stuck read ended and the card is seen again")
     assert back.good is True and calls[str(hung_card.path)] == 2
+
+
+def test_each_gateway_has_a_worker_of_its_own_by_default() -> None:
+    """A worker serves one event loop; gateways may run on several (threaded ones)."""
+    a = Connector(nvme=None, sysfs=None)  # type: ignore[arg-type]
+    b = Connector(nvme=None, sysfs=None)  # type: ignore[arg-type]
+    assert a.worker is not b.worker and a.worker.threads_started == 0
