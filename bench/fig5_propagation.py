@@ -67,9 +67,14 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
         def fleet_cpu() -> float:
             return sum(cpu_seconds(w.pid) for w in workers)
 
-        c0, i0 = fleet_cpu(), time.monotonic()
-        await asyncio.sleep(1.0 if ctx.quick else 3.0)
-        idle_rate = (fleet_cpu() - c0) / (time.monotonic() - i0)
+        idle_window = 1.0 if ctx.quick else 3.0
+
+        async def idle_cpu_rate() -> float:
+            c0, i0 = fleet_cpu(), time.monotonic()
+            await asyncio.sleep(idle_window)
+            return (fleet_cpu() - c0) / (time.monotonic() - i0)
+
+        idle_before = await idle_cpu_rate()
         failed0 = polls0 = 0
         for w in workers:                 # reset each process's loop-lag maximum
             w.send({"cmd": "lag"})
@@ -103,19 +108,27 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
             if len(seen) == gateways:
                 every.append(max(lat))
             # a round that misses a gateway is reported as missing, never as fast
-        spent = fleet_cpu() - c0 - idle_rate * (time.monotonic() - r0)
+        busy, span = fleet_cpu() - c0, time.monotonic() - r0
         lags, failed, polls = [], -failed0, -polls0
         for w in workers:
             w.send({"cmd": "lag"})
             got = w.expect("lag", 10.0)
             lags.append(got["max_ms"])
             failed, polls = failed + got["failed_polls"], polls + got["polls"]
+        await asyncio.sleep(1.5)          # the last change's registration writes are done
+        idle_after = await idle_cpu_rate()
+        # a change's CPU: the rounds' CPU net of the idle rate (the mean of the windows before
+        # and after them); the two windows' difference over the same span is its noise
+        spent = busy - (idle_before + idle_after) / 2 * span
+        noise = abs(idle_after - idle_before) / 2 * span
         return {"every": every, "each": each, "missing": missing, "puts": puts,
                 "ready": ready, "rounds": rounds, "fleet_loop_lag_max_ms": max(lags),
                 "failed_polls": failed, "polls": polls,
-                "idle_cpu_ms_per_gateway_s": round(idle_rate / gateways * 1000, 3),
-                "reaction_cpu_ms_per_gateway": round(max(0.0, spent) / rounds / gateways
-                                                     * 1000, 3)}
+                "idle_cpu_ms_per_gateway_s": round(idle_before / gateways * 1000, 3),
+                "idle_cpu_after_ms_per_gateway_s": round(idle_after / gateways * 1000, 3),
+                "reaction_cpu_ms_per_gateway": round(spent / rounds / gateways * 1000, 3),
+                "reaction_cpu_noise_ms_per_gateway": round(noise / rounds / gateways * 1000,
+                                                           3)}
     finally:
         close_all(workers, bound=15.0)
         await store.close()
@@ -144,10 +157,18 @@ def run(ctx: Context) -> list[Row]:
                      "put_p99_ms": ms(summary(res["puts"])["p99"]),
                      "idle_cpu_ms_per_gateway_s": res["idle_cpu_ms_per_gateway_s"],
                      "reaction_cpu_ms_per_gateway": res["reaction_cpu_ms_per_gateway"],
+                     "reaction_cpu_noise_ms_per_gateway":
+                         res["reaction_cpu_noise_ms_per_gateway"],
+                     "idle_cpu_after_ms_per_gateway_s": res["idle_cpu_after_ms_per_gateway_s"],
                      "fleet_loop_lag_max_ms": res["fleet_loop_lag_max_ms"],
                      "gateway_polls": res["polls"], "gateway_failed_polls": res["failed_polls"]}
+            cpu = res["reaction_cpu_ms_per_gateway"]
+            noise = res["reaction_cpu_noise_ms_per_gateway"]
+            per_change = (f"{cpu} ms CPU per gateway per change (+/- {noise})" if cpu > noise
+                          else f"CPU per gateway per change below the estimate's noise "
+                               f"({cpu} +/- {noise} ms)")
             note = (f"last of {gateways} gateways; per gateway p99 {ms(each['p99'])} ms; "
-                    f"{res['reaction_cpu_ms_per_gateway']} ms CPU per gateway per change, "
+                    f"{per_change}, "
                     f"{procs} processes on 2 cores (their event loops stalled up to "
                     f"{res['fleet_loop_lag_max_ms']:.0f} ms); {res['failed_polls']} of "
                     f"{res['polls']} "
