@@ -144,7 +144,8 @@ class DaemonMetrics:
                                            registry=r)
         self.leader_cycles = Counter("awide_leader_cycles",
                                      "Leader cycles this daemon ran, by what started them "
-                                     "(poll: its own; report: a host report that arrived)",
+                                     "(poll: its own; report: a host report that arrived; "
+                                     "term: the first of a term won on the watch)",
                                      ["trigger"], registry=r)
 
         self.etcd_duration = Histogram("awide_etcd_call_duration_seconds",

@@ -14,9 +14,12 @@ One turn:
 
 Beside the turns, a watch of ``leader`` (``_watch_leader``): when the key is vacated (deleted
 on a clean stop, or by etcd when its holder's lease expired) a follower runs the campaign of
-step 4 at once instead of at its next poll, and a new leader's first cycle runs at once (the
-turn is started early). What the watch delivers only triggers that read; the poll stays the
-bounded safety net. ``lease.on_leader_key`` decides.
+step 4 at once instead of at its next poll, and a new leader's first cycle runs right after
+the won campaign, in the watch's task, as an out-of-turn cycle (``_term_cycle``: counted like a
+report cycle, so the next poll cycle neither counts its reports again nor as not advancing):
+the hand-over's first fenced write does not wait for this host's card probes and report. What
+the watch delivers only triggers that read; the poll stays the bounded safety net.
+``lease.on_leader_key`` decides.
 
 While it leads, a watch of ``members/`` (``_watch_reports``): a host report that arrives
 between two polls and says something the registry does not show yet (``arrivals``
@@ -184,7 +187,6 @@ class Daemon:
         self.turn_errors = 0                        # turns that raised (counted, survived)
         self.write_error: dict[str, str | int] | None = None   # the latest report write failed
         self._electing = asyncio.Lock()     # one campaign at a time: the turn's or the watch's
-        self._wake = asyncio.Event()        # start the next turn now (leadership just won)
         self._watch_task: asyncio.Task[None] | None = None
         self._watch_error = ""
         self.key_steps: dict[str, int] = {}     # leader-key watch: reads it triggered, by action
@@ -278,7 +280,6 @@ class Daemon:
             await self._sleep(random.uniform(0, self.config.timing.poll_interval))
             next_at = self.clock.monotonic()
             while not self._stop.is_set():
-                self._wake.clear()
                 await self._guarded_turn()
                 interval = self.config.timing.poll_interval
                 next_at += interval
@@ -286,8 +287,6 @@ class Daemon:
                 if next_at < now:               # overran: start again now, keep the phase
                     next_at = now
                 await self._sleep(next_at - now)
-                if self._wake.is_set():         # leadership won on the watch: turn now
-                    next_at = self.clock.monotonic()
         except ClusterTooSmall as e:
             self.fatal, self.exit_code = str(e), EXIT_CLUSTER
             log.error("%s", e)
@@ -320,18 +319,17 @@ class Daemon:
             self.notifier.watchdog()
 
     async def _sleep(self, seconds: float) -> None:
-        """Until ``seconds`` passed, a stop was asked, or the next turn is wanted now."""
-        if seconds <= 0 or self._stop.is_set() or self._wake.is_set():
+        """Until ``seconds`` passed on the daemon's clock, or a stop was asked."""
+        if seconds <= 0 or self._stop.is_set():
             return
         stop = asyncio.ensure_future(self._stop.wait())
-        wake = asyncio.ensure_future(self._wake.wait())
         nap = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
-            await asyncio.wait({stop, wake, nap}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({stop, nap}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in (stop, wake, nap):
+            for f in (stop, nap):
                 f.cancel()
-            await asyncio.gather(stop, wake, nap, return_exceptions=True)
+            await asyncio.gather(stop, nap, return_exceptions=True)
 
     async def _check_cluster(self) -> bool:
         """Refuse an etcd cluster of fewer than 3 members unless dev_cluster. Retries (each
@@ -372,7 +370,6 @@ class Daemon:
         had_key = self.leadership.has_key
         elected_ok = await self._elect()
         if self.leadership.has_key:
-            self._wake.clear()              # this turn leads: no early turn needed
             led_ok = await self._lead(report_failure)
         else:
             if had_key:
@@ -596,7 +593,22 @@ class Daemon:
         self._watch_error = ""
         if self.leadership.has_key and not had:
             self.key_wins += 1
-            self._wake.set()            # the first leader cycle now, not at the next poll
+            self._term.set()            # the members/ watch starts now too
+            await self._term_cycle()
+
+    async def _term_cycle(self) -> None:
+        """A new term's first cycle, right after a campaign won on the watch (the hand-over's
+        first fenced write, not after this host's probes and report of its next turn). An
+        out-of-turn cycle like a report cycle (``reconcile``: only reports that advanced
+        count). Never raises: a failure is logged, the next poll cycle runs as usual."""
+        try:
+            await self._report_cycle("a new term, won on the leader-key watch",
+                                     trigger="term")
+        except Exception as e:      # noqa: BLE001 - the watch must outlive a failed cycle
+            why = clean_text(f"{type(e).__name__}: {e}", 300)
+            self.metrics.loop_error(type(e).__name__)
+            log.exception("%s: first cycle of the new term failed, the next poll cycle runs "
+                          "as usual: %s", self.config.host, why)
 
     async def _lead(self, report_failure: str) -> bool:
         """4b. One leader cycle (told whether this turn's report write failed). False: it
@@ -665,15 +677,16 @@ class Daemon:
             await asyncio.gather(stop, term, return_exceptions=True)
 
     async def _sleep_plain(self, seconds: float) -> None:
-        """Until ``seconds`` passed or a stop was asked (an early turn does not end it)."""
+        """Until ``seconds`` passed (real time, not the daemon's clock) or a stop was asked."""
         try:
             await asyncio.wait_for(self._stop.wait(), seconds)
         except TimeoutError:
             pass
 
-    async def _report_cycle(self, why: str) -> None:
-        """One leader cycle started by a report's arrival, at least ``REPORT_CYCLE_GAP`` of a
-        poll after the last one, never beside the turn's cycle."""
+    async def _report_cycle(self, why: str, *, trigger: str = "report") -> None:
+        """One leader cycle started by a report's arrival (or, ``trigger`` "term", by a
+        campaign won on the watch), at least ``REPORT_CYCLE_GAP`` of a poll after the last
+        one, never beside the turn's cycle."""
         gap = REPORT_CYCLE_GAP * self.config.timing.poll_interval
         wait = self._last_report_cycle + gap - self.clock.monotonic()
         if wait > 0:
@@ -682,9 +695,9 @@ class Daemon:
             if not self.leadership.has_key or self._stop.is_set():
                 return
             self._last_report_cycle = self.clock.monotonic()
-            log.debug("%s: report cycle: %s", self.config.host, clean_text(why, 300))
+            log.debug("%s: %s cycle: %s", self.config.host, trigger, clean_text(why, 300))
             outcome = await self.leader_loop.cycle(trigger="report")
-        self.metrics.leader_cycles.labels(trigger="report").inc()
+        self.metrics.leader_cycles.labels(trigger=trigger).inc()
         self.report_cycles[outcome.value] = self.report_cycles.get(outcome.value, 0) + 1
         self.outcomes = (self.outcomes + [outcome])[-50:]
         if self.leader_loop.registry is not None:

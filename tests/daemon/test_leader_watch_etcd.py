@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
 from tests.timing import bound
 
@@ -141,6 +142,38 @@ async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluste
         assert a.turn_errors == b.turn_errors == 0
         assert alive(a) and alive(b)
     finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
+
+
+async def test_the_new_term_writes_before_its_hosts_probes_end(etcd, cluster_name, cards):
+    """The hand-over's first fenced write comes right after the campaign won on the watch, not
+    after the new leader's own turn: here h2's card probes hang (its store probe blocks while
+    a file exists, up to its 14 s probe bound) and h2 still makes its first write as leader."""
+    block = cards.root / "block"
+    cards.make("c0", "SNBLOCK0")
+    spec = cards.spec("c0", probe_timeout=14.0)
+    spec["store"] = {"command": ["/bin/sh", "-c", f'while [ -e "{block}" ]; do sleep 0.02; done']}
+    a = Daemon(make_config(etcd, cluster_name, "h1", timing=FAST))
+    b = Daemon(make_config(etcd, cluster_name, "h2", [spec], timing=SLOW_POLL))
+    store = store_of(etcd, cluster_name)
+    try:
+        await start(a, b)
+        block.write_text("")                # h2's probes now hang until the test ends
+        assert bound(3.0) < spec["probe_timeout"]
+        a.request_stop()
+        await a.stop()
+        await wait_for(lambda: b.is_leader, timeout=3.0, what="h2 leads after h1's stop")
+
+        # its first cycle wrote (the new term's entry, fenced on its leader key) while its
+        # turn is still held in the probes
+        await wait_for(lambda: Outcome.WROTE in b.outcomes, timeout=3.0,
+                       what="h2's first fenced write")
+        assert block.exists() and b.key_wins == 1
+        assert b.metrics.leader_cycles.labels(trigger="term")._value.get() == 1
+    finally:
+        block.unlink(missing_ok=True)
         await a.stop()
         await b.stop()
         await store.close()
