@@ -308,13 +308,16 @@ class LeaderLoop:
         except ValueTooLarge as e:
             return e
 
-    async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll") -> Outcome:
+    async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
+                    occasion: str = "") -> Outcome:
         """One cycle. ``write_failure``: this host's report write failed in this turn (why).
-        ``trigger``: "report" for a cycle run because a host report arrived between polls
-        (``reconcile``: only the reports that advanced count; a failed transaction is left
-        for the next poll cycle to judge)."""
+        ``trigger``: "report" for a cycle run out of turn, because a host report arrived
+        between polls or a term was just won (``reconcile``: only the reports that advanced
+        count; a failed transaction is left for the next poll cycle to judge). ``occasion``:
+        what the decision's log lines say started it (default: a report's arrival)."""
         ld = self.leadership
-        self._why = " (on a report's arrival)" if trigger == "report" else ""
+        occasion = occasion or "on a report's arrival"
+        self._why = f" ({occasion})" if trigger == "report" else ""
         if not ld.is_leader:
             ld.step_down("lease not confirmed within TTL - margin")
             return Outcome.DEPOSED

@@ -603,7 +603,8 @@ class Daemon:
         count). Never raises: a failure is logged, the next poll cycle runs as usual."""
         try:
             await self._report_cycle("a new term, won on the leader-key watch",
-                                     trigger="term")
+                                     trigger="term",
+                                     occasion="the first of a term won on the leader-key watch")
         except Exception as e:      # noqa: BLE001 - the watch must outlive a failed cycle
             why = clean_text(f"{type(e).__name__}: {e}", 300)
             self.metrics.loop_error(type(e).__name__)
@@ -683,7 +684,8 @@ class Daemon:
         except TimeoutError:
             pass
 
-    async def _report_cycle(self, why: str, *, trigger: str = "report") -> None:
+    async def _report_cycle(self, why: str, *, trigger: str = "report",
+                            occasion: str = "") -> None:
         """One leader cycle started by a report's arrival (or, ``trigger`` "term", by a
         campaign won on the watch), at least ``REPORT_CYCLE_GAP`` of a poll after the last
         one, never beside the turn's cycle."""
@@ -696,7 +698,7 @@ class Daemon:
                 return
             self._last_report_cycle = self.clock.monotonic()
             log.debug("%s: %s cycle: %s", self.config.host, trigger, clean_text(why, 300))
-            outcome = await self.leader_loop.cycle(trigger="report")
+            outcome = await self.leader_loop.cycle(trigger="report", occasion=occasion)
         self.metrics.leader_cycles.labels(trigger=trigger).inc()
         self.report_cycles[outcome.value] = self.report_cycles.get(outcome.value, 0) + 1
         self.outcomes = (self.outcomes + [outcome])[-50:]

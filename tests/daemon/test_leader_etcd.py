@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from awide_cluster.cards.directory import read_label
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
@@ -67,6 +69,27 @@ async def test_registry_written_only_on_change(etcd, cluster_name, cards):
         assert d.outcomes[-5:] == [Outcome.UNCHANGED] * 5
         # its own report kept advancing meanwhile
         assert d.seq == 6
+    finally:
+        await d.stop()
+        await store.close()
+
+
+async def test_an_out_of_turn_cycle_names_its_occasion(etcd, cluster_name, cards, caplog):
+    """A cycle out of turn (a report's arrival, a term just won: ``trigger="report"``) logs
+    each decision line with what started it."""
+    caplog.set_level(logging.INFO, logger="awide_cluster.leader")
+    A = cid_of(cards.make("c0", "SN1"))
+    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
+    store = store_of(etcd, cluster_name)
+    term = "the first of a term won on the leader-key watch"
+    try:
+        await d.turn()
+        assert d.is_leader
+        await store.put(keys.intent(A), IntentRecord("drain", by="test").encode())
+        assert await d.leader_loop.cycle(trigger="report", occasion=term) is Outcome.WROTE
+        assert (await registry(store)).card(A).state == "drained"
+        said = [r.getMessage() for r in caplog.records if f"card {A}" in r.getMessage()]
+        assert said and said[-1].endswith(f"({term})"), said
     finally:
         await d.stop()
         await store.close()
