@@ -52,9 +52,9 @@ class Connector:
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
                  sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None) -> None:
         self.nvme, self.sysfs = nvme, sysfs
-        # every card's reads of one probe round go to the worker's thread together
-        # this gateway's own (a worker serves one event loop; a host program may run
-        # gateways on several, e.g. threaded ones)
+        # every card's reads of one probe round go to the worker's thread together; by default
+        # a worker of this gateway's own (a worker serves one event loop, and a host program
+        # may run gateways on several, e.g. threaded ones)
         self.worker = worker if worker is not None else ProbeWorker(name="awide-gateway-probes")
         self._key = f"gw{id(self):x}"     # this connector's jobs, should a worker be shared
         self.hostnqn = hostnqn

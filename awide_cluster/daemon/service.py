@@ -39,7 +39,7 @@ import logging
 import random
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from awide_cluster import __version__
 from awide_cluster.cards.model import CardObservation
@@ -601,10 +601,9 @@ class Daemon:
         first fenced write, not after this host's probes and report of its next turn). An
         out-of-turn cycle like a report cycle (``reconcile``: only reports that advanced
         count). Never raises: a failure is logged, the next poll cycle runs as usual."""
+        occasion = "the first of a term won on the leader-key watch"
         try:
-            await self._report_cycle("a new term, won on the leader-key watch",
-                                     trigger="term",
-                                     occasion="the first of a term won on the leader-key watch")
+            await self._report_cycle(occasion, trigger="term", occasion=occasion)
         except Exception as e:      # noqa: BLE001 - the watch must outlive a failed cycle
             why = clean_text(f"{type(e).__name__}: {e}", 300)
             self.metrics.loop_error(type(e).__name__)
@@ -684,7 +683,7 @@ class Daemon:
         except TimeoutError:
             pass
 
-    async def _report_cycle(self, why: str, *, trigger: str = "report",
+    async def _report_cycle(self, why: str, *, trigger: Literal["report", "term"] = "report",
                             occasion: str = "") -> None:
         """One leader cycle started by a report's arrival (or, ``trigger`` "term", by a
         campaign won on the watch), at least ``REPORT_CYCLE_GAP`` of a poll after the last
