@@ -116,7 +116,8 @@ from awide_harness.certs import TestPki, make_test_pki
 from awide_harness.etcd_cluster import ClusterTls, EtcdCluster
 from awide_harness.fakes import FakeNs, FakeNvmeWorld, FakeSysfs
 from awide_harness.netns import Netns
-from awide_harness.procs import CLI, STORE_SERVICE, Launcher, Proc, free_port, reap
+from awide_harness.ports import release, reserve_port
+from awide_harness.procs import CLI, STORE_SERVICE, Launcher, Proc, reap
 from awide_harness.spec import (
     API_PORT_NETNS,
     DIR_MODEL,
@@ -269,6 +270,7 @@ class EmbeddedCluster:
         self._stopped_hosts: set[str] = set()
         self._lock = threading.RLock()
         self._started = self._stopped = False
+        self._ports: list[int] = []            # reserved loopback ports, released at stop
         self.last_fault_at: float | None = None    # time.monotonic() of the last fault made
 
     def _make_etcd(self) -> EtcdCluster:
@@ -320,7 +322,7 @@ class EmbeddedCluster:
         if spec.secure:
             self._apply_access()
         for host in spec.hosts:
-            port = API_PORT_NETNS if self.net is not None else free_port()
+            port = API_PORT_NETNS if self.net is not None else self._reserve_port()
             self._hosts[host] = _Host(host, spec.role(host), self.work_dir / "config" /
                                       f"{host}.yaml", port)
         for host in spec.storage_names:
@@ -386,7 +388,14 @@ class EmbeddedCluster:
                 if self.net is not None:
                     self.net.destroy()
                     self.net = None
+                release(self._ports)
                 _LIVE.discard(self)
+
+    def _reserve_port(self, host: str = "127.0.0.1") -> int:
+        """A loopback listener's port, reserved until stop (awide_harness/ports.py)."""
+        port = reserve_port(host)
+        self._ports.append(port)
+        return port
 
     def __enter__(self) -> EmbeddedCluster:
         return self.start()
@@ -891,7 +900,7 @@ class EmbeddedCluster:
             label = write_label(path, serial, DIR_MODEL, u, force=True)
             assert read_label(path) == label
             alt_serial = serial + "-ALT"
-            card = Card(key, host, plan.name, "dir", path, free_port(), "127.0.0.1",
+            card = Card(key, host, plan.name, "dir", path, self._reserve_port(), "127.0.0.1",
                         id=regdoc.card_id(label.serial, label.model, label.identity),
                         serial=serial, uuid=u, alt_serial=alt_serial, alt_uuid=alt_u,
                         alt_id=regdoc.card_id(alt_serial, DIR_MODEL, f"label:{alt_u}"))
@@ -903,7 +912,7 @@ class EmbeddedCluster:
     def _nvme_card(self, key: str, host: str, name: str, path: Path) -> Card:
         from awide_cluster.nvme.sysfs import Sysfs
         listen = self.addr(host)
-        port = NVME_PORT_NETNS if self.net is not None else free_port()
+        port = NVME_PORT_NETNS if self.net is not None else self._reserve_port(listen)
         serial, nguid = nvme_serial(key), nvme_nguid(key)
         sysfs = FakeSysfs(self._sysfs_root(host))
         sysfs.add_controller(subsysnqn=nvme_nqn(key), serial=serial, model=NVME_MODEL,
@@ -962,7 +971,7 @@ class EmbeddedCluster:
         doc = gateway_config(self.spec, index, self.etcd.endpoints, nvme,
                              auth=self.etcd_auth(gateway_user(self.spec.cluster, gid)))
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        port = METRICS_PORT_NETNS if self.net is not None else free_port()
+        port = METRICS_PORT_NETNS if self.net is not None else self._reserve_port()
         g = self._gateways[gid] = _Gateway(gid, index, ghost, path, GatewayFeed(gid),
                                            f"{self.addr(ghost)}:{port}")
         cmd = self._command("gateway")

@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -42,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
+
+from awide_harness.ports import release, reserve_port
 
 _VERSION_RE = re.compile(rb"etcd Version:\s*([0-9]+\.[0-9]+\.[0-9]+)")
 
@@ -150,13 +151,6 @@ class _Member:
         self.frozen = False
 
 
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _reap(procs: list[subprocess.Popen[bytes]], bound: float) -> None:
     """Terminate, then kill after ``bound``; always reap. Used by stop() and the finalizer."""
     live = [p for p in procs if p.poll() is None]
@@ -219,6 +213,7 @@ class EtcdCluster:
         self.host = host
         self.tls = tls
         self._fixed_ports = list(ports) if ports is not None else None
+        self._reserved: list[int] = []          # ports this cluster reserved (ports.py)
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.heartbeat_ms = heartbeat_ms
@@ -267,6 +262,8 @@ class EtcdCluster:
             if m.log is not None:
                 m.log.close()
                 m.log = None
+        release(self._reserved)
+        self._reserved = []
 
     def __enter__(self) -> EtcdCluster:
         return self.start()
@@ -438,7 +435,13 @@ class EtcdCluster:
     def _layout(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         scheme = "https" if self.tls else "http"
-        ports = self._fixed_ports or [(_free_port(a), _free_port(a)) for a in self.addresses]
+        release(self._reserved)
+        self._reserved = []
+        if self._fixed_ports:
+            ports = self._fixed_ports
+        else:
+            ports = [(reserve_port(a), reserve_port(a)) for a in self.addresses]
+            self._reserved = [p for pair in ports for p in pair]
         self._members = [
             _Member(i, f"etcd{i}", cp, pp, self.addresses[i], scheme,
                     self.work_dir / f"etcd{i}.data")

@@ -156,7 +156,7 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
     """Start the demo's cluster and Prometheus, run the tour, return what the picture draws:
     every picture query's range (and the last values' instant query), the tour's events."""
     from awide_harness.cluster import EmbeddedCluster
-    from awide_harness.procs import free_port
+    from awide_harness.ports import reserve_port
     from awide_harness.prometheus import Prometheus, scrape_targets, wait_for
     from awide_harness.scenario import Tour, tour_spec
     from awide_harness.spec import bounds as derive_bounds
@@ -166,7 +166,7 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
     with EmbeddedCluster(work / "cluster", spec) as c:
         targets = scrape_targets(c)
         instances = dict(zip(targets["awide-cluster"], c.hosts, strict=True))
-        prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, free_port(),
+        prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, reserve_port(),
                           interval=SCRAPE)
         try:
             wait_for(prom.ready, 30.0, "Prometheus scrapes every target")

@@ -57,13 +57,6 @@ class LaunchError(RuntimeError):
     """A host process could not be started."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def wait_listening(host: str, port: int, bound: float) -> bool:
     """True once something accepts connections on host:port, False after ``bound`` seconds."""
     deadline = time.monotonic() + bound

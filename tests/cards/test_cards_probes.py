@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import time
 
 import pytest
@@ -23,6 +22,7 @@ from awide_cluster.cards.spec import StoreProbeSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
 from awide_harness.fakes import install_python_program
+from awide_harness.ports import reserve_port
 from tests.timing import bound
 
 FAKE_SYSTEMCTL = """
@@ -54,12 +54,6 @@ def units(tmp_path):
     return Runner(env=env)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 async def http_url():
     async def ok(_):
@@ -82,7 +76,7 @@ async def http_url():
                     web.get("/moved", moved)])
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
+    port = reserve_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     yield f"http://127.0.0.1:{port}"
@@ -158,7 +152,7 @@ async def test_http_probe(http_url):
          "store", "answered 302")
     _bad(await probe_store(StoreProbeSpec(http=f"{http_url}/slow"), None, 0.5, clock),
          "store", "0.5 s")
-    port = free_port()
+    port = reserve_port()
     _bad(await probe_store(StoreProbeSpec(http=f"http://127.0.0.1:{port}/"), None, 5, clock),
          "store", f"127.0.0.1:{port}")
 
@@ -166,7 +160,7 @@ async def test_http_probe(http_url):
 async def test_tcp_probe(listening_port):
     _ok(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5, clock),
         "store", "accepts connections")
-    port = free_port()
+    port = reserve_port()
     _bad(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{port}"), None, 5, clock),
          "store", "refused")
 
@@ -176,7 +170,7 @@ async def test_tcp_probe(listening_port):
 async def test_listener_probe(listening_port):
     t = NvmeTarget("tcp", "127.0.0.1", listening_port, "nqn.2024-01.io.awide:sub1")
     _ok(await probe_listener(t, 5, clock), "listener", f"127.0.0.1:{listening_port}")
-    t = NvmeTarget("tcp", "127.0.0.1", free_port(), "nqn.2024-01.io.awide:sub1")
+    t = NvmeTarget("tcp", "127.0.0.1", reserve_port(), "nqn.2024-01.io.awide:sub1")
     _bad(await probe_listener(t, 5, clock), "listener", "NVMe-oF listener", "refused")
 
 

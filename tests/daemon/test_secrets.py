@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
+from awide_harness.ports import reserve_port
 from tests.store.helpers import admin
 
 RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
@@ -46,12 +46,6 @@ def secured(etcd_binaries, tmp_path_factory):
         admin(ep, "/v3/auth/user/grant", {"user": "root", "role": "root"}, context=ctx)
         admin(ep, "/v3/auth/enable", {}, context=ctx)
         yield etcd, pki
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _config(etcd: EtcdCluster, pki, tmp: Path, password: str, port: int) -> dict:
@@ -106,7 +100,7 @@ def _stop(proc: subprocess.Popen, log: Path) -> str:
 
 def test_the_password_is_in_no_log_answer_or_error(secured, tmp_path) -> None:
     etcd, pki = secured
-    port = _free_port()
+    port = reserve_port()
     cfg = _config(etcd, pki, tmp_path, PASSWORD, port)
     config = tmp_path / "cluster.yaml"
     config.write_text(yaml.safe_dump(cfg))
@@ -159,7 +153,7 @@ def test_the_password_is_in_no_log_answer_or_error(secured, tmp_path) -> None:
 
 def test_a_wrong_password_is_not_logged_either(secured, tmp_path) -> None:
     etcd, pki = secured
-    port = _free_port()
+    port = reserve_port()
     config = tmp_path / "cluster.yaml"
     config.write_text(yaml.safe_dump(_config(etcd, pki, tmp_path, WRONG, port)))
     log = tmp_path / "daemon.log"

@@ -26,7 +26,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from awide_harness.cluster import EmbeddedCluster
-from awide_harness.procs import free_port
+from awide_harness.ports import reserve_port
 from awide_harness.prometheus import Prometheus, find_prometheus, scrape_targets
 from awide_harness.spec import ClusterSpec, Timing
 from awide_harness.views import card_out
@@ -95,7 +95,7 @@ def start_prometheus(work: Path, c: EmbeddedCluster, binary: str) -> Prometheus:
         for r in g["rules"]:
             r["for"] = "1s"
     (work / "alerts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return Prometheus(work, scrape_targets(c), CLUSTER, binary, free_port(), interval=1.0,
+    return Prometheus(work, scrape_targets(c), CLUSTER, binary, reserve_port(), interval=1.0,
                       rules=work / "alerts.yml")
 
 

@@ -4,7 +4,6 @@ report ages measured over reads."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render
 from awide_cluster.operator.snapshot import StatusPolicy
 from awide_cluster.store.types import EndpointStatus
+from awide_harness.ports import reserve_port
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 from tests.timing import bound, wait_until
@@ -103,16 +103,6 @@ async def test_frozen_member_is_down_within_the_bound(shared_etcd, cluster_name)
     shared_etcd.wait_healthy()
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _run_cli(args: list[str], timeout: float = 15.0) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
     r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=timeout,
@@ -121,7 +111,7 @@ def _run_cli(args: list[str], timeout: float = 15.0) -> tuple[subprocess.Complet
 
 
 def test_dead_etcd_is_one_clear_line_within_the_bound():
-    eps = ",".join(f"http://127.0.0.1:{p}" for p in _free_ports(3))
+    eps = ",".join(f"http://127.0.0.1:{p}" for p in (reserve_port() for _ in range(3)))
     r, took = _run_cli(["status", "--endpoints", eps, "--cluster", "c1"])
     assert r.returncode == 3                       # unreachable, not unhealthy
     assert r.stdout == ""

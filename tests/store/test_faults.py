@@ -5,12 +5,12 @@ Bounds are asserted generously (the call bound is 0.5 s; we accept anything unde
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from awide_cluster.store import Conflict, StoreError, Timeout, Unavailable
+from awide_harness.ports import reserve_port
 from tests.timing import bound
 
 BOUND = 0.5
@@ -29,12 +29,6 @@ async def leader_and_followers(cluster, make_store) -> tuple[str, list[str]]:
     assert len(leader_ids) == 1, statuses
     leader = members[leader_ids.pop()]
     return leader, [ep for ep in cluster.endpoints if ep != leader]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 async def test_reads_leave_a_frozen_member_within_the_bound(cluster, make_store):
@@ -122,7 +116,7 @@ async def test_all_members_frozen_times_out_within_the_bound(cluster, store):
 
 
 async def test_nothing_listening_is_unavailable_fast(make_store):
-    dead = (f"http://127.0.0.1:{free_port()}", f"http://[::1]:{free_port('::1')}")
+    dead = (f"http://127.0.0.1:{reserve_port()}", f"http://[::1]:{reserve_port('::1')}")
     store = make_store(dead, call_timeout=5.0)
     for call in (store.get("k"), store.put("k", b"v"), store.grant(5), store.members()):
         t0 = time.monotonic()
@@ -135,7 +129,7 @@ async def test_nothing_listening_is_unavailable_fast(make_store):
 
 
 async def test_dead_and_killed_members_are_skipped(cluster, make_store):
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{reserve_port()}"
     store = make_store([dead, *cluster.endpoints])
     assert await store.put("k", b"v") > 0  # refused before sending: moved to the next
     assert (await store.get("k")).value == b"v"

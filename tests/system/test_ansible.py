@@ -16,7 +16,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pytest
 import yaml
 
 from awide_cluster.cards.directory import read_label
+from awide_harness.ports import reserve_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
@@ -229,12 +229,6 @@ def test_example_inventory_has_the_groups_and_cards() -> None:
 
 
 # --- the config tasks, for real, against localhost ------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _handlers_are_stubbed(tmp: Path) -> Path:
     """A copy of the role whose handlers only say what they would do (localhost is no
@@ -506,7 +500,7 @@ def test_etcd_recognises_every_flag_we_write(rendered: dict, tmp_path: Path, whi
     if which >= len(programs):
         pytest.skip("only one etcd program here")
     env = _env_file(rendered["out"] / "s1" / "etcd.env")
-    client, peer = _free_port(), _free_port()
+    client, peer = reserve_port(), reserve_port()
     env.update({"ETCD_DATA_DIR": str(tmp_path / "data"),
                 "ETCD_LISTEN_CLIENT_URLS": f"https://127.0.0.1:{client}",
                 "ETCD_ADVERTISE_CLIENT_URLS": f"https://127.0.0.1:{client}",
@@ -654,7 +648,7 @@ def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path:
     a learner added: every member, its peer and client URL, whether it is a learner, and its
     id in the hex form that `etcdctl member promote/remove` take."""
     program = _etcd_programs()[0]
-    client, peer = _free_port(), _free_port()
+    client, peer = reserve_port(), reserve_port()
     log = tmp_path / "etcd.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
