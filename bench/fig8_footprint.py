@@ -6,12 +6,22 @@ with one gateway following it. Over a steady window, from /proc: the daemon's RS
 share of one core (its reaped children included), the gateway library's added RSS (a child that
 measures itself before and after importing and starting it) and CPU share, and etcd writes per
 second per host (the cluster revision counts every write).
+
+Then the store-unit probes of 8 cards (``store: {systemd_unit: ...}``, the production kind)
+alone, turn by turn: one ``systemctl`` per turn for all cards (``cards.units``, what the
+daemon does) against one per card (the naive way), interleaved, CPU of this process and its
+children per turn. The ``systemctl`` is a stand-in that starts the real one (its start-up is
+most of a call's cost) and prints one state per unit; a real one also asks systemd over its
+socket, which costs PID 1 and not the daemon.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +42,7 @@ from bench.common import (
     cpu_seconds,
     etcd_settings,
     make_dir_cards,
+    pct,
     rss_bytes,
     start_etcd,
     store_for,
@@ -215,4 +226,65 @@ def run(ctx: Context) -> list[Row]:
             d.stop()
         listeners.close()
         etcd.stop()
+    rows.append(unit_probe_row(ctx))
     return rows
+
+
+STAND_IN = """#!/bin/sh
+# systemctl is-active -- UNITS...: starts the real systemctl, prints one state per unit
+{real} --version >/dev/null 2>&1
+shift 2
+for u in "$@"; do echo active; done
+"""
+
+
+def _turn_cpu(turn: Any) -> float:
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    asyncio.run(turn())
+    c, d = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (c.ru_utime + c.ru_stime - a.ru_utime - a.ru_stime +
+            d.ru_utime + d.ru_stime - b.ru_utime - b.ru_stime)
+
+
+def unit_probe_row(ctx: Context, cards: int = 8) -> Row:
+    from awide_cluster.cards.probes import probe_store
+    from awide_cluster.cards.spec import StoreProbeSpec
+    from awide_cluster.cards.units import UnitStates
+    from awide_cluster.nvme.runner import Runner
+
+    real = shutil.which("systemctl") or "true"
+    bin_dir = ctx.work / "unit-bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    fake = bin_dir / "systemctl"
+    fake.write_text(STAND_IN.format(real=real))
+    fake.chmod(0o755)
+    runner = Runner(env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    specs = [StoreProbeSpec(systemd_unit=f"awide-store@card{i}.service") for i in range(cards)]
+
+    def turn(batched: bool) -> Any:
+        async def run() -> None:
+            units = UnitStates(runner) if batched else None
+            got = await asyncio.gather(*(probe_store(s, runner, 2.0, time.monotonic,
+                                                     units=units) for s in specs))
+            if not all(r.ok for r in got):
+                raise RuntimeError(f"a store unit probe failed: {[r.reason for r in got]}")
+        return run
+
+    turns = 10 if ctx.quick else 40
+    one: list[float] = []
+    each: list[float] = []
+    for _ in range(turns):                      # interleaved: the same machine state for both
+        one.append(_turn_cpu(turn(True)) * 1000)
+        each.append(_turn_cpu(turn(False)) * 1000)
+    med_one, med_each = pct(one, 50), pct(each, 50)
+    assert med_one is not None and med_each is not None
+    return Row(8, f"store-unit probes, {cards} cards: CPU per turn (one systemctl per turn vs "
+                  "one per card)", round(med_one, 2), "ms", turns, stat="median",
+               median=round(med_one, 2), p99=round(pct(one, 99) or 0.0, 2), max=round(max(one), 2),
+               baseline=round(med_each, 2), ratio=round(med_each / med_one, 2) if med_one else None,
+               ratio_of="one per card / one per turn",
+               note=f"this process and its children, per turn, median of {turns}; the "
+                    f"stand-in starts {real}; at one turn a second, {med_one / 10:.2f} % of a "
+                    f"core against {med_each / 10:.2f} %",
+               extra={"per_turn_ms": [round(v, 3) for v in one],
+                      "per_card_ms": [round(v, 3) for v in each], "systemctl": real})

@@ -28,6 +28,7 @@ from awide_cluster.cards.probes import (
     probe_writable,
 )
 from awide_cluster.cards.spec import CardSpec
+from awide_cluster.cards.units import UnitStates
 from awide_cluster.cards.worker import ProbeWorker, StillStuck, shared_worker
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import CommandRunner
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 async def observe(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
                   known_identity: str | None, clock: Clock, *,
                   nvme_program: str = "nvme", systemctl: str = "systemctl",
-                  worker: ProbeWorker | None = None) -> CardObservation:
+                  worker: ProbeWorker | None = None,
+                  units: UnitStates | None = None) -> CardObservation:
     """Discover the card and run its probes concurrently, bounded by ``spec.probe_timeout``.
 
     ``known_identity``: the identity first seen for this card (None: nothing known yet, any
@@ -47,12 +49,15 @@ async def observe(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
     ``clock``: monotonic seconds, used for ``ProbeResult.elapsed``.
     ``worker``: where the blocking probes run (``shared_worker()`` when None); the cards
     observed concurrently in one turn hand theirs over to it together.
+    ``units``: where systemd store units are asked (``cards.units``); the cards observed
+    concurrently in one turn ask with one ``systemctl``. None: each card asks alone.
     """
     bound = spec.probe_timeout
     work = worker if worker is not None else shared_worker()
     jobs = [_discover(spec, runner, sysfs, known_identity, clock, nvme_program, work)]
     if spec.store is not None:
-        jobs.append(_one(probe_store(spec.store, runner, bound, clock, systemctl=systemctl)))
+        jobs.append(_one(probe_store(spec.store, runner, bound, clock, systemctl=systemctl,
+                                     units=units)))
     if spec.target is not None:
         jobs.append(_one(probe_listener(spec.target, bound, clock)))
     if spec.kind == "dir":

@@ -31,8 +31,9 @@ from awide_cluster.cards.model import (
     ProbeResult,
 )
 from awide_cluster.cards.spec import StoreProbeSpec, parse_host_port
+from awide_cluster.cards.units import UnitStates
 from awide_cluster.cards.worker import ProbeWorker, shared_worker
-from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, ProgramNotFound, RunnerError
+from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, RunnerError
 from awide_cluster.nvme.target import NvmeTarget
 
 log = logging.getLogger(__name__)
@@ -59,12 +60,16 @@ async def timed(probe: str, timeout: float, clock: Clock,
 # ------------------------------------------------------------------ store service
 
 async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: float,
-                      clock: Clock, *, systemctl: str = "systemctl") -> ProbeResult:
+                      clock: Clock, *, systemctl: str = "systemctl",
+                      units: UnitStates | None = None) -> ProbeResult:
+    """The card's store service answers. A systemd unit is asked through ``units`` (one
+    ``systemctl`` for every unit asked in the same turn, ``cards.units``); without it, alone."""
     kind = spec.kind
     if kind == "systemd_unit":
         assert spec.systemd_unit is not None
         unit = spec.systemd_unit
-        check = lambda: _systemd(runner, systemctl, unit, timeout)  # noqa: E731
+        asked = units if units is not None else UnitStates(runner, systemctl=systemctl)
+        check = lambda: _systemd(asked, unit, timeout)  # noqa: E731
     elif kind == "http":
         assert spec.http is not None
         url = spec.http
@@ -80,16 +85,9 @@ async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: floa
     return await timed(STORE, timeout, clock, check)
 
 
-async def _systemd(runner: CommandRunner, systemctl: str, unit: str,
-                   timeout: float) -> tuple[bool, str]:
-    try:
-        done = await runner.run([systemctl, "is-active", "--", unit], timeout)
-    except ProgramNotFound:
-        return False, f"store unit {unit}: {systemctl} not found"
-    state = (done.stdout.strip().splitlines() or ["unknown"])[0][:40]
-    if done.rc == 0:
-        return True, f"store unit {unit} is {state or 'active'}"
-    return False, f"store unit {unit} is {state} (systemctl is-active exit {done.rc})"
+async def _systemd(units: UnitStates, unit: str, timeout: float) -> tuple[bool, str]:
+    state = await units.ask(unit, timeout)
+    return state.active, state.reason
 
 
 async def _http(url: str, timeout: float) -> tuple[bool, str]:

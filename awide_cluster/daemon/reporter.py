@@ -40,16 +40,18 @@ class LocalObserver:
 
     def __init__(self, runner: CommandRunner, sysfs: Sysfs, clock: Clock, *,
                  nvme_program: str = "nvme") -> None:
+        from awide_cluster.cards.units import UnitStates
         from awide_cluster.cards.worker import ProbeWorker
         self.runner, self.sysfs, self.clock = runner, sysfs, clock
         self.nvme_program = nvme_program
         self.worker = ProbeWorker()     # every card's blocking probes of a turn, one thread
+        self.units = UnitStates(runner)  # every card's store unit of a turn, one systemctl
 
     async def observe(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
         from awide_cluster.cards.observe import observe
         return await observe(spec, self.runner, self.sysfs, known_identity,
                              self.clock.monotonic, nvme_program=self.nvme_program,
-                             worker=self.worker)
+                             worker=self.worker, units=self.units)
 
 
 async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],

@@ -77,7 +77,8 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     assert rows and {r["figure"] for r in rows} == {8}
     names = " ".join(r["name"] for r in rows)
     for what in ("daemon RSS", "daemon CPU", "gateway library added RSS",
-                 "gateway library CPU", "etcd writes per second per host"):
+                 "gateway library CPU", "etcd writes per second per host",
+                 "store-unit probes"):
         assert what in names
     for r in rows:
         assert isinstance(r["value"], (int, float)) and math.isfinite(r["value"]), r
@@ -88,5 +89,7 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     rss = next(r for r in rows if r["name"].startswith("daemon RSS"))
     assert rss["value"] > 1.0                       # a Python process: more than a megabyte
     assert rss["extra"]["cards_in"] == 8            # steady state was reached with 8 cards
+    units = next(r for r in rows if r["name"].startswith("store-unit probes"))
+    assert units["baseline"] > 0 and len(units["extra"]["per_turn_ms"]) == units["runs"]
     # the table went to stdout, one line per row
     assert all(r["name"] in done.stdout for r in rows)

@@ -9,6 +9,8 @@ import time
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from awide_cluster.cards.model import LocalCard, ProbeResult
 from awide_cluster.cards.probes import (
@@ -19,21 +21,29 @@ from awide_cluster.cards.probes import (
     probe_writable,
 )
 from awide_cluster.cards.spec import StoreProbeSpec
-from awide_cluster.nvme.runner import Runner
+from awide_cluster.cards.units import ACTIVE_STATES, UnitStates, judge
+from awide_cluster.nvme.runner import Completed, Runner
 from awide_cluster.nvme.target import NvmeTarget
 from awide_harness.fakes import install_python_program
 from awide_harness.ports import reserve_port
 from tests.timing import bound
 
+# systemctl is-active's shape: one state per unit asked, in order; exit 0 when any is active.
+# Each start appends its units to FAKE_UNITS_LOG. "short" prints nothing for its unit.
 FAKE_SYSTEMCTL = """
 import json, os, sys, time
 units = json.load(open(os.environ["FAKE_UNITS"]))
-assert sys.argv[1:3] == ["is-active", "--"], sys.argv
-state = units.get(sys.argv[3], "inactive")
-if state == "hang":
+assert sys.argv[1:3] == ["is-active", "--"] and len(sys.argv) > 3, sys.argv
+asked = sys.argv[3:]
+with open(os.environ["FAKE_UNITS_LOG"], "a") as log:
+    log.write(" ".join(asked) + "\\n")
+states = [units.get(u, "inactive") for u in asked]
+if "hang" in states:
     time.sleep(3600)
-print(state)
-sys.exit(0 if state == "active" else 3)
+for s in states:
+    if s != "short":
+        print(s)
+sys.exit(0 if "active" in states else 3)
 """
 
 
@@ -50,7 +60,7 @@ def units(tmp_path):
     path.write_text(json.dumps({"store-a.service": "active", "store-b.service": "failed",
                                 "store-h.service": "hang"}))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "FAKE_UNITS": str(path)}
+           "FAKE_UNITS": str(path), "FAKE_UNITS_LOG": str(tmp_path / "asked.log")}
     return Runner(env=env)
 
 
@@ -124,6 +134,79 @@ async def test_systemd_unit_hang_is_bounded(units):
     r = await probe_store(StoreProbeSpec(systemd_unit="store-h.service"), units, 0.5, clock)
     _bad(r, "store", "0.5 s")
     assert time.monotonic() - start < bound(5)     # generous bound
+
+
+async def test_a_turn_s_units_are_asked_with_one_systemctl(units, tmp_path):
+    """Every store unit asked in one loop iteration (the daemon observes its cards together)
+    goes to one systemctl; each card gets its own unit's state, a unit asked twice once."""
+    states = UnitStates(units)
+    specs = ["store-a.service", "store-b.service", "store-x.service", "store-a.service"]
+    got = await asyncio.gather(*(probe_store(StoreProbeSpec(systemd_unit=u), units, 5, clock,
+                                             units=states) for u in specs))
+    assert states.calls == 1
+    asked = (tmp_path / "asked.log").read_text().splitlines()
+    assert asked == ["store-a.service store-b.service store-x.service"]
+    _ok(got[0], "store", "store-a.service is active")
+    _bad(got[1], "store", "store-b.service is failed")
+    _bad(got[2], "store", "store-x.service is inactive")
+    _ok(got[3], "store", "store-a.service is active")
+    # the next turn asks again: nothing is cached across turns
+    _ok(await probe_store(StoreProbeSpec(systemd_unit="store-a.service"), units, 5, clock,
+                          units=states), "store", "active")
+    assert states.calls == 2
+
+
+async def test_a_short_answer_fails_every_unit_of_the_call_by_name(units, tmp_path):
+    path = tmp_path / "units.json"
+    path.write_text(json.dumps({"store-a.service": "active", "store-s.service": "short"}))
+    states = UnitStates(units)
+    a, s = await asyncio.gather(
+        probe_store(StoreProbeSpec(systemd_unit="store-a.service"), units, 5, clock,
+                    units=states),
+        probe_store(StoreProbeSpec(systemd_unit="store-s.service"), units, 5, clock,
+                    units=states))
+    _bad(a, "store", "store-a.service", "printed 1 line(s) for 2 unit(s)")
+    _bad(s, "store", "store-s.service", "printed 1 line(s) for 2 unit(s)")
+
+
+async def test_a_caller_giving_up_leaves_the_others_their_answer(units):
+    states = UnitStates(units)
+    slow = asyncio.create_task(states.ask("store-a.service", 5))
+    other = asyncio.create_task(states.ask("store-b.service", 5))
+    await asyncio.sleep(0)          # both asked in this iteration: one call for the two
+    slow.cancel()
+    got = await other
+    assert not got.active and "store-b.service is failed" in got.reason
+    assert states.calls == 1 and slow.cancelled()
+
+
+async def test_a_hung_systemctl_fails_every_unit_of_its_turn_within_the_bound(units):
+    states = UnitStates(units)
+    start = time.monotonic()
+    h, a = await asyncio.gather(
+        probe_store(StoreProbeSpec(systemd_unit="store-h.service"), units, 0.5, clock,
+                    units=states),
+        probe_store(StoreProbeSpec(systemd_unit="store-a.service"), units, 0.5, clock,
+                    units=states))
+    _bad(h, "store", "0.5 s")
+    _bad(a, "store", "0.5 s")
+    assert time.monotonic() - start < bound(5)
+
+
+@given(st.lists(st.sampled_from(["active", "reloading", "refreshing", "inactive", "failed",
+                                 "activating", "", "x" * 80, "active\x1b[0m"]),
+                min_size=1, max_size=8))
+def test_judge_maps_each_line_to_its_unit(lines):
+    names = tuple(f"u{i}.service" for i in range(len(lines)))
+    got = judge(names, Completed(0, "\n".join(lines) + "\n", ""), "systemctl")
+    assert list(got) == list(names)
+    for name, line in zip(names, lines, strict=True):
+        assert got[name].active == (line in ACTIVE_STATES)
+        assert name in got[name].reason and len(got[name].reason) < 200
+    short = judge(names, Completed(3, "\n".join(lines[:-1]), "Failed to connect to bus"),
+                  "systemctl")
+    assert not any(u.active for u in short.values())
+    assert all("Failed to connect to bus" in u.reason for u in short.values())
 
 
 async def test_systemctl_missing(tmp_path):
