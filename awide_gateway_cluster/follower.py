@@ -29,8 +29,16 @@ What is applied, and what is kept (``step``):
   absent (polled, or deleted in a watch event): keeps the last good registry. Never empties
   it: "unreachable is not empty".
 
-Only polls set ``last_ok`` (the freshness the stale flag rests on): a watch event makes the
-view newer, never the proof that it is fresh.
+A watch event makes the view newer, never the proof that it is fresh. What proves it fresh
+(``last_ok``, which the stale flag and ``staleness`` rest on) is a poll that was answered, or a
+progress notification of the watch (``Progress``): etcd sends one, every
+``--experimental-watch-progress-notify-interval``, only to a watch that has been sent every
+event up to the revision it names, so it says what a serializable poll answering "nothing
+newer" says, from the same member (docs/gateway.md, "Consistency"). A progress notification
+never clears a problem (a failed read, an absent or refused document): only a poll does, and
+while there is one the gateway polls every turn. ``Follower.skips`` says when a turn's
+serializable poll may be left out because the watch proved the view fresh meanwhile; the
+linearizable poll of every ``linearizable_every``-th turn is never left out.
 
 The revisions above belong to one etcd history. When the store adopts a new one (a restored or
 rebuilt etcd: ``store.timeline_epoch`` grew, awide_cluster/store/timeline.py), ``rebase`` forgets
@@ -60,7 +68,16 @@ from awide_cluster.store.port import Store
 from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
-Answer = RangeResult | WatchEvent | BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress notification of the registry watch: every change of ``registry`` up to
+    ``revision`` has been delivered to this gateway."""
+    revision: int
+
+
+Answer = RangeResult | WatchEvent | Progress | BaseException
 
 # the most one watch message on ``registry`` may hold: one event whose value is at the bound
 # (base64: 4/3) plus its key, revisions and header (8 KiB is generous). A larger message is
@@ -84,6 +101,8 @@ class FollowState:
     known_revision: int = 0              # cluster revision the view is known up to
     epoch: int = 0                       # the store's history epoch these revisions are of
     history_resets: int = 0              # new etcd histories followed
+    progress: int = 0                    # watch progress notifications folded in
+    last_progress: float | None = None   # clock time of the last one that proved freshness
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +119,17 @@ def rebase(state: FollowState, epoch: int) -> FollowState:
     if epoch == state.epoch:
         return state
     return replace(state, seen_revision=0, applied_revision=0, known_revision=0, epoch=epoch,
-                   history_resets=state.history_resets + 1)
+                   history_resets=state.history_resets + 1, last_progress=None)
 
 
 def step(state: FollowState, answer: Answer, now: float, *,
          cluster: str) -> tuple[FollowState, FollowStep]:
-    """Fold one poll's answer (or its error), or one watch event, into the follow state."""
+    """Fold one poll's answer (or its error), one watch event or one progress notification
+    into the follow state."""
     if isinstance(answer, WatchEvent):
         new, taken = _event(state, answer, cluster)
+    elif isinstance(answer, Progress):
+        new, taken = _progress(state, answer, now)
     else:
         new, taken = _poll(state, answer, now, cluster)
     return new, replace(taken, problem_before=state.problem,
@@ -157,6 +179,16 @@ def _event(state: FollowState, event: WatchEvent, cluster: str) -> tuple[FollowS
         # only a poll proves the view fresh: while polls fail the stale flag stays
         new = replace(new, problem=state.problem)
     return new, taken
+
+
+def _progress(state: FollowState, p: Progress, now: float) -> tuple[FollowState, FollowStep]:
+    """Every change up to ``p.revision`` delivered: the view is proven fresh as by a poll that
+    found nothing newer, unless it has a problem (which only a poll clears)."""
+    base = replace(state, progress=state.progress + 1,
+                   known_revision=max(state.known_revision, p.revision))
+    if state.problem or state.registry is None:
+        return base, FollowStep("unchanged")
+    return replace(base, last_ok=now, last_progress=now), FollowStep("unchanged")
 
 
 def _unchanged(state: FollowState) -> tuple[FollowState, FollowStep]:
@@ -211,10 +243,12 @@ class Follower:
     ``state`` is swapped, never mutated (the poll folds its answer into the state as it is
     when the answer arrives, so a watch event taken meanwhile is never lost).
 
-    ``linearizable_every``: every Nth poll (the first one included) is linearizable, the
-    others serializable; 1 = all linearizable. After a linearizable poll that failed, every
-    poll is linearizable until one is answered: a member that answers serializable reads
-    without a quorum behind it (cut off, or the quorum lost) cannot make the view look fresh."""
+    ``linearizable_every``: the poll of every Nth turn (the first one included) is
+    linearizable, the others serializable; 1 = all linearizable. After a linearizable poll that
+    failed, every poll is linearizable until one is answered: a member that answers
+    serializable reads without a quorum behind it (cut off, or the quorum lost) cannot make the
+    view look fresh. A turn is one poll interval: its poll is made, or left out (``skip``)
+    when ``skips`` says the watch proved the view fresh."""
 
     def __init__(self, store: Store, *, cluster: str, call_timeout: float,
                  clock: Callable[[], float], linearizable_every: int = 10) -> None:
@@ -225,11 +259,34 @@ class Follower:
         self.clock = clock
         self.linearizable_every = linearizable_every
         self.state = FollowState()
+        self.turns = 0                  # turns so far (polls made and polls left out)
+        self.skipped = 0                # of which left out
         self._confirming = False        # a linearizable poll failed: the next ones are too
 
     def serializable_next(self) -> bool:
-        """Whether the next poll is a serializable read."""
-        return not self._confirming and self.state.polls % self.linearizable_every != 0
+        """Whether this turn's poll is a serializable read."""
+        return not self._confirming and self.turns % self.linearizable_every != 0
+
+    def skips(self, window: float) -> bool:
+        """Whether this turn's poll may be left out: it would be serializable, the view has no
+        problem, and a progress notification proved it fresh within ``window`` seconds."""
+        st = self.state
+        return (self.serializable_next() and not st.problem and st.last_progress is not None
+                and self.clock() - st.last_progress < window)
+
+    def skip(self) -> None:
+        """This turn's poll is left out (``skips`` said so)."""
+        self.turns += 1
+        self.skipped += 1
+
+    def progress(self, revision: int) -> FollowStep:
+        """Fold one progress notification of the watch (no I/O). Ignored while a linearizable
+        poll is being confirmed: it says no more than a serializable answer."""
+        if self._confirming:
+            return FollowStep("unchanged", problem_before=self.state.problem)
+        self.state, taken = step(self.state, Progress(revision), self.clock(),
+                                 cluster=self.cluster)
+        return taken
 
     def sync_history(self) -> bool:
         """Rebase on the store's history epoch; True when it changed (a new etcd history)."""
@@ -241,6 +298,7 @@ class Follower:
         self.sync_history()
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
         serializable = self.serializable_next()
+        self.turns += 1
         answer: RangeResult | BaseException
         try:
             # the store bounds the call; the outer bound is a second, independent fence

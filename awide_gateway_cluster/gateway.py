@@ -3,7 +3,9 @@
 Tasks on the caller's event loop (all started by ``start()``, cancelled by ``stop()``):
 - the registry poll, every ``poll_interval`` at a random phase, each poll bounded and
   serializable but every ``linearizable_every``-th; a watch on ``registry`` (optional) whose
-  events are applied as they come, checked exactly like a polled answer (no second read);
+  events are applied as they come, checked exactly like a polled answer (no second read),
+  and whose progress notifications prove the view fresh, so that a serializable poll is left
+  out while they come (the linearizable one never is);
 - the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
   them all at once each poll interval, so their blocking reads go to the probe worker's one
@@ -58,6 +60,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awide_gateway_cluster")
 
+# a turn's serializable poll is left out when a progress notification of the watch proved the
+# view fresh within this many poll intervals (etcd notifies every second at the deploy default;
+# the half interval more absorbs the drift between its timer and the poll's phase)
+PROOF_WINDOW = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayStats:
@@ -79,6 +86,8 @@ class GatewayStats:
     loop_errors: int = 0            # exceptions the poll/registration loops survived
     watch_events: int = 0           # registry watch events taken (each checked like a poll)
     watch_restarts: int = 0         # registry watches opened again after they ended
+    watch_progress: int = 0         # watch progress notifications taken
+    polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
     history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
     history_note: str = ""          # why the last one was adopted ("" when none was)
 
@@ -170,6 +179,8 @@ class ClusterGateway:
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
             watch_events=fs.events if fs else 0, watch_restarts=self._watch_restarts,
+            watch_progress=fs.progress if fs else 0,
+            polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
         )
 
@@ -314,16 +325,22 @@ class ClusterGateway:
 
     async def _poll_loop(self) -> None:
         wait = self._rng.uniform(0, self._interval)     # random phase
+        assert self._follower is not None
         while True:
+            asked = False
             with contextlib.suppress(TimeoutError):     # or earlier, when the watch asks
                 async with asyncio.timeout(wait):
                     await self._poll_now.wait()
+                    asked = True
             self._poll_now.clear()
+            wait = self._interval
+            if not asked and self._follower.skips(PROOF_WINDOW * self._interval):
+                self._follower.skip()       # the watch proved the view fresh meanwhile
+                continue
             try:
                 await self._poll_once()
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
-            wait = self._interval
 
     async def _poll_once(self) -> None:
         assert self._follower is not None
@@ -454,6 +471,8 @@ class ClusterGateway:
                 log.warning("registry watch: %s; polling now", e)
                 self._poll_now.set()
                 continue
+            if batch.progress:
+                self._take(self._follower.progress(batch.revision))
             for event in batch.events:
                 if event.kv.key == keys.REGISTRY:
                     self._take(self._follower.observe(event))

@@ -45,6 +45,10 @@ _COUNTERS = (
      "Exceptions the gateway's poll and registration loops survived"),
     ("watch_events", "awide_gateway_watch_events", "Registry watch events taken"),
     ("watch_restarts", "awide_gateway_watch_restarts", "Registry watches opened again"),
+    ("watch_progress", "awide_gateway_watch_progress",
+     "Registry watch progress notifications taken"),
+    ("polls_skipped", "awide_gateway_polls_skipped",
+     "Registry polls left out: the watch proved the view fresh"),
 )
 
 

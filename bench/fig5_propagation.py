@@ -37,7 +37,8 @@ POLL = 1.0
 
 
 async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool,
-                        gateways: int, procs: int, rounds: int) -> dict[str, Any]:
+                        gateways: int, procs: int, rounds: int,
+                        shared_worker: bool = False) -> dict[str, Any]:
     cluster = f"p5{'w' if watch else 'p'}{uuid.uuid4().hex[:6]}"
     store = store_for(endpoints, cluster)
     cards = make_dir_cards(ctx.work / "cards5", 8)
@@ -51,7 +52,8 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
         for k, n in enumerate(per):
             spec = {"endpoints": list(endpoints), "cluster": cluster, "count": n,
                     "first": first, "watch": watch, "poll_interval": POLL,
-                    "call_timeout": 0.5, "expect_in": len(cards)}
+                    "call_timeout": 0.5, "expect_in": len(cards),
+                    "shared_worker": shared_worker}
             workers.append(Worker("bench.fleet", spec, log_dir=ctx.work / "logs",
                                   name=f"fleet5-{'w' if watch else 'p'}{k}", sink=sink))
             first += n

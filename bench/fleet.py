@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from awide_cluster.cards.worker import ProbeWorker
 from awide_gateway_cluster import ClusterGateway, parse_config
 from bench.proc import emit, stdin_lines
 
@@ -77,7 +78,11 @@ async def main(spec: dict[str, Any]) -> None:
     first, count = int(spec.get("first", 0)), int(spec["count"])
     expect_in = int(spec.get("expect_in", 0))
     t0 = time.monotonic()
-    gws = [ClusterGateway(gateway_config(spec, first + k)) for k in range(count)]
+    # one probe worker per gateway, as in a gateway process of its own; with "shared_worker",
+    # one for every gateway of this process (one thread, not one per gateway, under one GIL)
+    shared = ProbeWorker(name="fleet-probes") if spec.get("shared_worker") else None
+    gws = [ClusterGateway(gateway_config(spec, first + k), probe_worker=shared)
+           for k in range(count)]
     # start a few at a time: a burst of 100 lease grants and layout checks is not a gateway's life
     sem = asyncio.Semaphore(10)
 

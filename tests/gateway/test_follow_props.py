@@ -1,4 +1,5 @@
-"""The follower's pure step over any interleaving of polled answers and watch events.
+"""The follower's pure step over any interleaving of polled answers, watch events and the
+watch's progress notifications.
 
 A history of registry writes (good ones with growing generations, and hostile ones: garbage,
 over the bound, a generation that goes back, another cluster, a deletion) is delivered in any
@@ -21,7 +22,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.store.errors import Timeout, ValueTooLarge
 from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
-from awide_gateway_cluster.follower import Answer, FollowState, step
+from awide_gateway_cluster.follower import Answer, FollowState, Progress, step
 from tests.gateway.support import make_card
 
 CARDS = tuple(make_card(n, admitted=n) for n in range(1, 4))
@@ -92,7 +93,7 @@ def as_poll(state: FollowState, writes: tuple[Write, ...], applied_upto: int) ->
 writes_st = st.integers(1, 7).flatmap(lambda n: st.tuples(
     st.lists(st.sampled_from(KINDS), min_size=n, max_size=n),
     st.lists(st.integers(1, 3), min_size=n, max_size=n)))
-delivery_st = st.lists(st.tuples(st.sampled_from(("event", "poll", "fail")),
+delivery_st = st.lists(st.tuples(st.sampled_from(("event", "poll", "fail", "progress")),
                                  st.integers(0, 7)), max_size=30)
 
 
@@ -112,6 +113,9 @@ def run(writes: tuple[Write, ...], deliveries: list[tuple[str, int]]):
             if upto and isinstance(answer, (RangeResult, ValueTooLarge)) and (
                     not isinstance(answer, RangeResult) or answer.kvs or answer.count == 0):
                 delivered.append(writes[upto - 1])
+        elif how == "progress":
+            upto = i % (len(writes) + 1)
+            answer = Progress(writes[upto - 1].revision if upto else 10)
         else:
             answer = Timeout("no answer")
         before = state
@@ -137,6 +141,20 @@ def test_any_interleaving_never_lowers_the_generation_nor_applies_a_refused_valu
             # an event is no proof of freshness: it never clears the problem of failing polls
             assert after.last_ok == before.last_ok and after.polls == before.polls
             assert not before.failures or after.problem
+        if isinstance(answer, Progress):
+            # a progress notification changes nothing but the proof of freshness, and proves
+            # it only for a view without a problem: it never clears one
+            assert taken.outcome == "unchanged" and after.progress == before.progress + 1
+            for field in ("registry", "seen_revision", "applied_revision", "problem",
+                          "polls", "failures", "rejected", "events"):
+                assert getattr(after, field) == getattr(before, field), field
+            if not before.problem and before.registry is not None:
+                assert after.last_ok is not None and after.last_ok == after.last_progress
+                assert after.last_ok >= (before.last_ok or 0.0)
+            else:
+                assert (after.last_ok, after.last_progress) == (before.last_ok,
+                                                                before.last_progress)
+            assert after.known_revision == max(before.known_revision, answer.revision)
         if taken.outcome == "applied":
             # only a good registry is ever applied, and it is the one the step names
             assert taken.registry is not None and after.registry == taken.registry
@@ -213,3 +231,20 @@ def test_an_event_applied_while_polls_fail_keeps_the_stale_flag():
     st3, d = step(st2, as_event(writes[1]), 3.0, cluster="c1")
     assert d.outcome == "applied" and st3.registry is not None
     assert "frozen" in st3.problem and st3.last_ok == st2.last_ok
+
+
+def test_a_progress_notification_clears_no_problem_and_proves_only_a_sound_view():
+    writes = history(["good", "good"], [1, 1])
+    none, _ = step(FollowState(), Progress(12), 1.0, cluster="c1")
+    assert none.last_ok is None and none.progress == 1        # no registry yet: no proof
+    absent, _ = step(FollowState(), RangeResult(revision=12, kvs=(), count=0), 1.0,
+                     cluster="c1")
+    still, _ = step(absent, Progress(13), 2.0, cluster="c1")
+    assert "absent" in still.problem and still.last_ok is None
+    good, _ = step(FollowState(), as_event(writes[0]), 1.0, cluster="c1")
+    proved, _ = step(good, Progress(writes[0].revision), 5.0, cluster="c1")
+    assert proved.last_ok == proved.last_progress == 5.0 and proved.problem == ""
+    failed, _ = step(proved, Timeout("frozen"), 6.0, cluster="c1")
+    after, _ = step(failed, Progress(writes[1].revision), 7.0, cluster="c1")
+    assert "frozen" in after.problem and after.last_ok == 5.0    # only a poll clears it
+    assert after.known_revision == writes[1].revision

@@ -18,7 +18,9 @@ from awide_cluster.contract import bounds, keys
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.codec import b64
 from awide_gateway_cluster import ClusterGateway
+from awide_harness import EtcdCluster
 from tests.gateway.support import (
+    RegistryWriter,
     config,
     gateway,
     in_service,
@@ -26,6 +28,7 @@ from tests.gateway.support import (
     serve,
     wait_for,
 )
+from tests.timing import bound
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -217,3 +220,64 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
     finally:
         await gw.stop()
         await store.close()
+
+
+async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, leader, world,
+                                                                          cluster_name):
+    """etcd (the fixtures' members) notifies a synced watch every second: each notification
+    proves the view fresh as a serializable poll would, so those polls are left out; the
+    linearizable poll of every third turn is still made, and the view stays fresh."""
+    a = make_card(1)
+    serve(world, a)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    cfg = config(cluster_name, etcd.endpoints, world, watch=True,
+                 timing={"poll_interval": 1.0, "linearizable_every": 3, "lease_ttl": 10})
+    gw = gateway(cfg, world, store=store)
+    await gw.start()
+    try:
+        await wait_for(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
+                       what="two polls left out")
+        st = gw.stats()
+        assert st.watch_progress >= 1 and not st.stale and st.problem == ""
+        assert st.staleness is not None and st.staleness < bound(2.5)
+        linearizable = sum(not r.get("serializable") for r in store.registry_reads)
+        await wait_for(lambda: sum(not r.get("serializable") for r in store.registry_reads)
+                       > linearizable, timeout=20.0, what="the next linearizable poll")
+        st = gw.stats()
+        # fewer reads than turns: the left-out polls were not made
+        assert st.polls == len(store.registry_reads) and st.polls_skipped >= 2
+        assert not st.stale and st.generation == 1
+    finally:
+        await gw.stop()
+        await store.close()
+
+
+async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tmp_path, world,
+                                                                cluster_name):
+    """Members that notify a minute apart (etcd's own default is ten minutes): no proof
+    comes, so every turn's poll is made, serializable but every third, as without a watch."""
+    binary = next(iter(etcd_binaries.values()))
+    with EtcdCluster(tmp_path / "etcd", binary=binary, stop_timeout=0.5,
+                     progress_notify_interval=60) as quiet:
+        boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
+                                     prefix=keys.prefix(cluster_name)))
+        a = make_card(1)
+        serve(world, a)
+        try:
+            await RegistryWriter(boot, cluster_name).publish([a])
+        finally:
+            await boot.close()
+        store = counting_store(quiet, cluster_name)
+        cfg = config(cluster_name, quiet.endpoints, world, watch=True,
+                     timing={"poll_interval": 0.4, "linearizable_every": 3})
+        gw = gateway(cfg, world, store=store)
+        await gw.start()
+        try:
+            await wait_for(lambda: len(store.registry_reads) >= 7, what="7 polls")
+            st = gw.stats()
+            assert st.polls_skipped == 0 and st.watch_progress == 0 and not st.stale
+            assert sum(bool(r.get("serializable")) for r in store.registry_reads[:7]) >= 2
+        finally:
+            await gw.stop()
+            await store.close()
