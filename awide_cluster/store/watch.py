@@ -88,6 +88,19 @@ class Watch:
         return self._endpoint
 
     @property
+    def stall_after(self) -> float:
+        """Seconds of silence (no event, no progress notification) after which the stream is
+        dropped and re-opened on the next member. Settable: the next wait for a message uses
+        the new bound (a daemon's reload of its timing)."""
+        return self._stall_after
+
+    @stall_after.setter
+    def stall_after(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError("stall_after must be > 0")
+        self._stall_after = seconds
+
+    @property
     def revision(self) -> int:
         """Everything up to this revision has been delivered (0 before the first stream)."""
         return (self._next_rev or 1) - 1
