@@ -257,7 +257,8 @@ def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> d
                  "ansible_python_interpreter": sys.executable},
         "children": {
             "storage": {"hosts": {
-                "s1": {"ansible_host": "10.9.0.11", "awide_cards": [
+                "s1": {"ansible_host": "10.9.0.11", "awide_etcd_progress_notify": "1500ms",
+                       "awide_cards": [
                     {"name": "dev0", "kind": "dir", "path": str(cards / "s1" / "dev0"),
                      "label": {"serial": "SER-S1-DEV0", "model": "test-dir"}}]},
                 "s2": {"ansible_host": "fd00::12", "awide_cards": [
@@ -405,8 +406,18 @@ def test_etcd_flags_name_every_member(rendered: dict) -> None:
     # no client certificates demanded on the client port (etcd's JSON gateway would refuse
     # every request with auth on)
     assert "ETCD_CLIENT_CERT_AUTH" not in env and "ETCD_TRUSTED_CA_FILE" not in env
-    assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == "1s"
     assert env["ETCD_PRE_VOTE"] == "true"
+
+
+def test_the_daemons_and_etcd_are_given_one_progress_notify_interval(rendered: dict) -> None:
+    """etcd.env and cluster.yaml are written from one variable (default 10s; s1 is given
+    1500ms): the daemon's idle leader-key watch waits for three of etcd's notifications."""
+    for host, flag, seconds in (("s1", "1500ms", 1.5), ("s2", "10s", 10.0),
+                                ("w1", "10s", 10.0)):
+        env = _env_file(rendered["out"] / host / "etcd.env")
+        assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == flag, host
+        cfg = yaml.safe_load((rendered["out"] / host / "cluster.yaml").read_text())
+        assert cfg["timing"] == {"etcd_progress_notify": seconds}, host
 
 
 def test_etcd_flags_compact_history_and_set_the_quota(rendered: dict) -> None:
