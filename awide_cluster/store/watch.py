@@ -24,7 +24,8 @@ watch that re-opens onto the same message forever.
 
 etcd sends progress notifications every ``--experimental-watch-progress-notify-interval``
 (default 10 min!): run members with an interval below ``stall_after`` (the embedded test
-cluster uses 1 s), otherwise an idle watch is re-opened every ``stall_after``.
+cluster uses 1 s, the deploy 10 s: the daemon derives its bounds from the interval it is told,
+``timing.etcd_progress_notify``), otherwise an idle watch is re-opened every ``stall_after``.
 
 Use as ``async with store.watch("registry") as w: async for batch in w: ...`` (or close it).
 """
