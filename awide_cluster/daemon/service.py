@@ -192,6 +192,7 @@ class Daemon:
         self._leader_watch: Watch | None = None
         self._reports_watch: Watch | None = None
         self._leader_reopens = 0
+        self._reports_reopens = 0
         self.key_steps: dict[str, int] = {}     # leader-key watch: reads it triggered, by action
         self.key_wins = 0                   # campaigns won on a leader-key watch event
         self._cycling = asyncio.Lock()      # one leader cycle at a time: the turn's or a report's
@@ -200,6 +201,8 @@ class Daemon:
         self._last_report_cycle = float("-inf")
         self.report_cycles: dict[str, int] = {}  # report cycles run, by outcome (for tests)
         self._reports_error = ""
+        self.metrics.bind_watch_reopens(lambda: {"leader": self.leader_watch_reopens,
+                                                 "members": self.reports_watch_reopens})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -559,16 +562,24 @@ class Daemon:
                 self._watch_failed(f"{type(e).__name__}: {e}", trace=True)
                 missed = True
             finally:
-                self._leader_reopens += self._leader_watch.reconnects if self._leader_watch else 0
+                self._leader_reopens += self._reopened(self._leader_watch)
                 self._leader_watch = None
             await self._sleep(self.config.timing.poll_interval if missed else 0)
+
+    @staticmethod
+    def _reopened(watch: Watch | None) -> int:
+        return watch.reconnects if watch is not None else 0
 
     @property
     def leader_watch_reopens(self) -> int:
         """Leader-key watch streams re-opened after a stall (no message within
         ``timing.leader_watch_stall``) or a broken stream, since the start."""
-        w = self._leader_watch
-        return self._leader_reopens + (w.reconnects if w is not None else 0)
+        return self._leader_reopens + self._reopened(self._leader_watch)
+
+    @property
+    def reports_watch_reopens(self) -> int:
+        """The same for the leader's ``members/`` watch (``timing.reports_watch_stall``)."""
+        return self._reports_reopens + self._reopened(self._reports_watch)
 
     def _watch_failed(self, why: str, *, trace: bool = False) -> None:
         why = clean_text(why, 300)
@@ -668,6 +679,7 @@ class Daemon:
                 self._reports_watch_failed(f"{type(e).__name__}: {e}", trace=True)
                 await self._sleep_plain(self.config.timing.poll_interval)
             finally:
+                self._reports_reopens += self._reopened(self._reports_watch)
                 self._reports_watch = None
 
     def _news(self, batch: WatchBatch) -> str:

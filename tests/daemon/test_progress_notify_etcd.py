@@ -8,6 +8,7 @@ at once on a clean stop (SIGTERM), well inside the follower's 5 s poll."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
@@ -17,6 +18,15 @@ from .conftest import FAST, make_config, wait_for
 
 NOTIFY = 4.0            # the members' --experimental-watch-progress-notify-interval, seconds
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}
+
+
+def reopened(d: Daemon, watch: str) -> float:
+    """``awide_watch_reopened_total{watch=...}`` as the daemon's /metrics shows it."""
+    for fam in text_string_to_metric_families(d.metrics.exposition().decode()):
+        for s in fam.samples:
+            if s.name == "awide_watch_reopened_total" and s.labels.get("watch") == watch:
+                return s.value
+    raise AssertionError(f"no awide_watch_reopened_total{{watch={watch!r}}}")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +62,10 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
                        what="the control re-opened its leader watch three times")
         assert b.leader_watch_reopens == 0
         assert a.leader_watch_reopens == 0
+        # the leader's members/ watch, fed by every report, keeps its 3 s bound and its stream
+        assert a.config.timing.reports_watch_stall == 3.0 and a.reports_watch_reopens == 0
+        assert reopened(b, "leader") == 0 and reopened(control, "leader") >= 3
+        assert reopened(a, "members") == 0
         await control.stop()
         stopped.append(control)
         # the watch kept open hands the key over on a clean stop, not at b's next poll
