@@ -188,7 +188,7 @@ class Daemon:
         self._watch_task: asyncio.Task[None] | None = None
         self._watch_error = ""
         # the open leader-key and members/ watches (their stall bounds follow a reload), and
-        # the leader-key streams re-opened after a stall or a broken stream, over all watches
+        # the streams re-opened after a stall or a broken stream by the ones closed before
         self._leader_watch: Watch | None = None
         self._reports_watch: Watch | None = None
         self._leader_reopens = 0
