@@ -228,6 +228,31 @@ def test_example_inventory_has_the_groups_and_cards() -> None:
     assert not any(h.get("awide_cards") for h in groups["witness"]["hosts"].values())
 
 
+def test_the_progress_notify_interval_is_one_duration_set_in_one_place(
+        ansible_tools: Path, tmp_path: Path) -> None:
+    """The role's checks, for real against localhost: h1's interval is a Go duration of one
+    unit (passes), h2's has a space, h3 sets the daemons' field through awide_timing, which
+    could disagree with etcd's flag: both refused, naming the variable."""
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"vars": {"awide_cluster_name": "t1"}, "children": {"storage": {
+        "hosts": {"h1": {**host, "awide_etcd_progress_notify": "1500ms"},
+                  "h2": {**host, "awide_etcd_progress_notify": "10 s"},
+                  "h3": {**host, "awide_timing": {"etcd_progress_notify": 1}}}}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    playbook = [{"name": "Checks", "hosts": "storage", "gather_facts": False, "tasks": [
+        {"name": "Checks", "ansible.builtin.import_role": {"name": "awide",
+                                                           "tasks_from": "checks.yml"}}]}]
+    (tmp_path / "checks.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "checks.yml"],
+             cwd=tmp_path, ANSIBLE_ROLES_PATH=str(ANSIBLE / "roles"),
+             ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
+    assert {h: s["failed"] for h, s in _recap(r.stdout).items()} == \
+        {"h1": 0, "h2": 1, "h3": 1}, r.stdout[-4000:]
+    for bad in ("h2", "h3"):
+        res = _failure(r.stdout, "Check the etcd progress-notification interval", bad)
+        assert "awide_etcd_progress_notify" in res["msg"], res
+
+
 # --- the config tasks, for real, against localhost ------------------------------------------
 
 def _handlers_are_stubbed(tmp: Path) -> Path:
