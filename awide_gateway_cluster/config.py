@@ -10,7 +10,7 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     etcd:
       endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
       tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
-    timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 10,
+    timing: {poll_interval: 1.0, sick_polls: 3, healthy_polls: 1, lease_ttl: 30,
              linearizable_every: 10}
     key_placement: dialog
     model: {name: meta-llama/Llama-3.1-8B-Instruct, revision: main, dtype: bfloat16,
@@ -70,7 +70,7 @@ class TimingSection(Section):
                             description="bad local observations in a row before a card goes out")
     healthy_polls: int = Field(default=1, ge=1, le=100,
                                description="good observations in a row before it comes back")
-    lease_ttl: int = Field(default=10, ge=2, le=600,
+    lease_ttl: int = Field(default=30, ge=2, le=600,
                            description="TTL (s) of the lease gateways/<id> is bound to")
     linearizable_every: int = Field(
         default=10, ge=1, le=3600,

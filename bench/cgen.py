@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from awide_cluster.contract import keys
+from awide_gateway_cluster.config import TimingSection as GatewayTiming
+
+# a simulated gateway's registration lease, as the gateway library's at its defaults: its
+# keepalive every GATEWAY_LEASE_TTL / 3 s
+GATEWAY_LEASE_TTL: int = GatewayTiming().lease_ttl
 
 SOURCE = Path(__file__).with_name("leanload.c")
 FLAGS = ("-O2", "-std=c99", "-Wall")
@@ -65,10 +70,12 @@ def choose(out_dir: Path) -> Generator:
     return Generator("c", (str(build(out_dir, cc)),), compiler=cc)
 
 
-def spec(cluster: str, registry_mod_revision: int, lease_ttl: int) -> dict[str, Any]:
+def spec(cluster: str, registry_mod_revision: int, lease_ttl: int = GATEWAY_LEASE_TTL
+         ) -> dict[str, Any]:
     """What both generators need beyond the endpoints: the registry's key (base64, as etcd's
     JSON API takes it; the C program does no key scheme or encoding of its own), its
-    mod_revision and the lease's TTL."""
+    mod_revision and the lease's TTL (a keepalive every TTL/3; by default the gateway
+    config's, so the figure follows the gateway's default)."""
     key = (keys.prefix(cluster) + keys.REGISTRY).encode()
     return {"registry_key_b64": base64.b64encode(key).decode(),
             "registry_mod_revision": registry_mod_revision, "lease_ttl": lease_ttl}

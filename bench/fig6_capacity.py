@@ -2,8 +2,9 @@
 
 **The climb** uses simulated gateways that make a gateway's whole request mix (a
 serializable change check per second with every 10th linearizable, a watch of the registry, a
-lease keepalive every ttl/3) over raw keep-alive connections, with a client lean enough that
-etcd, not the generator, is measured: the C generator (``bench/leanload.c``, built at run
+lease keepalive every ttl/3, ttl the gateway config's default ``lease_ttl``: ``bench.cgen``)
+over raw keep-alive connections, with a client lean enough that etcd, not the generator, is
+measured: the C generator (``bench/leanload.c``, built at run
 time by ``bench.cgen``) when a C compiler is installed, else the Python one
 (``bench.leanload``); which one ran and its own CPU per request are in the rows. They are
 split over a few load processes. The count steps up; a step is held when, over its measuring
@@ -144,7 +145,7 @@ def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, di
     idle_rate = (etcd_cpu(etcd) - e0) / 2.0
     rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
     gen = cgen.choose(ctx.work / "cgen")
-    return doc_bytes, idle_rate, gen, cgen.spec(cluster, rev, 10)
+    return doc_bytes, idle_rate, gen, cgen.spec(cluster, rev)
 
 
 def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tuple[str, ...]], ...],
@@ -177,6 +178,7 @@ def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tupl
                                  f"{idle_rate:.3f} cores subtracted",
                             extra={**got, "parts": list(parts), "generator": gen.name,
                                    "progress_notify_interval_s": progress_notify,
+                                   "gateway_lease_ttl_s": spec["lease_ttl"],
                                    "etcd": etcd_settings(etcd), "registry_bytes": doc_bytes,
                                    "etcd_idle_cpu_cores": round(idle_rate, 3)}))
     finally:
@@ -254,6 +256,7 @@ def run(ctx: Context) -> list[Row]:
                   "of CPU per request",
                   extra={"steps": records, "load_processes": procs, "warmup_s": warmup,
                          "generator": gen.name, "generator_us_per_request": gen_us,
+                         "gateway_lease_ttl_s": spec["lease_ttl"],
                          "measure_s": measure, "etcd": etcd_settings(etcd),
                          "registry_bytes": doc_bytes,
                          "etcd_idle_cpu_cores": round(idle_rate, 3)})

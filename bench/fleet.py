@@ -39,7 +39,7 @@ def gateway_config(spec: dict[str, Any], i: int) -> Any:
         "etcd": {"endpoints": eps, "call_timeout": call,
                  "hedge_after": float(spec.get("hedge_after", 0.05))},
         "timing": {"poll_interval": float(spec.get("poll_interval", 1.0)),
-                   "sick_polls": 3, "healthy_polls": 1, "lease_ttl": 10},
+                   "sick_polls": 3, "healthy_polls": 1},
         "model": {"name": "bench/model-8b", "num_layers": 32},
         "watch": bool(spec.get("watch", True)),
         "start_timeout": 5.0,

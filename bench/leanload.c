@@ -4,14 +4,15 @@
  *
  *     cc -O2 -o leanload bench/leanload.c      (bench/cgen.py builds it at run time)
  *     leanload '{"endpoints": [...], "first": 0, "seed": 1, "registry_key_b64": "...",
- *                "registry_mod_revision": 7, "lease_ttl": 10, "interval": 1.0}'
+ *                "registry_mod_revision": 7, "lease_ttl": 30, "interval": 1.0}'
  *
  * One simulated gateway, over raw HTTP/1.1 keep-alive connections of its own to the member
  * (first + index) modulo the number of members:
  * - "mix": a registry poll every `interval` at a random phase on a fixed schedule, a range of
  *   the registry with min_mod_revision past its current revision, serializable except every
  *   10th; one watch stream of the registry (progress notifications on) on a second
- *   connection, read and dropped; a lease keepalive every lease_ttl/3 (lease granted at start);
+ *   connection, read and dropped; a lease keepalive every lease_ttl/3 (lease granted at start;
+ *   lease_ttl is required: bench.cgen.spec gives the gateway config's default);
  * - "naive": a full linearizable read of the registry every `interval`, the same keepalive,
  *   no watch.
  * "parts" in the spec (a list, default ["poll", "watch", "keepalive"]) switches parts of the
@@ -94,7 +95,7 @@ static Ep eps[MAX_EPS];
 static int neps;
 static long first_index;
 static double interval = 1.0, ka_every;
-static int lease_ttl = 10;
+static int lease_ttl;
 static int kind = MIX;
 static int part_poll = 1, part_watch = 1, part_keepalive = 1;    /* of the mix */
 static uint64_t rng_state;
@@ -768,7 +769,12 @@ int main(int argc, char **argv) {
     if (rev < 0) { fprintf(stderr, "leanload: the spec has no registry_mod_revision\n"); return 2; }
     first_index = (long)jnum(spec, "first", 0);
     interval = jnum(spec, "interval", 1.0);
-    lease_ttl = (int)jnum(spec, "lease_ttl", 10);
+    lease_ttl = (int)jnum(spec, "lease_ttl", -1);
+    if (lease_ttl < 0) {
+        fprintf(stderr, "leanload: the spec has no lease_ttl (the gateway's, e.g. 30: "
+                        "bench.cgen.spec gives the gateway config's default)\n");
+        return 2;
+    }
     if (interval <= 0 || lease_ttl < 1) {
         fprintf(stderr, "leanload: interval must be > 0 and lease_ttl >= 1\n");
         return 2;

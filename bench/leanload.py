@@ -2,7 +2,7 @@
 (figure 6).
 
     python -m bench.leanload '{"endpoints": [...], "cluster": "c1", "first": 0, "seed": 1,
-                               "registry_mod_revision": 7, "lease_ttl": 10}'
+                               "registry_mod_revision": 7, "lease_ttl": 30}'
 
 What one simulated gateway does, like the gateway library at its defaults (docs/gateway.md,
 "Cost to etcd"), over raw HTTP/1.1 keep-alive connections of its own to the member it lists
@@ -12,7 +12,8 @@ first (the members' order rotated per gateway, as the library's gateways spread)
   ``range`` of the registry with ``min_mod_revision`` past the registry's current revision
   (an unchanged registry answers no value), serializable except every 10th; a **watch** of
   the registry (one stream on a second connection, progress notifications on); and a **lease
-  keepalive** every ``lease_ttl``/3 (the gateway's registration);
+  keepalive** every ``lease_ttl``/3 (the gateway's registration; ``lease_ttl`` defaults to the
+  gateway config's, ``awide_gateway_cluster.config``);
 - ``naive``: a full linearizable read of the registry every ``interval`` and the same
   keepalive, no watch (the naive full-read poller).
 
@@ -53,6 +54,7 @@ from typing import Any
 import uvloop
 
 from awide_cluster.contract import keys
+from awide_gateway_cluster.config import TimingSection as GatewayTiming
 from bench.proc import emit, stdin_lines
 
 BOUND = 0.5          # a poll over this is "over the bound" and the connection is dropped
@@ -310,7 +312,7 @@ class Fleet:
         first = int(spec.get("first", 0))
         self.first = first
         self.interval = float(spec.get("interval", 1.0))
-        self.lease_ttl = int(spec.get("lease_ttl", 10))
+        self.lease_ttl = int(spec.get("lease_ttl", GatewayTiming().lease_ttl))
         self.keepalive_every = self.lease_ttl / 3
         self.rng = random.Random(int(spec.get("seed", 1)))
         self.parts = parts_of(spec)

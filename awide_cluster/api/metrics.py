@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from awide_cluster.contract.registry import STATES, Registry
@@ -61,6 +61,23 @@ class ConstantLabels(Collector):
             yield fam
 
 
+class WatchReopens(Collector):
+    """``awide_watch_reopened_total{watch}``: the counts ``source()`` gives at each scrape (the
+    watches count their own re-openings; the daemon sums them over its watches)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], dict[str, int]] = dict
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily(
+            "awide_watch_reopened", "Watch streams of this daemon re-opened after a stall (no "
+            "event and no progress notification within the bound) or a broken stream, by watch",
+            labels=["watch"])
+        for watch, n in sorted(self.source().items()):
+            fam.add_metric([watch], n)
+        yield fam
+
+
 class DaemonMetrics:
     """All metrics of one daemon. ``registry`` is this daemon's own CollectorRegistry."""
 
@@ -76,6 +93,8 @@ class DaemonMetrics:
         self.poll_duration = Histogram("awide_poll_duration_seconds",
                                        "Time one main loop turn took (excluding the sleep)",
                                        buckets=_POLL_BUCKETS, registry=r)
+        self.watch_reopens = WatchReopens()
+        r.register(self.watch_reopens)
         self.heartbeat_age = Gauge("awide_loop_heartbeat_age_seconds",
                                    "Seconds since the main loop last turned (at scrape time)",
                                    registry=r)
@@ -186,6 +205,10 @@ class DaemonMetrics:
     def registry_repaired(self, found: str) -> None:
         """``found``: corrupt, unknown_schema, missing, foreign, or too_large."""
         self.registry_repairs.labels(found=found).inc()
+
+    def bind_watch_reopens(self, counts: Callable[[], dict[str, int]]) -> None:
+        """Make ``awide_watch_reopened_total`` read ``counts()`` (by watch) at each scrape."""
+        self.watch_reopens.source = counts
 
     def bind_heartbeat(self, age: Callable[[], float]) -> None:
         """Make ``awide_loop_heartbeat_age_seconds`` read ``age()`` at each scrape."""

@@ -8,7 +8,8 @@
     etcd:
       endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
       tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
-    timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1}
+    timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1,
+             etcd_progress_notify: 1.0}   # seconds, as the etcd members' flag
     api: {listen: 127.0.0.1:9700}
     cards:
       - {name: card0, kind: nvme, serial: SN1, target: {...}, store: {systemd_unit: ...}}
@@ -34,6 +35,8 @@ from awide_cluster.config.common import ConfigError, EtcdSection, Section, plain
 from awide_cluster.contract.keys import BadName, check_name
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
+# a daemon watch is never re-opened after less silence than this (seconds)
+WATCH_STALL_FLOOR = 3.0
 
 
 class TimingSection(Section):
@@ -46,6 +49,24 @@ class TimingSection(Section):
                             description="bad observations in a row that take a card out")
     healthy_polls: int = Field(default=1, ge=1, le=100,
                                description="good observations in a row that put it back in")
+    etcd_progress_notify: float = Field(
+        default=1.0, ge=0.1, le=600.0,
+        description="seconds between the etcd members' watch progress notifications (their "
+                    "--experimental-watch-progress-notify-interval, the same value): the idle "
+                    "leader-key watch is re-opened after max(3, 3 x this) s of silence")
+
+    @property
+    def leader_watch_stall(self) -> float:
+        """Seconds of silence after which the leader-key watch is re-opened on another
+        member. The key is idle but for progress notifications: three of them missed."""
+        return max(WATCH_STALL_FLOOR, 3 * self.etcd_progress_notify)
+
+    @property
+    def reports_watch_stall(self) -> float:
+        """The same for the leader's ``members/`` watch. Every host writes its report each
+        poll (the leader's own too), so it is never idle longer than a poll or a progress
+        notification, whichever comes first: three of those missed."""
+        return max(WATCH_STALL_FLOOR, 3 * min(self.poll_interval, self.etcd_progress_notify))
 
 
 class ApiTlsSection(Section):

@@ -83,6 +83,7 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
 from awide_cluster.store.types import Member, WatchBatch
+from awide_cluster.store.watch import Watch
 
 if TYPE_CHECKING:
     from awide_cluster.api.notify import Notifier
@@ -92,9 +93,6 @@ log = logging.getLogger("awide_cluster.daemon")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
 
-# etcd sends a progress notification every second (docs/deploy.md): a leader-key watch silent
-# for this long is re-opened on another member
-LEADER_WATCH_STALL = 3.0
 # a leader record is at most 4 KiB (base64 in the event): a message over this is refused unread
 # (the watch skips it and the daemon reads the key instead, bounded like its poll's read)
 LEADER_WATCH_MESSAGE_BYTES = 64 * 1024
@@ -189,6 +187,12 @@ class Daemon:
         self._electing = asyncio.Lock()     # one campaign at a time: the turn's or the watch's
         self._watch_task: asyncio.Task[None] | None = None
         self._watch_error = ""
+        # the open leader-key and members/ watches (their stall bounds follow a reload), and
+        # the streams re-opened after a stall or a broken stream by the ones closed before
+        self._leader_watch: Watch | None = None
+        self._reports_watch: Watch | None = None
+        self._leader_reopens = 0
+        self._reports_reopens = 0
         self.key_steps: dict[str, int] = {}     # leader-key watch: reads it triggered, by action
         self.key_wins = 0                   # campaigns won on a leader-key watch event
         self._cycling = asyncio.Lock()      # one leader cycle at a time: the turn's or a report's
@@ -197,6 +201,8 @@ class Daemon:
         self._last_report_cycle = float("-inf")
         self.report_cycles: dict[str, int] = {}  # report cycles run, by outcome (for tests)
         self._reports_error = ""
+        self.metrics.bind_watch_reopens(lambda: {"leader": self.leader_watch_reopens,
+                                                 "members": self.reports_watch_reopens})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -532,8 +538,10 @@ class Daemon:
         missed = False
         while not self._stop.is_set():
             try:
-                async with self.store.watch(keys.LEADER, stall_after=LEADER_WATCH_STALL,
+                stall = self.config.timing.leader_watch_stall
+                async with self.store.watch(keys.LEADER, stall_after=stall,
                                             max_message_bytes=LEADER_WATCH_MESSAGE_BYTES) as w:
+                    self._leader_watch = w
                     if missed:
                         await self._on_leader_key("lost")
                         missed = False
@@ -553,7 +561,25 @@ class Daemon:
             except Exception as e:      # noqa: BLE001 - the watch must outlive any content
                 self._watch_failed(f"{type(e).__name__}: {e}", trace=True)
                 missed = True
+            finally:
+                self._leader_reopens += self._reopened(self._leader_watch)
+                self._leader_watch = None
             await self._sleep(self.config.timing.poll_interval if missed else 0)
+
+    @staticmethod
+    def _reopened(watch: Watch | None) -> int:
+        return watch.reconnects if watch is not None else 0
+
+    @property
+    def leader_watch_reopens(self) -> int:
+        """Leader-key watch streams re-opened after a stall (no message within
+        ``timing.leader_watch_stall``) or a broken stream, since the start."""
+        return self._leader_reopens + self._reopened(self._leader_watch)
+
+    @property
+    def reports_watch_reopens(self) -> int:
+        """The same for the leader's ``members/`` watch (``timing.reports_watch_stall``)."""
+        return self._reports_reopens + self._reopened(self._reports_watch)
 
     def _watch_failed(self, why: str, *, trace: bool = False) -> None:
         why = clean_text(why, 300)
@@ -631,8 +657,9 @@ class Daemon:
                 return
             try:
                 async with self.store.watch(keys.MEMBERS, prefix=True,
-                                            stall_after=LEADER_WATCH_STALL,
+                                            stall_after=self.config.timing.reports_watch_stall,
                                             max_message_bytes=REPORTS_WATCH_MESSAGE_BYTES) as w:
+                    self._reports_watch = w
                     while self._term.is_set() and not self._stop.is_set():
                         try:
                             batch = await w.__anext__()
@@ -651,6 +678,9 @@ class Daemon:
             except Exception as e:      # noqa: BLE001 - the watch must outlive any content
                 self._reports_watch_failed(f"{type(e).__name__}: {e}", trace=True)
                 await self._sleep_plain(self.config.timing.poll_interval)
+            finally:
+                self._reports_reopens += self._reopened(self._reports_watch)
+                self._reports_watch = None
 
     def _news(self, batch: WatchBatch) -> str:
         """Why one of the batch's reports may change the registry, "" if none may."""
@@ -813,6 +843,11 @@ class Daemon:
         poll, call = new.timing.poll_interval, new.etcd.call_timeout
         self.health.loop_stale_after = 3 * poll + 4 * call        # as DaemonHealth.for_timing
         self.health.report_stale_after = 3 * poll + 2 * call
+        # the open watches wait for their next message under the new bounds
+        if self._leader_watch is not None:
+            self._leader_watch.stall_after = new.timing.leader_watch_stall
+        if self._reports_watch is not None:
+            self._reports_watch.stall_after = new.timing.reports_watch_stall
         self.known_identity.clear()         # an operator reload accepts the cards as they are
         if self._own_observer and (new.sysfs_root, new.nvme_program) != \
                 (old.sysfs_root, old.nvme_program):

@@ -24,7 +24,8 @@ watch that re-opens onto the same message forever.
 
 etcd sends progress notifications every ``--experimental-watch-progress-notify-interval``
 (default 10 min!): run members with an interval below ``stall_after`` (the embedded test
-cluster uses 1 s), otherwise an idle watch is re-opened every ``stall_after``.
+cluster uses 1 s, the deploy 10 s: the daemon derives its bounds from the interval it is told,
+``timing.etcd_progress_notify``), otherwise an idle watch is re-opened every ``stall_after``.
 
 Use as ``async with store.watch("registry") as w: async for batch in w: ...`` (or close it).
 """
@@ -86,6 +87,19 @@ class Watch:
     def endpoint(self) -> str | None:
         """The member the current stream comes from (None between streams)."""
         return self._endpoint
+
+    @property
+    def stall_after(self) -> float:
+        """Seconds of silence (no event, no progress notification) after which the stream is
+        dropped and re-opened on the next member. Settable: the next wait for a message uses
+        the new bound (a daemon's reload of its timing)."""
+        return self._stall_after
+
+    @stall_after.setter
+    def stall_after(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError("stall_after must be > 0")
+        self._stall_after = seconds
 
     @property
     def revision(self) -> int:

@@ -8,7 +8,7 @@ from awide_cluster.contract import keys
 from bench.common import store_for
 from bench.loadset import LoadSet, Window
 
-SPAN = 3.0                    # seconds of one window; a keepalive is due every 3.3 s
+SPAN = 3.0      # seconds of one window; with the tests' 10 s lease a keepalive is due every 3.3 s
 
 
 async def registry_revision(endpoints: tuple[str, ...], cluster: str) -> int:

@@ -17,6 +17,7 @@ from tests.timing import bound
 
 CLUSTER = "cgen1"
 GATEWAYS = 30                 # 10 per member
+KEEPALIVE_TTL = 10            # a keepalive every 3.3 s: due about once in a window of SPAN s
 
 
 def test_bad_source_is_a_clear_build_error(tmp_path: Path,
@@ -43,7 +44,7 @@ def test_c_generator_drives_the_whole_mix_and_the_naive_poller(
     rev = asyncio.run(registry_revision(etcd3.endpoints, CLUSTER))
     load = LoadSet(etcd3.endpoints, CLUSTER, procs=2, log_dir=tmp_path / "logs", name="cgen-",
                    module="bench.leanload", program=gen.program,
-                   extra=cgen.spec(CLUSTER, rev, 10))
+                   extra=cgen.spec(CLUSTER, rev, KEEPALIVE_TTL))
     try:
         load.set(GATEWAYS, "mix")
         win = window(load)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from awide_gateway_cluster.config import TimingSection as GatewayTiming
 from bench import cgen
 from bench.leanload import PARTS, parts_of
 from bench.loadset import LoadSet, Window
@@ -18,6 +19,9 @@ from tests.bench.generators import SPAN, registry_revision, window
 
 CLUSTER = "parts1"
 GATEWAYS = 12                 # 4 per member
+# a 10 s lease (a keepalive every 3.3 s, not the gateway default's 10 s): a window of SPAN
+# seconds sees keepalives from most gateways
+KEEPALIVE_TTL = 10
 
 
 def _programs(tmp_path: Path) -> list[tuple[str, tuple[str, ...] | None]]:
@@ -43,11 +47,29 @@ def test_c_generator_names_an_unknown_part(tmp_path: Path) -> None:
     gen = cgen.choose(tmp_path / "build")
     assert gen.program is not None
     spec = ('{"endpoints": ["http://127.0.0.1:2379"], "registry_key_b64": "YQ==", '
-            '"registry_mod_revision": 1, "parts": ["poll", "gossip"]}')
+            '"registry_mod_revision": 1, "lease_ttl": 30, "parts": ["poll", "gossip"]}')
     done = subprocess.run([*gen.program, spec], capture_output=True, text=True, timeout=30,
                           stdin=subprocess.PIPE)
     assert done.returncode == 2
     assert "unknown part gossip" in done.stderr
+
+
+def test_the_lease_ttl_is_the_gateway_configs_unless_given(tmp_path: Path) -> None:
+    """The figure's keepalive period follows the gateway's default lease (every TTL/3): the
+    spec carries it; the C generator has no default of its own and names what is missing."""
+    assert cgen.GATEWAY_LEASE_TTL == GatewayTiming().lease_ttl
+    assert cgen.spec(CLUSTER, 7)["lease_ttl"] == cgen.GATEWAY_LEASE_TTL
+    assert cgen.spec(CLUSTER, 7, 10)["lease_ttl"] == 10
+    if cgen.compiler() is None:
+        pytest.skip("no C compiler (cc or gcc): apt-get install gcc")
+    gen = cgen.choose(tmp_path / "build")
+    assert gen.program is not None
+    spec = ('{"endpoints": ["http://127.0.0.1:2379"], "registry_key_b64": "YQ==", '
+            '"registry_mod_revision": 1}')
+    done = subprocess.run([*gen.program, spec], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.PIPE)
+    assert done.returncode == 2
+    assert "the spec has no lease_ttl" in done.stderr
 
 
 @pytest.mark.slow
@@ -59,7 +81,7 @@ def test_each_part_alone_on_both_generators(tmp_path: Path, etcd3) -> None:
         for part in PARTS:
             load = LoadSet(etcd3.endpoints, CLUSTER, procs=1, log_dir=tmp_path / "logs",
                            name=f"{name}-{part}-", module="bench.leanload", program=program,
-                           extra={**cgen.spec(CLUSTER, rev, 10), "parts": [part]})
+                           extra={**cgen.spec(CLUSTER, rev, KEEPALIVE_TTL), "parts": [part]})
             try:
                 load.set(GATEWAYS, "mix")
                 seen[part] = window(load)

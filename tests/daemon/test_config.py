@@ -11,6 +11,8 @@ import time
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from awide_cluster.cli.main import cli
 from awide_cluster.config import daemon as daemon_config
@@ -71,6 +73,12 @@ BAD = [
      "= 3 s"),
     ("lease fractional", with_("timing.lease_ttl", 2.5), "timing.lease_ttl", "integer"),
     ("sick_polls zero", with_("timing.sick_polls", 0), "timing.sick_polls", "greater"),
+    ("progress notify zero", with_("timing.etcd_progress_notify", 0),
+     "timing.etcd_progress_notify", "greater than or equal to 0.1"),
+    ("progress notify a duration", with_("timing.etcd_progress_notify", "10s"),
+     "timing.etcd_progress_notify", "valid number"),
+    ("progress notify over 10 min", with_("timing.etcd_progress_notify", 601),
+     "timing.etcd_progress_notify", "less than or equal to 600"),
     ("healthy_polls zero", with_("timing.healthy_polls", 0), "timing.healthy_polls", "greater"),
     ("bad api listen", with_("api", {"listen": "localhost"}), "api.listen", "HOST:PORT"),
     ("witness with cards", with_("role", "witness"), "cards", "witness"),
@@ -130,6 +138,34 @@ def test_good_config_and_defaults() -> None:
     minimal = daemon_config.parse({"cluster": "c1", "role": "witness", "hosts": [me],
                                    "etcd": {"endpoints": ["http://localhost:2379"]}})
     assert minimal.host == socket.gethostname().split(".")[0] and minimal.cards == ()
+
+
+def test_watch_stall_bounds_follow_the_progress_notify_interval() -> None:
+    """Default 1 s (the test etcd's, and every config written before the field): both watches
+    keep the 3 s bound. Slower notifications stretch the idle leader-key watch's bound to three
+    of them; the members/ watch, fed by every host's report each poll, keeps a bound of three
+    polls (never under 3 s)."""
+    cfg = daemon_config.parse(BASE)
+    assert cfg.timing.etcd_progress_notify == 1.0
+    assert cfg.timing.leader_watch_stall == cfg.timing.reports_watch_stall == 3.0
+    ten = daemon_config.parse(with_("timing.etcd_progress_notify", 10))
+    assert ten.timing.leader_watch_stall == 30.0
+    assert ten.timing.reports_watch_stall == 3.0
+    slow_poll = daemon_config.parse(with_("timing", {"poll_interval": 2.0, "lease_ttl": 5,
+                                                     "etcd_progress_notify": 10}))
+    assert slow_poll.timing.reports_watch_stall == 6.0
+    fast = daemon_config.parse(with_("timing.etcd_progress_notify", 0.5))
+    assert fast.timing.leader_watch_stall == fast.timing.reports_watch_stall == 3.0
+
+
+@given(notify=st.floats(min_value=0.1, max_value=600.0),
+       poll=st.floats(min_value=0.05, max_value=60.0))
+def test_a_watch_outlasts_three_silent_notifications_or_polls(notify: float, poll: float
+                                                              ) -> None:
+    t = daemon_config.TimingSection(poll_interval=poll, etcd_progress_notify=notify)
+    assert t.leader_watch_stall >= max(3.0, 3 * notify)
+    assert t.leader_watch_stall >= t.reports_watch_stall >= 3.0
+    assert t.reports_watch_stall >= 3 * min(poll, notify)
 
 
 def test_reload_refuses_fields_that_need_a_restart() -> None:

@@ -47,6 +47,7 @@ def test_config_defaults():
     assert (c.timing.poll_interval, c.timing.sick_polls, c.timing.healthy_polls) == (1.0, 3, 1)
     assert c.etcd.call_timeout == 0.5
     assert c.timing.linearizable_every == 10 and c.watch_stall_after == 30.0
+    assert c.timing.lease_ttl == 30           # gateways/<id> outlives a crash by 30 s at most
 
 
 @pytest.mark.parametrize("over,field,words", [

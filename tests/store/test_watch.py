@@ -108,3 +108,16 @@ async def test_closed_watch_stops(store):
     await store.put("x", b"1")
     with pytest.raises(AssertionError, match="watch ended"):
         await asyncio.wait_for(task, bound(5))
+
+
+async def test_the_stall_bound_of_an_open_watch_can_be_changed(store):
+    """``Watch.stall_after`` is read at each wait for a message: an open watch takes a new
+    bound (a daemon's reload of its timing); a bound that is not positive is refused."""
+    async with store.watch("idle", stall_after=3.0) as watch:
+        assert watch.stall_after == 3.0
+        watch.stall_after = 30.0
+        assert watch.stall_after == 30.0
+        for bad in (0.0, -1.0):
+            with pytest.raises(ValueError, match="stall_after must be > 0"):
+                watch.stall_after = bad
+        assert watch.stall_after == 30.0

@@ -228,6 +228,31 @@ def test_example_inventory_has_the_groups_and_cards() -> None:
     assert not any(h.get("awide_cards") for h in groups["witness"]["hosts"].values())
 
 
+def test_the_progress_notify_interval_is_one_duration_set_in_one_place(
+        ansible_tools: Path, tmp_path: Path) -> None:
+    """The role's checks, for real against localhost: h1's interval is a Go duration of one
+    unit (passes), h2's has a space, h3 sets the daemons' field through awide_timing, which
+    could disagree with etcd's flag: both refused, naming the variable."""
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"vars": {"awide_cluster_name": "t1"}, "children": {"storage": {
+        "hosts": {"h1": {**host, "awide_etcd_progress_notify": "1500ms"},
+                  "h2": {**host, "awide_etcd_progress_notify": "10 s"},
+                  "h3": {**host, "awide_timing": {"etcd_progress_notify": 1}}}}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    playbook = [{"name": "Checks", "hosts": "storage", "gather_facts": False, "tasks": [
+        {"name": "Checks", "ansible.builtin.import_role": {"name": "awide",
+                                                           "tasks_from": "checks.yml"}}]}]
+    (tmp_path / "checks.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "checks.yml"],
+             cwd=tmp_path, ANSIBLE_ROLES_PATH=str(ANSIBLE / "roles"),
+             ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
+    assert {h: s["failed"] for h, s in _recap(r.stdout).items()} == \
+        {"h1": 0, "h2": 1, "h3": 1}, r.stdout[-4000:]
+    for bad in ("h2", "h3"):
+        res = _failure(r.stdout, "Check the etcd progress-notification interval", bad)
+        assert "awide_etcd_progress_notify" in res["msg"], res
+
+
 # --- the config tasks, for real, against localhost ------------------------------------------
 
 def _handlers_are_stubbed(tmp: Path) -> Path:
@@ -257,7 +282,8 @@ def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> d
                  "ansible_python_interpreter": sys.executable},
         "children": {
             "storage": {"hosts": {
-                "s1": {"ansible_host": "10.9.0.11", "awide_cards": [
+                "s1": {"ansible_host": "10.9.0.11", "awide_etcd_progress_notify": "1500ms",
+                       "awide_cards": [
                     {"name": "dev0", "kind": "dir", "path": str(cards / "s1" / "dev0"),
                      "label": {"serial": "SER-S1-DEV0", "model": "test-dir"}}]},
                 "s2": {"ansible_host": "fd00::12", "awide_cards": [
@@ -405,8 +431,18 @@ def test_etcd_flags_name_every_member(rendered: dict) -> None:
     # no client certificates demanded on the client port (etcd's JSON gateway would refuse
     # every request with auth on)
     assert "ETCD_CLIENT_CERT_AUTH" not in env and "ETCD_TRUSTED_CA_FILE" not in env
-    assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == "1s"
     assert env["ETCD_PRE_VOTE"] == "true"
+
+
+def test_the_daemons_and_etcd_are_given_one_progress_notify_interval(rendered: dict) -> None:
+    """etcd.env and cluster.yaml are written from one variable (default 1s; s1 is given
+    1500ms): the daemon's idle leader-key watch waits for three of etcd's notifications."""
+    for host, flag, seconds in (("s1", "1500ms", 1.5), ("s2", "1s", 1.0),
+                                ("w1", "1s", 1.0)):
+        env = _env_file(rendered["out"] / host / "etcd.env")
+        assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == flag, host
+        cfg = yaml.safe_load((rendered["out"] / host / "cluster.yaml").read_text())
+        assert cfg["timing"] == {"etcd_progress_notify": seconds}, host
 
 
 def test_etcd_flags_compact_history_and_set_the_quota(rendered: dict) -> None:

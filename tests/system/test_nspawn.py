@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
@@ -670,7 +671,11 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
                        "--no-pager").stdout
         used = [line for line in journal.splitlines()
                 if "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL" in line]
-        assert used and "1s" in used[-1] and "recognized and used" in used[-1], journal[-3000:]
+        # the role's default interval (awide_etcd_progress_notify), the one cluster.yaml says
+        assert used and re.search(r"(?<![0-9.])1s\b", used[-1]) and \
+            "recognized and used" in used[-1], journal[-3000:]
+        cfg = yaml.safe_load(_ssh(lab, host, "cat", "/etc/awide-cluster/cluster.yaml").stdout)
+        assert cfg["timing"]["etcd_progress_notify"] == 1.0, cfg.get("timing")
         assert "unrecognized environment variable" not in journal
     members = _members(lab, "h1")
     assert sorted(m["name"] for m in members) == list(HOSTS)
