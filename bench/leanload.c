@@ -8,17 +8,21 @@
  *
  * One simulated gateway, over raw HTTP/1.1 keep-alive connections of its own to the member
  * (first + index) modulo the number of members:
- * - "mix": a registry poll every `interval` at a random phase on a fixed schedule, a range of
- *   the registry with min_mod_revision past its current revision, serializable except every
- *   10th; one watch stream of the registry (progress notifications on) on a second
- *   connection, read and dropped; a lease keepalive every lease_ttl/3 (lease granted at start;
- *   lease_ttl is required: bench.cgen.spec gives the gateway config's default);
+ * - "mix": a registry poll turn every `interval` at a random phase on a fixed schedule, a range
+ *   of the registry with min_mod_revision past its current revision, serializable except every
+ *   10th turn's; one watch stream of the registry (progress notifications on) on a second
+ *   connection, read and dropped, whose bytes prove the view fresh as the library's progress
+ *   notifications do: a serializable poll due within PROOF_WINDOW turns of the stream's last
+ *   bytes is left out (counted as proven), the linearizable one never is; a lease keepalive
+ *   every lease_ttl/3 (lease granted at start; lease_ttl is required: bench.cgen.spec gives
+ *   the gateway config's default);
  * - "naive": a full linearizable read of the registry every `interval`, the same keepalive,
  *   no watch.
- * "parts" in the spec (a list, default ["poll", "watch", "keepalive"]) switches parts of the
- * mix off, as bench/leanload.py: without "poll" no registry poll, without "watch" no watch
- * stream, without "keepalive" no keepalive (the lease is still granted once at start); "naive"
- * ignores it. An unknown part ends the process with an error naming it.
+ * "parts" in the spec (a list, default ["poll", "watch", "keepalive", "proof"]) switches parts
+ * of the mix off, as bench/leanload.py: without "poll" no registry poll, without "watch" no
+ * watch stream, without "keepalive" no keepalive (the lease is still granted once at start),
+ * without "proof" every turn's poll is made (the mix before the watch proved freshness);
+ * "naive" ignores it. An unknown part ends the process with an error naming it.
  * One request out per gateway at a time: a poll due while one is out is not made (counted as
  * skipped); a keepalive due then is sent after the answer. Answers are framed (status line,
  * Content-Length or the chunked terminator), never decoded, except the lease grant's ID.
@@ -53,6 +57,7 @@
 #define SWEEP 0.05
 #define GRANT_BOUND 10.0     /* a lease grant at start */
 #define LINEARIZABLE_EVERY 10
+#define PROOF_WINDOW 1.5           /* turns: awide_gateway_cluster.gateway.PROOF_WINDOW */
 #define START_BATCH 200      /* gateways connecting at once */
 #define MAX_EPS 16
 
@@ -75,7 +80,8 @@ typedef struct {
     Conn u, w;                  /* requests; the watch stream */
     int out, queued_ka;
     double sent, due;
-    long polls;
+    long polls, turns;
+    double proof;               /* when the watch stream last delivered bytes (0: never) */
     char ka[320];               /* {"ID":"..."} body's request, built once the lease is known */
     int ka_len;
 } Gw;
@@ -97,7 +103,7 @@ static long first_index;
 static double interval = 1.0, ka_every;
 static int lease_ttl;
 static int kind = MIX;
-static int part_poll = 1, part_watch = 1, part_keepalive = 1;    /* of the mix */
+static int part_poll = 1, part_watch = 1, part_keepalive = 1, part_proof = 1;  /* of the mix */
 static uint64_t rng_state;
 
 static Gw *gws;
@@ -108,9 +114,9 @@ static Rec *recs;
 static size_t nrec, caprec;
 static int efd;
 
-static long requests, skipped, keepalive_failed, reconnect_failed, start_failed;
+static long requests, skipped, proven, keepalive_failed, reconnect_failed, start_failed;
 static long long watch_bytes;
-static long mark_requests;
+static long mark_requests, mark_proven;
 static double mark_cpu, mark_sys;
 
 static size_t *startq;
@@ -237,7 +243,7 @@ static int parse_parts(const char *spec) {
     const char *p = jfind(spec, "parts");
     if (!p) return 0;
     if (*p != '[') { fprintf(stderr, "leanload: spec parts must be a list\n"); return -1; }
-    part_poll = part_watch = part_keepalive = 0;
+    part_poll = part_watch = part_keepalive = part_proof = 0;
     p++;
     for (;;) {
         while (*p == ' ' || *p == ',') p++;
@@ -248,9 +254,10 @@ static int parse_parts(const char *spec) {
         if (strcmp(name, "poll") == 0) part_poll = 1;
         else if (strcmp(name, "watch") == 0) part_watch = 1;
         else if (strcmp(name, "keepalive") == 0) part_keepalive = 1;
+        else if (strcmp(name, "proof") == 0) part_proof = 1;
         else {
             fprintf(stderr, "leanload: spec parts: unknown part %s (known: poll, watch, "
-                    "keepalive)\n", name);
+                    "keepalive, proof)\n", name);
             return -1;
         }
     }
@@ -438,6 +445,12 @@ static void gw_send_keepalive(size_t slot, double due) {
 static void gw_poll(size_t slot, double due) {
     Gw *g = &gws[slot];
     timer_add(due + interval, slot, T_POLL);
+    int linear = g->turns++ % LINEARIZABLE_EVERY == 0;
+    if (kind == MIX && part_proof && part_watch && !linear && g->proof > 0.0
+        && due - g->proof < PROOF_WINDOW * interval) {
+        proven++;                                    /* the watch proved the view fresh */
+        return;
+    }
     if (g->out != OUT_NONE || g->u.state != UP) {
         skipped++;                                   /* behind: this poll is not made */
         if (g->u.state == DOWN) gw_reconnect(slot);
@@ -445,8 +458,7 @@ static void gw_poll(size_t slot, double due) {
     }
     g->polls++;
     const Ep *e = &eps[g->ep];
-    const Str *req = kind == NAIVE ? &e->naive
-                   : g->polls % LINEARIZABLE_EVERY == 0 ? &e->linear : &e->serial;
+    const Str *req = kind == NAIVE ? &e->naive : linear ? &e->linear : &e->serial;
     gw_send(slot, OUT_POLL, req, due);
 }
 
@@ -595,6 +607,7 @@ static void on_event(uint64_t data, uint32_t events) {
             ssize_t n = read(c->fd, scratch, sizeof scratch);
             if (n > 0) {
                 watch_bytes += n;
+                g->proof = t;
                 if ((size_t)n < sizeof scratch) return;   /* drained (epoll is level-triggered) */
                 continue;
             }
@@ -689,10 +702,11 @@ static void fmt_window(Str *o) {
     sadd(o, "], \"polls\": %zu, \"failed\": %zu, \"over\": %zu, \"late_ms_max\": %.1f, "
             "\"late_over_100ms\": %zu, \"requests\": %ld, \"gen_cpu_s\": %.6f, "
             "\"gen_sys_s\": %.6f, \"skipped\": %ld, \"keepalive_failed\": %ld, "
-            "\"watch_bytes\": %lld, "
+            "\"watch_bytes\": %lld, \"proven\": %ld, "
             "\"reconnect_failed\": %ld, \"start_failed\": %ld, \"generator\": \"c\"}",
          polls, failed, over, late_max * 1000.0, late_over, requests - mark_requests,
-         cpu - mark_cpu, sys - mark_sys, skipped, keepalive_failed, watch_bytes, reconnect_failed,
+         cpu - mark_cpu, sys - mark_sys, skipped, keepalive_failed, watch_bytes,
+         proven - mark_proven, reconnect_failed,
          start_failed);
 }
 
@@ -711,6 +725,7 @@ static void command(const char *line) {
         cmd_set(count, strcmp(k, "naive") == 0 ? NAIVE : MIX);
     } else if (strcmp(cmd, "mark") == 0) {
         mark_requests = requests;
+        mark_proven = proven;
         mark_cpu = cpu_seconds(&mark_sys);
         emit("{\"kind\": \"mark\"}");
     } else if (strcmp(cmd, "window") == 0) {

@@ -8,10 +8,13 @@ What one simulated gateway does, like the gateway library at its defaults (docs/
 "Cost to etcd"), over raw HTTP/1.1 keep-alive connections of its own to the member it lists
 first (the members' order rotated per gateway, as the library's gateways spread):
 
-- ``mix``: a registry poll every ``interval`` (1 s) at a random phase on a fixed schedule: a
-  ``range`` of the registry with ``min_mod_revision`` past the registry's current revision
-  (an unchanged registry answers no value), serializable except every 10th; a **watch** of
-  the registry (one stream on a second connection, progress notifications on); and a **lease
+- ``mix``: a registry poll turn every ``interval`` (1 s) at a random phase on a fixed
+  schedule: a ``range`` of the registry with ``min_mod_revision`` past the registry's current
+  revision (an unchanged registry answers no value), serializable except every 10th turn's; a
+  **watch** of the registry (one stream on a second connection, progress notifications on),
+  whose bytes prove the view fresh as the library's progress notifications do: a serializable
+  poll due within ``PROOF_WINDOW`` turns of the stream's last bytes is left out (counted as
+  ``proven``), the linearizable one never is; and a **lease
   keepalive** every ``lease_ttl``/3 (the gateway's registration; ``lease_ttl`` defaults to the
   gateway config's, ``awide_gateway_cluster.config``);
 - ``naive``: a full linearizable read of the registry every ``interval`` and the same
@@ -30,11 +33,12 @@ Commands on stdin, answers on stdout, as ``bench.pollers`` (``set``, ``window``)
 A poll that is due while the previous request of its gateway is still out is not sent (the
 gateway is behind, never bursting); the window counts it as not made.
 
-``parts`` in the spec (a list, default ``["poll", "watch", "keepalive"]``) switches parts of
-the ``mix`` off to measure what each costs etcd (figure 6's decomposition): a gateway without
-``poll`` makes no registry poll (its windows count no polls), without ``watch`` opens no
-watch stream, without ``keepalive`` sends no keepalive (the lease is still granted once at
-start). ``naive`` ignores it. An unknown part is an error naming it.
+``parts`` in the spec (a list, default ``["poll", "watch", "keepalive", "proof"]``) switches
+parts of the ``mix`` off to measure what each costs etcd (figure 6's decomposition): a gateway
+without ``poll`` makes no registry poll (its windows count no polls), without ``watch`` opens
+no watch stream, without ``keepalive`` sends no keepalive (the lease is still granted once at
+start), without ``proof`` makes every turn's poll (the mix before the watch proved
+freshness). ``naive`` ignores it. An unknown part is an error naming it.
 
 ``bench/leanload.c`` is the same generator in C (same commands, mix and accounting, at a
 fraction of this one's CPU per request); figure 6 uses it when a C compiler is installed
@@ -55,12 +59,13 @@ import uvloop
 
 from awide_cluster.contract import keys
 from awide_gateway_cluster.config import TimingSection as GatewayTiming
+from awide_gateway_cluster.gateway import PROOF_WINDOW
 from bench.proc import emit, stdin_lines
 
 BOUND = 0.5          # a poll over this is "over the bound" and the connection is dropped
 SWEEP = 0.05
 LINEARIZABLE_EVERY = 10
-PARTS = ("poll", "watch", "keepalive")
+PARTS = ("poll", "watch", "keepalive", "proof")
 
 
 def parts_of(spec: dict[str, Any]) -> frozenset[str]:
@@ -138,10 +143,12 @@ class Unary(asyncio.Protocol):
 
 
 class Stream(asyncio.Protocol):
-    """The watch stream: read and dropped; its bytes counted."""
+    """The watch stream: read and dropped; its bytes counted, and when they came kept (the
+    gateway's proof of freshness)."""
 
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.fleet = gw.fleet
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -149,6 +156,7 @@ class Stream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.fleet.watch_bytes += len(data)
+        self.gw.proof = self.fleet.loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -165,6 +173,8 @@ class Gateway:
         self.out: tuple[str, float, float] | None = None   # (what, sent at, due)
         self.queued_keepalive = False
         self.polls = 0
+        self.turns = 0
+        self.proof: float | None = None              # when the watch last delivered bytes
         self.lease: int | None = None
         self.closed = False
         self.timers: list[asyncio.TimerHandle] = []
@@ -178,7 +188,7 @@ class Gateway:
         mix = self.fleet.kind == "mix"
         if mix and "watch" in self.fleet.parts:
             _, self.stream = await loop.create_connection(
-                lambda: Stream(self.fleet), self.host, self.port)
+                lambda: Stream(self), self.host, self.port)
             assert self.stream.transport is not None
             self.stream.transport.write(self.fleet.watch_request(self.host, self.port))
         now = loop.time()
@@ -225,13 +235,20 @@ class Gateway:
         if self.closed:
             return
         self._at(due + self.fleet.interval, self.poll)
+        fleet = self.fleet
+        linear = self.turns % LINEARIZABLE_EVERY == 0
+        self.turns += 1
+        if (fleet.kind == "mix" and {"proof", "watch"} <= fleet.parts and not linear
+                and self.proof is not None and due - self.proof < PROOF_WINDOW * fleet.interval):
+            fleet.proven += 1                        # the watch proved the view fresh
+            return
         if self.out is not None or self.conn is None or self.conn.transport is None:
             self.fleet.skipped += 1                  # behind: this poll is not made
             return
         self.polls += 1
         if self.fleet.kind == "naive":
             req = self.fleet.naive
-        elif self.polls % LINEARIZABLE_EVERY == 0:
+        elif linear:
             req = self.fleet.poll_linear
         else:
             req = self.fleet.poll_serial
@@ -331,15 +348,16 @@ class Fleet:
         self.records: list[tuple[float, float, bool, float]] = []
         self.requests = 0
         self.skipped = 0
+        self.proven = 0
         self.keepalive_failed = 0
         self.reconnect_failed = 0
         self.watch_bytes = 0
-        self.marked = (0, 0.0, 0.0)
+        self.marked = (0, 0.0, 0.0, 0)
         self._sweeper = self.loop.call_later(SWEEP, self._sweep)
 
     def mark(self) -> None:
         """Start counting this process's requests and CPU (read back by ``window``)."""
-        self.marked = (self.requests, _cpu(), os.times().system)
+        self.marked = (self.requests, _cpu(), os.times().system, self.proven)
 
     def watch_request(self, host: str, port: int) -> bytes:
         return _request(f"{host}:{port}", "/v3/watch", {"create_request": {
@@ -387,7 +405,7 @@ class Fleet:
             # since the last mark: requests answered and this process's CPU
             "requests": self.requests - self.marked[0], "gen_cpu_s": _cpu() - self.marked[1],
             "gen_sys_s": os.times().system - self.marked[2],     # of which in the kernel
-            "skipped": self.skipped,
+            "skipped": self.skipped, "proven": self.proven - self.marked[3],
             "keepalive_failed": self.keepalive_failed, "watch_bytes": self.watch_bytes,
             "generator": "python",
         }

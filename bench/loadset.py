@@ -28,6 +28,8 @@ class Window:
     gen_sys_s: float = 0.0           # of which in the kernel (system time)
     skipped: int = 0                 # polls not sent because the gateway was behind (leanload)
     watch_bytes: int = 0             # bytes the watch streams delivered so far (leanload)
+    proven: int = 0                  # poll turns left out since the mark: the watch proved
+                                     # the view fresh (leanload)
     generators: set[str] = field(default_factory=set)   # "c" / "python" (leanload)
 
     @property
@@ -102,6 +104,7 @@ class LoadSet:
             win.gen_sys_s += got.get("gen_sys_s", 0.0)
             win.skipped += got.get("skipped", 0)
             win.watch_bytes += got.get("watch_bytes", 0)
+            win.proven += got.get("proven", 0)
             if "generator" in got:
                 win.generators.add(got["generator"])
         return win
