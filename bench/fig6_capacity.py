@@ -26,7 +26,8 @@ decode, per 1,000 polls, with the library's client CPU.
 
 **Part by part** (``python -m bench --only 6 --mix-parts``, instead of the above): at one
 fixed count (1,000 gateways), etcd CPU per gateway-second of the poll alone, the watch alone,
-the keepalive alone and the whole mix (the generators' ``parts``), each with fresh load
+the keepalive alone, the whole mix with every turn's poll made (as before the watch proved
+freshness) and the whole mix (the generators' ``parts``), each with fresh load
 processes against the same 3-member etcd (progress notifications every 1 s); then the watch
 alone and the whole mix against a second 3-member etcd whose members notify progress every
 10 s. Rows without a
@@ -60,7 +61,8 @@ P99_GOAL = 0.050
 BOUND = 0.5
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("poll only", ("poll",)), ("watch only", ("watch",)), ("keepalive only", ("keepalive",)),
-    ("whole mix", ("poll", "watch", "keepalive")))
+    ("whole mix, every turn polled", ("poll", "watch", "keepalive")),
+    ("whole mix", ("poll", "watch", "keepalive", "proof")))
 
 
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
