@@ -245,8 +245,9 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
         await wait_for(lambda: sum(not r.get("serializable") for r in store.registry_reads)
                        > linearizable, timeout=20.0, what="the next linearizable poll")
         st = gw.stats()
-        # fewer reads than turns: the left-out polls were not made
-        assert st.polls == len(store.registry_reads) and st.polls_skipped >= 2
+        # the left-out polls were not made: every read is a poll counted (one may be out)
+        assert st.polls <= len(store.registry_reads) <= st.polls + 1
+        assert st.polls_skipped >= 2
         assert not st.stale and st.generation == 1
     finally:
         await gw.stop()
