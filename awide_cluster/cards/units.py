@@ -10,8 +10,9 @@ which prints one state per unit, in order, and hands each caller its unit's line
 What can go wrong stays one unit's, or is said for each: a line count that does not match the
 units asked makes every caller's answer a failure naming it; a call that fails or times out
 fails each caller with its reason; a caller that gives up (its own bound) cancels only its own
-wait. The units come from the host's config (validated unit names), never from etcd, and go
-after ``--``.
+wait. The units come from the host's config, never from etcd, and go after ``--``. The config
+admits no glob character in a unit name (``cards.spec``; ``is-active`` takes patterns, and one
+that matched several units would change the line count for every card of the call).
 """
 
 from __future__ import annotations

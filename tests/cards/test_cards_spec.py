@@ -67,6 +67,9 @@ def test_serial_padding_stripped():
     ({**NVME, "store": {"systemd": "x.service"}}, ("store", "systemd"), "Extra inputs"),
     ({**NVME, "store": {"systemd_unit": "--now"}}, ("store", "systemd_unit"), "unit name"),
     ({**NVME, "store": {"systemd_unit": "a b.service"}}, ("store", "systemd_unit"), "unit"),
+    # is-active takes patterns: a glob would answer for other units in the turn's one call
+    ({**NVME, "store": {"systemd_unit": "awide-*.service"}}, ("store", "systemd_unit"), "unit"),
+    ({**NVME, "store": {"systemd_unit": "store[0].service"}}, ("store", "systemd_unit"), "unit"),
     ({**NVME, "store": {"http": "ftp://x/"}}, ("store", "http"), "http(s)"),
     ({**NVME, "store": {"http": "http://x:99999/"}}, ("store", "http"), "port"),
     ({**NVME, "store": {"tcp": "10.0.0.1"}}, ("store", "tcp"), "host:port"),
