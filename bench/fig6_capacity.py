@@ -124,7 +124,9 @@ def _per_gateway(load: LoadSet, etcd: Any, idle_rate: float, count: int, kind: s
 
 def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
     span = win.t1 - win.t0
-    due = count * span - win.proven         # turns the watch proved fresh need no poll
+    # a poll is due at every turn the watch did not prove fresh: made, or not made because the
+    # gateway was behind (a load generator that falls behind would otherwise look fast)
+    due = win.polls + win.behind
     lat = win.seconds
     p99 = pct(lat, 99)
     made = win.polls / due if due else 0.0
@@ -137,7 +139,7 @@ def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
             "etcd_cpu_cores": round(etcd_s / span, 3),
             "load_cpu_cores": round(win.load_cpu_s / span, 3), "held": held,
             "requests": win.requests, "gen_cpu_s": round(win.gen_cpu_s, 3),
-            "skipped": win.skipped, "proven": win.proven}
+            "skipped": win.skipped, "proven": win.proven, "behind": win.behind}
 
 
 def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, dict[str, Any]]:

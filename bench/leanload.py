@@ -10,7 +10,8 @@ first (the members' order rotated per gateway, as the library's gateways spread)
 
 - ``mix``: a registry poll turn every ``interval`` (1 s) at a random phase on a fixed
   schedule: a ``range`` of the registry with ``min_mod_revision`` past the registry's current
-  revision (an unchanged registry answers no value), serializable except every 10th turn's; a
+  revision (an unchanged registry answers no value), serializable except every 10th turn's
+  (each gateway starts at a random point of that cycle, as in a fleet's steady state); a
   **watch** of the registry (one stream on a second connection, progress notifications on),
   whose bytes prove the view fresh as the library's progress notifications do: a serializable
   poll due within ``PROOF_WINDOW`` turns of the stream's last bytes is left out (counted as
@@ -193,6 +194,7 @@ class Gateway:
             self.stream.transport.write(self.fleet.watch_request(self.host, self.port))
         now = loop.time()
         rng = self.fleet.rng
+        self.turns = rng.randrange(LINEARIZABLE_EVERY)   # a steady fleet: any point of the cycle
         if not mix or "poll" in self.fleet.parts:
             self._at(now + rng.uniform(0, self.fleet.interval), self.poll)
         if not mix or "keepalive" in self.fleet.parts:
@@ -240,10 +242,11 @@ class Gateway:
         self.turns += 1
         if (fleet.kind == "mix" and {"proof", "watch"} <= fleet.parts and not linear
                 and self.proof is not None and due - self.proof < PROOF_WINDOW * fleet.interval):
-            fleet.proven += 1                        # the watch proved the view fresh
+            fleet.proven.append(due)                 # the watch proved the view fresh
             return
         if self.out is not None or self.conn is None or self.conn.transport is None:
             self.fleet.skipped += 1                  # behind: this poll is not made
+            self.fleet.behind.append(due)
             return
         self.polls += 1
         if self.fleet.kind == "naive":
@@ -348,16 +351,17 @@ class Fleet:
         self.records: list[tuple[float, float, bool, float]] = []
         self.requests = 0
         self.skipped = 0
-        self.proven = 0
+        self.proven: list[float] = []                # due times of turns left out (proof)
+        self.behind: list[float] = []                # due times of polls not made (behind)
         self.keepalive_failed = 0
         self.reconnect_failed = 0
         self.watch_bytes = 0
-        self.marked = (0, 0.0, 0.0, 0)
+        self.marked = (0, 0.0, 0.0)
         self._sweeper = self.loop.call_later(SWEEP, self._sweep)
 
     def mark(self) -> None:
         """Start counting this process's requests and CPU (read back by ``window``)."""
-        self.marked = (self.requests, _cpu(), os.times().system, self.proven)
+        self.marked = (self.requests, _cpu(), os.times().system)
 
     def watch_request(self, host: str, port: int) -> bytes:
         return _request(f"{host}:{port}", "/v3/watch", {"create_request": {
@@ -395,6 +399,10 @@ class Fleet:
         await asyncio.sleep(max(0.0, t1 - self.loop.time()) + BOUND + 0.2)
         got = [r for r in self.records if t0 <= r[0] < t1]
         self.records = [r for r in self.records if r[0] >= t1]
+        proven = sum(1 for d in self.proven if t0 <= d < t1)
+        self.proven = [d for d in self.proven if d >= t1]
+        behind = sum(1 for d in self.behind if t0 <= d < t1)
+        self.behind = [d for d in self.behind if d >= t1]
         return {
             "polls": len(got),
             "lat_ms": [round(r[1] * 1000, 3) for r in got],
@@ -405,7 +413,7 @@ class Fleet:
             # since the last mark: requests answered and this process's CPU
             "requests": self.requests - self.marked[0], "gen_cpu_s": _cpu() - self.marked[1],
             "gen_sys_s": os.times().system - self.marked[2],     # of which in the kernel
-            "skipped": self.skipped, "proven": self.proven - self.marked[3],
+            "skipped": self.skipped, "proven": proven, "behind": behind,
             "keepalive_failed": self.keepalive_failed, "watch_bytes": self.watch_bytes,
             "generator": "python",
         }

@@ -28,8 +28,10 @@ class Window:
     gen_sys_s: float = 0.0           # of which in the kernel (system time)
     skipped: int = 0                 # polls not sent because the gateway was behind (leanload)
     watch_bytes: int = 0             # bytes the watch streams delivered so far (leanload)
-    proven: int = 0                  # poll turns left out since the mark: the watch proved
-                                     # the view fresh (leanload)
+    proven: int = 0                  # poll turns due in the window left out: the watch
+                                     # proved the view fresh (leanload)
+    behind: int = 0                  # polls due in the window not made: the gateway was
+                                     # behind (leanload)
     generators: set[str] = field(default_factory=set)   # "c" / "python" (leanload)
 
     @property
@@ -105,6 +107,7 @@ class LoadSet:
             win.skipped += got.get("skipped", 0)
             win.watch_bytes += got.get("watch_bytes", 0)
             win.proven += got.get("proven", 0)
+            win.behind += got.get("behind", 0)
             if "generator" in got:
                 win.generators.add(got["generator"])
         return win
