@@ -208,8 +208,8 @@ def run(ctx: Context) -> list[Row]:
         steps, warmup, measure, procs, budget = [100, 250], 1.5, 2.5, 2, 15.0
         cmp_count, cmp_measure, mix_count = 100, 2.5, 100
     else:
-        steps = [250, 500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000]
-        warmup, measure, procs, budget = 3.0, 8.0, 2, 240.0
+        steps = [250, 500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000, 7000, 8000]
+        warmup, measure, procs, budget = 3.0, 8.0, 2, 300.0
         cmp_count, cmp_measure, mix_count = 400, 8.0, 1000
     etcd = start_etcd(ctx, "etcd6")
     cluster = f"cap{uuid.uuid4().hex[:6]}"
