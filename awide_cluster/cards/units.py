@@ -18,12 +18,9 @@ that matched several units would change the line count for every card of the cal
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 
 from awide_cluster.nvme.runner import CommandRunner, Completed, ProgramNotFound, RunnerError
-
-log = logging.getLogger(__name__)
 
 # what ``systemctl is-active`` counts as active (its exit status 0 for a single unit)
 ACTIVE_STATES = frozenset({"active", "reloading", "refreshing"})

@@ -24,7 +24,7 @@ watch that re-opens onto the same message forever.
 
 etcd sends progress notifications every ``--experimental-watch-progress-notify-interval``
 (default 10 min!): run members with an interval below ``stall_after`` (the embedded test
-cluster uses 1 s, the deploy 10 s: the daemon derives its bounds from the interval it is told,
+cluster and the deploy use 1 s; the daemon derives its bounds from the interval it is told,
 ``timing.etcd_progress_notify``), otherwise an idle watch is re-opened every ``stall_after``.
 
 Use as ``async with store.watch("registry") as w: async for batch in w: ...`` (or close it).
@@ -66,14 +66,12 @@ class Watch:
     def __init__(self, store: EtcdStore, key: str, *, prefix: bool = False,
                  start_revision: int | None = None, stall_after: float = 3.0,
                  max_message_bytes: int | None = None) -> None:
-        if not stall_after > 0:
-            raise ValueError("stall_after must be > 0")
+        self.stall_after = stall_after          # checked by the setter
         self._store = store
         self.max_message_bytes = store.transport.cap(max_message_bytes)
         self._key = key
         self._prefix = prefix
         self._next_rev = start_revision or None  # first revision not yet delivered
-        self._stall_after = stall_after
         self._resp: aiohttp.ClientResponse | None = None
         self._reader: LineReader | None = None
         self._endpoint: str | None = None

@@ -1,9 +1,10 @@
 """The leader-key watch on real etcd whose members notify watch progress every 4 s (slower than
-the daemon's 3 s floor; the deploy default is 10 s). A follower configured with that interval
-(``timing.etcd_progress_notify``) keeps its idle watch open across notifications; one left at
-the default 1 s re-opens it every 3 s (the control: it shows the etcd notifies slowly and that
-the time watched spans several notifications). The watch kept open still hands the key over
-at once on a clean stop (SIGTERM), well inside the follower's 5 s poll."""
+the daemon's 3 s floor, as a site that raises the deploy's 1 s would). A follower configured
+with that interval (``timing.etcd_progress_notify``) keeps its idle watch open across
+notifications; one left at the default 1 s re-opens it every 3 s (the control: it shows the
+etcd notifies slowly and that the time watched spans several notifications). The watch kept
+open still hands the key over at once on a clean stop (SIGTERM), well inside the follower's
+5 s poll."""
 
 from __future__ import annotations
 

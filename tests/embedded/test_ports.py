@@ -73,13 +73,17 @@ def test_another_process_s_reservation_is_skipped_until_it_exits(port_dir):
     os.close(fd)
 
 
-def test_a_port_someone_listens_on_is_not_bindable():
+def test_a_port_someone_listens_on_is_not_bindable(port_dir):
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert not ports._bindable("127.0.0.1", s.getsockname()[1])
-    assert ports._bindable("127.0.0.1", reserve_port())
+    free = reserve_port()
+    try:
+        assert ports._bindable("127.0.0.1", free)
+    finally:
+        release([free])
 
 
 def test_reserve_skips_held_and_taken_ports(port_dir, monkeypatch):
