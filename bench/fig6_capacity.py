@@ -27,16 +27,23 @@ decode, per 1,000 polls, with the library's client CPU.
 **Part by part** (``python -m bench --only 6 --mix-parts``, instead of the above): at one
 fixed count (1,000 gateways), etcd CPU per gateway-second of the poll alone, the watch alone,
 the keepalive alone, the whole mix with every turn's poll made (as before the watch proved
-freshness) and the whole mix (the generators' ``parts``), each with fresh load
-processes against the same 3-member etcd (progress notifications every 1 s); then the watch
-alone and the whole mix against a second 3-member etcd whose members notify progress every
-10 s. Rows without a
-goal; the parts need not add up to the whole exactly (each window has its own noise).
+freshness), the whole mix (the generators' ``parts``) and the whole mix with a 90 s gateway
+lease (a keepalive every 30 s instead of every 10 s), each with fresh load processes against
+the same 3-member etcd (progress notifications every 1 s); the poll alone and the watch alone
+through etcd's gRPC API instead of its JSON gateway (``bench.grpcload``, when grpcio is
+installed), which tells the JSON translation's share from etcd's own cost per message; then
+the watch alone and the whole mix against a second 3-member etcd whose members notify progress
+every 10 s. Rows without a goal; the parts need not add up to the whole exactly (each window
+has its own noise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -47,6 +54,7 @@ from bench.common import (
     Context,
     RegistryWriter,
     Row,
+    cpu_seconds,
     etcd_cpu,
     etcd_settings,
     make_dir_cards,
@@ -59,10 +67,15 @@ from bench.loadset import LoadSet, Window, sleep_until
 
 P99_GOAL = 0.050
 BOUND = 0.5
-PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("poll only", ("poll",)), ("watch only", ("watch",)), ("keepalive only", ("keepalive",)),
-    ("whole mix, every turn polled", ("poll", "watch", "keepalive")),
-    ("whole mix", ("poll", "watch", "keepalive", "proof")))
+MIX = ("poll", "watch", "keepalive", "proof")
+# (label, parts, gateway lease TTL or None for the gateway config's default)
+PARTS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
+    ("poll only", ("poll",), None), ("watch only", ("watch",), None),
+    ("keepalive only", ("keepalive",), None),
+    ("whole mix, every turn polled", ("poll", "watch", "keepalive"), None),
+    ("whole mix", MIX, None),
+    ("whole mix, 90 s lease", MIX, 90))
+GRPC_PARTS = ("poll", "watch")
 
 
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
@@ -154,8 +167,9 @@ def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, di
     return doc_bytes, idle_rate, gen, cgen.spec(cluster, rev)
 
 
-def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tuple[str, ...]], ...],
-              count: int, warmup: float, measure: float) -> list[Row]:
+def _parts_on(ctx: Context, progress_notify: float,
+              cases: tuple[tuple[str, tuple[str, ...], int | None], ...],
+              count: int, warmup: float, measure: float, grpc: bool = False) -> list[Row]:
     """One 3-member etcd notifying watch progress every ``progress_notify`` seconds: etcd CPU
     per gateway-second of ``count`` gateways making each case's parts of the mix."""
     etcd = start_etcd(ctx, f"etcd6p{progress_notify:g}", progress_notify_interval=progress_notify)
@@ -163,11 +177,13 @@ def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tupl
     rows: list[Row] = []
     try:
         doc_bytes, idle_rate, gen, spec = _prepare(ctx, etcd, cluster)
-        for label, parts in cases:
+        for label, parts, ttl in cases:
+            case_spec = {**spec, "parts": list(parts)}
+            if ttl is not None:
+                case_spec["lease_ttl"] = ttl
             load = LoadSet(etcd.endpoints, cluster, procs=2, log_dir=ctx.work / "logs",
                            name=f"parts6-{'-'.join(parts)}-", module="bench.leanload",
-                           seed=ctx.seed, extra={**spec, "parts": list(parts)},
-                           program=gen.program)
+                           seed=ctx.seed, extra=case_spec, program=gen.program)
             try:
                 got = _per_gateway(load, etcd, idle_rate, count, "mix", warmup, measure)
             finally:
@@ -184,20 +200,83 @@ def _parts_on(ctx: Context, progress_notify: float, cases: tuple[tuple[str, tupl
                                  f"{idle_rate:.3f} cores subtracted",
                             extra={**got, "parts": list(parts), "generator": gen.name,
                                    "progress_notify_interval_s": progress_notify,
-                                   "gateway_lease_ttl_s": spec["lease_ttl"],
+                                   "gateway_lease_ttl_s": case_spec["lease_ttl"],
                                    "etcd": etcd_settings(etcd), "registry_bytes": doc_bytes,
                                    "etcd_idle_cpu_cores": round(idle_rate, 3)}))
+        if grpc:
+            rows += _grpc_parts(ctx, etcd, idle_rate, spec, count, warmup, measure)
     finally:
         etcd.stop()
     return rows
+
+
+def _grpc_parts(ctx: Context, etcd: Any, idle_rate: float, spec: dict[str, Any], count: int,
+                warmup: float, measure: float) -> list[Row]:
+    """The poll alone and the watch alone through etcd's gRPC API (``bench.grpcload``), for
+    the cost of the JSON gateway's translation beside the rows above; none without grpcio."""
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        ctx.say("  gRPC comparison not measured: grpcio is not installed (the test extra)")
+        return []
+    key = base64.b64decode(spec["registry_key_b64"]).decode()
+    rows: list[Row] = []
+    for part in GRPC_PARTS:
+        got = _grpc_window(etcd, idle_rate, {
+            "endpoints": list(etcd.endpoints), "key": key, "count": count, "part": part,
+            "min_mod_revision": spec["registry_mod_revision"] + 1, "seed": ctx.seed},
+            warmup, measure)
+        ctx.say(f"  {part} only through the gRPC API: {got}")
+        rows.append(Row(6, f"etcd CPU per gateway-second, mix part: {part} only (gRPC API)",
+                        got["etcd_cpu_ms_per_gateway_s"], "ms", count, stat="value",
+                        note=f"{count} gateways, {part} through etcd's gRPC API instead of its "
+                             "JSON gateway (bench.grpcload; the library does not use it); "
+                             f"etcd idle {idle_rate:.3f} cores subtracted",
+                        extra={**got, "api": "grpc", "part": part, "etcd": etcd_settings(etcd),
+                               "etcd_idle_cpu_cores": round(idle_rate, 3)}))
+    return rows
+
+
+def _grpc_window(etcd: Any, idle_rate: float, gspec: dict[str, Any], warmup: float,
+                 measure: float) -> dict[str, Any]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.grpcload", json.dumps(gspec)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        start_by = time.monotonic() + 60.0
+        line = ""
+        while line.strip() != "ready":
+            line = proc.stdout.readline()
+            if not line or time.monotonic() > start_by:
+                raise RuntimeError(f"gRPC generator did not start: {line!r}")
+        time.sleep(warmup)
+        t0 = time.monotonic()
+        e0, g0 = etcd_cpu(etcd), cpu_seconds(proc.pid)
+        sleep_until(t0 + measure)
+        t1 = time.monotonic()
+        e1, g1 = etcd_cpu(etcd), cpu_seconds(proc.pid)
+        last = json.loads(proc.stdout.readline())
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    span = t1 - t0
+    net = max(0.0, (e1 - e0) - idle_rate * span)
+    return {"gateways": gspec["count"], "answers_total": last["answers"],
+            "failed": last["failed"], "p99_ms": last["p99_ms"],
+            "etcd_cpu_ms_per_gateway_s": round(net / span / gspec["count"] * 1000, 4),
+            "generator_cpu_cores": round((g1 - g0) / span, 3)}
 
 
 def decompose(ctx: Context) -> list[Row]:
     """What each part of a gateway's mix costs etcd, and the whole mix at a 10 s progress
     notification interval."""
     count, warmup, measure = (100, 1.5, 2.5) if ctx.quick else (1000, 3.0, 8.0)
-    rows = _parts_on(ctx, 1.0, PARTS, count, warmup, measure)
-    rows += _parts_on(ctx, 10.0, (PARTS[1], PARTS[-1]), count, warmup, measure)
+    rows = _parts_on(ctx, 1.0, PARTS, count, warmup, measure, grpc=True)
+    rows += _parts_on(ctx, 10.0, (PARTS[1], PARTS[4]), count, warmup, measure)
     return rows
 
 
