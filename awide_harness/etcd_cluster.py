@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_harness.ports import release, reserve_port
 
 _VERSION_RE = re.compile(rb"etcd Version:\s*([0-9]+\.[0-9]+\.[0-9]+)")
@@ -187,7 +188,7 @@ class EtcdCluster:
         stop_timeout: float = 1.0,
         heartbeat_ms: int = 50,
         election_ms: int = 300,
-        progress_notify_interval: float = 1.0,
+        progress_notify_interval: float = ETCD_PROGRESS_NOTIFY,
         extra_args: Sequence[str] = (),
         die_with_parent: bool = True,
         log_level: str = "warn",

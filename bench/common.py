@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from awide_cluster.cards.directory import read_label, write_label
+from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
@@ -203,7 +204,7 @@ def find_bench_etcd() -> str:
 
 
 def start_etcd(ctx: Context, name: str, size: int = 3, *,
-               progress_notify_interval: float = 1.0) -> EtcdCluster:
+               progress_notify_interval: float = ETCD_PROGRESS_NOTIFY) -> EtcdCluster:
     cluster = EtcdCluster(ctx.work / name, size=size, binary=ctx.etcd_binary, stop_timeout=1.0,
                           progress_notify_interval=progress_notify_interval)
     cluster.start()

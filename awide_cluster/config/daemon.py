@@ -9,7 +9,7 @@
       endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379, https://10.0.0.3:2379]
       tls: {ca_file: /etc/awide/ca.pem}   # http:// to other hosts: see docs/security.md
     timing: {poll_interval: 1.0, lease_ttl: 5, sick_polls: 3, healthy_polls: 1,
-             etcd_progress_notify: 1.0}   # seconds, as the etcd members' flag
+             etcd_progress_notify: 1.4}   # seconds, as the etcd members' flag
     api: {listen: 127.0.0.1:9700}
     cards:
       - {name: card0, kind: nvme, serial: SN1, target: {...}, store: {systemd_unit: ...}}
@@ -37,6 +37,12 @@ from awide_cluster.contract.keys import BadName, check_name
 DEFAULT_LISTEN = "127.0.0.1:9700"
 # a daemon watch is never re-opened after less silence than this (seconds)
 WATCH_STALL_FLOOR = 3.0
+# the etcd members' --experimental-watch-progress-notify-interval at the deploy's default
+# (seconds; the ansible role's awide_etcd_progress_notify, the test harness's members): under a
+# gateway's proof window (1.5 polls of 1 s, docs/gateway.md "Cost to etcd"), so a notification
+# stands in for every serializable poll, with 0.1 s for its delivery; not shorter, since each
+# one costs etcd per watch (docs/decisions.md, "The members' progress notifications")
+ETCD_PROGRESS_NOTIFY = 1.4
 
 
 class TimingSection(Section):
@@ -50,7 +56,7 @@ class TimingSection(Section):
     healthy_polls: int = Field(default=1, ge=1, le=100,
                                description="good observations in a row that put it back in")
     etcd_progress_notify: float = Field(
-        default=1.0, ge=0.1, le=600.0,
+        default=ETCD_PROGRESS_NOTIFY, ge=0.1, le=600.0,
         description="seconds between the etcd members' watch progress notifications (their "
                     "--experimental-watch-progress-notify-interval, the same value): the idle "
                     "leader-key watch is re-opened after max(3, 3 x this) s of silence")

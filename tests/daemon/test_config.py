@@ -141,13 +141,14 @@ def test_good_config_and_defaults() -> None:
 
 
 def test_watch_stall_bounds_follow_the_progress_notify_interval() -> None:
-    """Default 1 s (the test etcd's, and every config written before the field): both watches
-    keep the 3 s bound. Slower notifications stretch the idle leader-key watch's bound to three
-    of them; the members/ watch, fed by every host's report each poll, keeps a bound of three
-    polls (never under 3 s)."""
+    """Default 1.4 s (the deploy's and the test etcd's): the idle leader-key watch's bound is
+    three notifications, 4.2 s; the members/ watch, fed by every host's report each poll, keeps
+    a bound of three polls (never under 3 s). Slower notifications stretch the leader-key
+    watch's bound alike; quicker ones never bring it under 3 s."""
     cfg = daemon_config.parse(BASE)
-    assert cfg.timing.etcd_progress_notify == 1.0
-    assert cfg.timing.leader_watch_stall == cfg.timing.reports_watch_stall == 3.0
+    assert cfg.timing.etcd_progress_notify == 1.4
+    assert cfg.timing.leader_watch_stall == pytest.approx(4.2)
+    assert cfg.timing.reports_watch_stall == 3.0
     ten = daemon_config.parse(with_("timing.etcd_progress_notify", 10))
     assert ten.timing.leader_watch_stall == 30.0
     assert ten.timing.reports_watch_stall == 3.0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_cluster.contract import records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
@@ -17,6 +18,7 @@ from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import ConfigError, load_config, parse_config
 from awide_gateway_cluster.events import diff
 from awide_gateway_cluster.follower import FollowState, step
+from awide_gateway_cluster.gateway import PROOF_WINDOW
 from awide_gateway_cluster.view import CardPath, build
 from tests.gateway.support import make_card
 
@@ -48,6 +50,9 @@ def test_config_defaults():
     assert c.etcd.call_timeout == 0.5
     assert c.timing.linearizable_every == 10 and c.watch_stall_after == 30.0
     assert c.timing.lease_ttl == 30           # gateways/<id> outlives a crash by 30 s at most
+    # the deploy's progress notifications arrive within a gateway's proof window at its default
+    # poll interval, with 0.1 s to spare for their delivery: each one stands in for a poll
+    assert ETCD_PROGRESS_NOTIFY + 0.1 <= PROOF_WINDOW * c.timing.poll_interval
 
 
 @pytest.mark.parametrize("over,field,words", [

@@ -675,7 +675,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
         assert used and re.search(r"(?<![0-9.])1s\b", used[-1]) and \
             "recognized and used" in used[-1], journal[-3000:]
         cfg = yaml.safe_load(_ssh(lab, host, "cat", "/etc/awide-cluster/cluster.yaml").stdout)
-        assert cfg["timing"]["etcd_progress_notify"] == 1.0, cfg.get("timing")
+        assert cfg["timing"]["etcd_progress_notify"] == 1.4, cfg.get("timing")
         assert "unrecognized environment variable" not in journal
     members = _members(lab, "h1")
     assert sorted(m["name"] for m in members) == list(HOSTS)
