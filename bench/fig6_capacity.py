@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -120,20 +121,33 @@ def _measure(load: LoadSet, etcd: Any, warmup: float, measure: float) -> tuple[W
 
 
 def _per_gateway(load: LoadSet, etcd: Any, idle_rate: float, count: int, kind: str,
-                 warmup: float, measure: float) -> dict[str, Any]:
+                 warmup: float, measure: float, windows: int = 1) -> dict[str, Any]:
     """``count`` gateways of ``kind``: etcd CPU (net of idle) per gateway-second, poll latency,
-    and the generator's own CPU per request, over one window."""
+    and the generator's own CPU per request, over ``windows`` windows one after the other
+    after one warm-up: etcd's CPU is the median of the windows' (each listed; one window's
+    value varies by a fifth or more between windows), the counts are of all windows."""
     load.set(count, kind)
-    win, etcd_s = _measure(load, etcd, warmup, measure)
-    span = win.t1 - win.t0
-    net = max(0.0, etcd_s - idle_rate * span)
-    return {"gateways": count, "polls": win.polls, "requests": win.requests,
-            "etcd_cpu_ms_per_gateway_s": round(net / span / count * 1000, 4),
-            "p99_ms": ms(pct(win.seconds, 99)), "failed": win.failed,
-            "generator_us_per_request": round(win.gen_cpu_s / max(1, win.requests) * 1e6, 1),
-            "generator_kernel_share": (round(win.gen_sys_s / win.gen_cpu_s, 2)
-                                       if win.gen_cpu_s else None),
-            "generators": sorted(win.generators)}
+    per_window: list[float] = []
+    polls = requests = failed = 0
+    gen_cpu = gen_sys = 0.0
+    seconds: list[float] = []
+    generators: set[str] = set()
+    for k in range(windows):
+        win, etcd_s = _measure(load, etcd, warmup if k == 0 else 0.0, measure)
+        span = win.t1 - win.t0
+        net = max(0.0, etcd_s - idle_rate * span)
+        per_window.append(round(net / span / count * 1000, 4))
+        polls, requests, failed = polls + win.polls, requests + win.requests, failed + win.failed
+        gen_cpu, gen_sys = gen_cpu + win.gen_cpu_s, gen_sys + win.gen_sys_s
+        seconds += win.seconds
+        generators |= set(win.generators)
+    return {"gateways": count, "polls": polls, "requests": requests,
+            "etcd_cpu_ms_per_gateway_s": round(statistics.median(per_window), 4),
+            "etcd_cpu_ms_per_gateway_s_windows": per_window,
+            "p99_ms": ms(pct(seconds, 99)), "failed": failed,
+            "generator_us_per_request": round(gen_cpu / max(1, requests) * 1e6, 1),
+            "generator_kernel_share": round(gen_sys / gen_cpu, 2) if gen_cpu else None,
+            "generators": sorted(generators)}
 
 
 def _step_record(count: int, win: Window, etcd_s: float) -> dict[str, Any]:
@@ -170,7 +184,8 @@ def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, di
 
 def _parts_on(ctx: Context, progress_notify: float,
               cases: tuple[tuple[str, tuple[str, ...], int | None], ...],
-              count: int, warmup: float, measure: float, grpc: bool = False) -> list[Row]:
+              count: int, warmup: float, measure: float, windows: int,
+              grpc: bool = False) -> list[Row]:
     """One 3-member etcd notifying watch progress every ``progress_notify`` seconds: etcd CPU
     per gateway-second of ``count`` gateways making each case's parts of the mix."""
     etcd = start_etcd(ctx, f"etcd6p{progress_notify:g}", progress_notify_interval=progress_notify)
@@ -186,7 +201,8 @@ def _parts_on(ctx: Context, progress_notify: float,
                            name=f"parts6-{'-'.join(parts)}-", module="bench.leanload",
                            seed=ctx.seed, extra=case_spec, program=gen.program)
             try:
-                got = _per_gateway(load, etcd, idle_rate, count, "mix", warmup, measure)
+                got = _per_gateway(load, etcd, idle_rate, count, "mix", warmup, measure,
+                                   windows)
             finally:
                 load.close()
             ctx.say(f"  {label}, progress notify every {progress_notify:g} s "
@@ -197,7 +213,8 @@ def _parts_on(ctx: Context, progress_notify: float,
             rows.append(Row(6, name, got["etcd_cpu_ms_per_gateway_s"], "ms", count,
                             stat="value",
                             note=f"{count} gateways, parts {', '.join(parts)}; members notify "
-                                 f"watch progress every {progress_notify:g} s; etcd idle "
+                                 f"watch progress every {progress_notify:g} s; median of "
+                                 f"{windows} windows of {measure:g} s; etcd idle "
                                  f"{idle_rate:.3f} cores subtracted",
                             extra={**got, "parts": list(parts), "generator": gen.name,
                                    "progress_notify_interval_s": progress_notify,
@@ -205,14 +222,14 @@ def _parts_on(ctx: Context, progress_notify: float,
                                    "etcd": etcd_settings(etcd), "registry_bytes": doc_bytes,
                                    "etcd_idle_cpu_cores": round(idle_rate, 3)}))
         if grpc:
-            rows += _grpc_parts(ctx, etcd, idle_rate, spec, count, warmup, measure)
+            rows += _grpc_parts(ctx, etcd, idle_rate, spec, count, warmup, measure, windows)
     finally:
         etcd.stop()
     return rows
 
 
 def _grpc_parts(ctx: Context, etcd: Any, idle_rate: float, spec: dict[str, Any], count: int,
-                warmup: float, measure: float) -> list[Row]:
+                warmup: float, measure: float, windows: int) -> list[Row]:
     """The poll alone and the watch alone through etcd's gRPC API (``bench.grpcload``), for
     the cost of the JSON gateway's translation beside the rows above; none without grpcio."""
     try:
@@ -226,12 +243,13 @@ def _grpc_parts(ctx: Context, etcd: Any, idle_rate: float, spec: dict[str, Any],
         got = _grpc_window(etcd, idle_rate, {
             "endpoints": list(etcd.endpoints), "key": key, "count": count, "part": part,
             "min_mod_revision": spec["registry_mod_revision"] + 1, "seed": ctx.seed},
-            warmup, measure)
+            warmup, measure, windows)
         ctx.say(f"  {part} only through the gRPC API: {got}")
         rows.append(Row(6, f"etcd CPU per gateway-second, mix part: {part} only (gRPC API)",
                         got["etcd_cpu_ms_per_gateway_s"], "ms", count, stat="value",
                         note=f"{count} gateways, {part} through etcd's gRPC API instead of its "
                              "JSON gateway (bench.grpcload; the library does not use it); "
+                             f"median of {windows} windows of {measure:g} s; "
                              f"etcd idle {idle_rate:.3f} cores subtracted",
                         extra={**got, "api": "grpc", "part": part, "etcd": etcd_settings(etcd),
                                "etcd_idle_cpu_cores": round(idle_rate, 3)}))
@@ -239,9 +257,13 @@ def _grpc_parts(ctx: Context, etcd: Any, idle_rate: float, spec: dict[str, Any],
 
 
 def _grpc_window(etcd: Any, idle_rate: float, gspec: dict[str, Any], warmup: float,
-                 measure: float) -> dict[str, Any]:
+                 measure: float, windows: int) -> dict[str, Any]:
+    """``bench.grpcload`` started and warmed up, then ``windows`` windows one after the other:
+    etcd's CPU per gateway-second the median of theirs, the generator's last counts."""
     proc = subprocess.Popen([sys.executable, "-m", "bench.grpcload", json.dumps(gspec)],
                             stdout=subprocess.PIPE, text=True)
+    per_window: list[float] = []
+    gen_cpu = spans = 0.0
     try:
         assert proc.stdout is not None
         start_by = time.monotonic() + 60.0
@@ -251,34 +273,38 @@ def _grpc_window(etcd: Any, idle_rate: float, gspec: dict[str, Any], warmup: flo
             if not line or time.monotonic() > start_by:
                 raise RuntimeError(f"gRPC generator did not start: {line!r}")
         time.sleep(warmup)
-        t0 = time.monotonic()
-        e0, g0 = etcd_cpu(etcd), cpu_seconds(proc.pid)
-        sleep_until(t0 + measure)
-        t1 = time.monotonic()
-        e1, g1 = etcd_cpu(etcd), cpu_seconds(proc.pid)
-        last = json.loads(proc.stdout.readline())
+        for _ in range(windows):
+            t0 = time.monotonic()
+            e0, g0 = etcd_cpu(etcd), cpu_seconds(proc.pid)
+            sleep_until(t0 + measure)
+            t1 = time.monotonic()
+            e1, g1 = etcd_cpu(etcd), cpu_seconds(proc.pid)
+            net = max(0.0, (e1 - e0) - idle_rate * (t1 - t0))
+            per_window.append(round(net / (t1 - t0) / gspec["count"] * 1000, 4))
+            gen_cpu, spans = gen_cpu + (g1 - g0), spans + (t1 - t0)
     finally:
         proc.terminate()
         try:
-            proc.communicate(timeout=10)
+            rest, _ = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
-    span = t1 - t0
-    net = max(0.0, (e1 - e0) - idle_rate * span)
+            rest, _ = proc.communicate()
+    last = json.loads([x for x in rest.splitlines() if x.startswith("{")][-1])
     return {"gateways": gspec["count"], "answers_total": last["answers"],
             "failed": last["failed"], "p99_ms": last["p99_ms"],
-            "etcd_cpu_ms_per_gateway_s": round(net / span / gspec["count"] * 1000, 4),
-            "generator_cpu_cores": round((g1 - g0) / span, 3)}
+            "etcd_cpu_ms_per_gateway_s": round(statistics.median(per_window), 4),
+            "etcd_cpu_ms_per_gateway_s_windows": per_window,
+            "generator_cpu_cores": round(gen_cpu / spans, 3)}
 
 
 def decompose(ctx: Context) -> list[Row]:
     """What each part of a gateway's mix costs etcd at the deploy's progress notification
     interval, and the watch and the whole mix at 1 s and at 10 s."""
-    count, warmup, measure = (100, 1.5, 2.5) if ctx.quick else (1000, 3.0, 8.0)
-    rows = _parts_on(ctx, ETCD_PROGRESS_NOTIFY, PARTS, count, warmup, measure, grpc=True)
+    count, warmup, measure, windows = (100, 1.5, 2.5, 1) if ctx.quick else (1000, 3.0, 8.0, 3)
+    rows = _parts_on(ctx, ETCD_PROGRESS_NOTIFY, PARTS, count, warmup, measure, windows,
+                     grpc=True)
     for other in (1.0, 10.0):
-        rows += _parts_on(ctx, other, (PARTS[1], PARTS[4]), count, warmup, measure)
+        rows += _parts_on(ctx, other, (PARTS[1], PARTS[4]), count, warmup, measure, windows)
     return rows
 
 
@@ -287,11 +313,11 @@ def run(ctx: Context) -> list[Row]:
         return decompose(ctx)
     if ctx.quick:
         steps, warmup, measure, procs, budget = [100, 250], 1.5, 2.5, 2, 15.0
-        cmp_count, cmp_measure, mix_count = 100, 2.5, 100
+        cmp_count, cmp_measure, mix_count, cmp_windows = 100, 2.5, 100, 1
     else:
         steps = [250, 500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000, 7000, 8000]
         warmup, measure, procs, budget = 3.0, 8.0, 2, 300.0
-        cmp_count, cmp_measure, mix_count = 400, 8.0, 1000
+        cmp_count, cmp_measure, mix_count, cmp_windows = 400, 8.0, 1000, 5
     etcd = start_etcd(ctx, "etcd6")
     cluster = f"cap{uuid.uuid4().hex[:6]}"
     load: LoadSet | None = None
@@ -354,7 +380,7 @@ def run(ctx: Context) -> list[Row]:
         for kind in ("mix", "naive"):
             load.set(0, kind)
             per_gw[kind] = _per_gateway(load, etcd, idle_rate, mix_count, kind, warmup,
-                                        cmp_measure)
+                                        cmp_measure, cmp_windows)
             ctx.say(f"  {kind} ({gen.name} generator): {per_gw[kind]}")
         m, nv0 = per_gw["mix"], per_gw["naive"]
         rows.append(Row(6, "etcd CPU per gateway-second, whole mix (vs naive full-read poller)",
@@ -365,7 +391,8 @@ def run(ctx: Context) -> list[Row]:
                                if m["etcd_cpu_ms_per_gateway_s"] else None),
                         ratio_of="naive / mix", goal="<= 0.3 ms",
                         met=m["etcd_cpu_ms_per_gateway_s"] <= 0.3,
-                        note=f"{mix_count} gateways; load generator ({gen.name}) "
+                        note=f"{mix_count} gateways, median of {cmp_windows} windows of "
+                             f"{cmp_measure:g} s each; load generator ({gen.name}) "
                              f"{m['generator_us_per_request']} us (mix) and "
                              f"{nv0['generator_us_per_request']} us (naive) of CPU per request",
                         extra={"mix": m, "naive": nv0, "generator": gen.name}))
