@@ -224,8 +224,9 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
 
 async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, leader, world,
                                                                           cluster_name):
-    """etcd (the fixtures' members) notifies a synced watch every second: each notification
-    proves the view fresh as a serializable poll would, so those polls are left out; the
+    """etcd (the fixtures' members, at the deploy's 1.4 s) notifies a synced watch: each
+    notification proves the view fresh for 1.5 polls as a serializable poll would, so those
+    polls are left out; the
     linearizable poll of every third turn is still made, and the view stays fresh."""
     a = make_card(1)
     serve(world, a)
