@@ -1,7 +1,7 @@
 """The leader-key watch on real etcd whose members notify watch progress every 4 s (slower than
-the daemon's 3 s floor, as a site that raises the deploy's 1 s would). A follower configured
+the daemon's 3 s floor, as a site that raises the deploy's 1.4 s would). A follower configured
 with that interval (``timing.etcd_progress_notify``) keeps its idle watch open across
-notifications; one left at the default 1 s re-opens it every 3 s (the control: it shows the
+notifications; one told 1 s re-opens it every 3 s (the control: it shows the
 etcd notifies slowly and that the time watched spans several notifications). The watch kept
 open still hands the key over at once on a clean stop (SIGTERM), well inside the follower's
 5 s poll."""
@@ -44,7 +44,8 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
                            timing=dict(FAST, etcd_progress_notify=NOTIFY)))
     b = Daemon(make_config(slow_etcd, cluster_name, "h2",
                            timing=dict(SLOW_POLL, etcd_progress_notify=NOTIFY)))
-    control = Daemon(make_config(slow_etcd, cluster_name, "h3", timing=SLOW_POLL))
+    control = Daemon(make_config(slow_etcd, cluster_name, "h3",
+                                 timing=dict(SLOW_POLL, etcd_progress_notify=1.0)))
     assert b.config.timing.leader_watch_stall == 3 * NOTIFY
     assert control.config.timing.leader_watch_stall == 3.0 < NOTIFY
     stopped = []
@@ -84,20 +85,21 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
 
 
 async def test_a_reload_of_the_interval_retunes_the_open_leader_watch(slow_etcd, cluster_name):
-    """A follower started at the default re-opens its watch every 3 s; a reload (SIGHUP) that
+    """A follower told 1 s re-opens its watch every 3 s; a reload (SIGHUP) that
     says the members' interval stretches the bound of the watch already open: at most the
     wait under way when it came still ends in a re-opening."""
     a = Daemon(make_config(slow_etcd, cluster_name, "h1",
                            timing=dict(FAST, etcd_progress_notify=NOTIFY)))
-    d = Daemon(make_config(slow_etcd, cluster_name, "h2", timing=FAST))
-    control = Daemon(make_config(slow_etcd, cluster_name, "h3", timing=FAST))
+    told_1s = dict(FAST, etcd_progress_notify=1.0)
+    d = Daemon(make_config(slow_etcd, cluster_name, "h2", timing=told_1s))
+    control = Daemon(make_config(slow_etcd, cluster_name, "h3", timing=told_1s))
     try:
         await a.start()
         await wait_for(lambda: a.is_leader, what="h1 leads")
         for f in (d, control):
             await f.start()
         await wait_for(lambda: d.leader_watch_reopens >= 1, timeout=NOTIFY + 3,
-                       what="h2 re-opened its leader watch at the default bound")
+                       what="h2 re-opened its leader watch at the 3 s bound")
         d.request_reload(make_config(slow_etcd, cluster_name, "h2",
                                      timing=dict(FAST, etcd_progress_notify=NOTIFY)))
         await wait_for(lambda: d.config.timing.etcd_progress_notify == NOTIFY,

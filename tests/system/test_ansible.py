@@ -435,10 +435,10 @@ def test_etcd_flags_name_every_member(rendered: dict) -> None:
 
 
 def test_the_daemons_and_etcd_are_given_one_progress_notify_interval(rendered: dict) -> None:
-    """etcd.env and cluster.yaml are written from one variable (default 1s; s1 is given
+    """etcd.env and cluster.yaml are written from one variable (default 1400ms; s1 is given
     1500ms): the daemon's idle leader-key watch waits for three of etcd's notifications."""
-    for host, flag, seconds in (("s1", "1500ms", 1.5), ("s2", "1s", 1.0),
-                                ("w1", "1s", 1.0)):
+    for host, flag, seconds in (("s1", "1500ms", 1.5), ("s2", "1400ms", 1.4),
+                                ("w1", "1400ms", 1.4)):
         env = _env_file(rendered["out"] / host / "etcd.env")
         assert env["ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL"] == flag, host
         cfg = yaml.safe_load((rendered["out"] / host / "cluster.yaml").read_text())
