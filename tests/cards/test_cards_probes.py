@@ -18,9 +18,9 @@ from awide_cluster.cards.probes import (
     PROBE_PAYLOAD,
     check_device,
     check_identity,
+    probe_file,
     probe_listener,
     probe_store,
-    probe_file,
     probe_writable,
     space_left,
 )
