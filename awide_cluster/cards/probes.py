@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
+import ipaddress
 import logging
 import os
+import socket
 import stat
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -106,16 +109,41 @@ async def _http(url: str, timeout: float) -> tuple[bool, str]:
 
 async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    family = _literal_family(host)
     try:
-        _reader, writer = await asyncio.open_connection(host, port)
+        if family is not None:
+            await _connect_close(family, host, port)
+        else:                       # a name: resolved and tried address by address by asyncio
+            _reader, writer = await asyncio.open_connection(host, port)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
     except OSError as exc:
         return False, f"{what} {shown}: {_why(exc)}"
-    writer.close()
-    try:
-        await writer.wait_closed()
-    except OSError:
-        pass
     return True, f"{what} {shown} accepts connections"
+
+
+@functools.lru_cache(maxsize=256)
+def _literal_family(host: str) -> int | None:
+    """The address family of an IP literal, None for a name."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+
+
+async def _connect_close(family: int, host: str, port: int) -> None:
+    """Connect a bare non-blocking socket on the loop and close it (no transport, no streams:
+    an IP literal needs no resolution). Raises OSError; closed on cancellation too."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    finally:
+        sock.close()
 
 
 def _why(exc: OSError) -> str:

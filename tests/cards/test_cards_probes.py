@@ -250,6 +250,45 @@ async def test_tcp_probe(listening_port):
     port = reserve_port()
     _bad(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{port}"), None, 5, clock),
          "store", "refused")
+    # a name goes through asyncio's resolution and connection (an IP literal does not)
+    _ok(await probe_store(StoreProbeSpec(tcp=f"localhost:{listening_port}"), None, 5, clock),
+        "store", f"localhost:{listening_port} accepts connections")
+    _bad(await probe_store(StoreProbeSpec(tcp=f"localhost:{port}"), None, 5, clock),
+         "store", f"localhost:{port}", "refused")
+
+
+async def test_tcp_probe_ipv6_literal():
+    try:
+        server = await asyncio.start_server(lambda r, w: w.close(), "::1", 0)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        _ok(await probe_store(StoreProbeSpec(tcp=f"[::1]:{port}"), None, 5, clock),
+            "store", f"[::1]:{port} accepts connections")
+    finally:
+        server.close()
+        await server.wait_closed()
+    _bad(await probe_store(StoreProbeSpec(tcp=f"[::1]:{port}"), None, 5, clock),
+         "store", f"[::1]:{port}", "refused")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_tcp_probe_leaves_no_socket_open(listening_port):
+    refused = reserve_port()
+    before = _open_fds()
+    for _ in range(20):
+        assert (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5,
+                                  clock)).ok
+        assert not (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{refused}"), None, 5,
+                                      clock)).ok
+        # cut by its bound mid-connect (TEST-NET-1 is never routed)
+        assert not (await probe_store(StoreProbeSpec(tcp="192.0.2.1:4420"), None, 0.01,
+                                      clock)).ok
+    assert _open_fds() <= before
 
 
 # ------------------------------------------------------------------ listener
