@@ -80,13 +80,16 @@ async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: floa
         check = lambda: _http(url, timeout)  # noqa: E731
     elif kind == "tcp":
         assert spec.tcp is not None
-        host, port = parse_host_port(spec.tcp)
+        host, port = _host_port(spec.tcp)
         check = lambda: _tcp(host, port, "store")  # noqa: E731
     else:
         assert spec.command is not None
         argv = list(spec.command)
         check = lambda: _command(runner, argv, timeout)  # noqa: E731
     return await timed(STORE, timeout, clock, check)
+
+
+_host_port = functools.lru_cache(maxsize=256)(parse_host_port)     # the same text each poll
 
 
 async def _systemd(units: UnitStates, unit: str, timeout: float) -> tuple[bool, str]:
