@@ -221,6 +221,8 @@ class LeaderLoop:
         self.memory = LeaderMemory()
         # the members/ watch's events and the cycle's read decode each report once
         self.reports_memo = reportdoc.ReportMemo(bounds.MEMBERS_MAX_KEYS)
+        self._registry_kept: tuple[int, bytes, StoredRegistry] | None = None
+        self.registry_decodes = 0       # registry values decoded (once per value read)
         self.registry: Registry | None = None        # last registry read or written
         self.own: Registry | None = None             # last registry this term wrote
         self.attempted: Registry | None = None       # a write not confirmed (maybe applied)
@@ -283,13 +285,26 @@ class LeaderLoop:
             if r.kind == "key":
                 log.warning("key %s ignored: %s", r.name, r.why)
         hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
-        stored = registry_found(reg_kv)
+        stored = self._registry_found(reg_kv)
         good_intents, bad_intents = sort_intents(intents)
         snap = Snapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers)
         return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
+
+    def _registry_found(self, kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
+        """``registry_found``, not decoded again while etcd holds the same value at the same
+        revision (the leader's registry changes only when it writes one)."""
+        if not isinstance(kv, KeyValue):
+            return registry_found(kv)
+        kept = self._registry_kept
+        if kept is not None and kept[0] == kv.mod_revision and kept[1] == kv.value:
+            return kept[2]
+        stored = registry_found(kv)
+        self.registry_decodes += 1
+        self._registry_kept = (kv.mod_revision, kv.value, stored)
+        return stored
 
     async def _get_history(self, timeout: float) -> StoredHistory | None:
         """The history ring, read only when this term does not hold it (its first cycle, or
