@@ -238,6 +238,13 @@ def space_left(fs: os.statvfs_result) -> str:
     return ""
 
 
+def _is_link(name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name).st_mode)
+    except OSError:
+        return False
+
+
 def _write_probe(path: str) -> None:
     """Overwrite the directory's probe file in place and fdatasync it (runs on the worker;
     always to its end, even when the awaiting task gave up). Raises OSError (``ProbeFileRefused``
@@ -251,7 +258,7 @@ def _write_probe(path: str) -> None:
         try:
             fd = os.open(name, _PROBE_FLAGS, 0o600)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
+            if exc.errno == errno.ELOOP and _is_link(name):     # not a loop above it
                 raise ProbeFileRefused(f"{name} is a symbolic link (refused)") from None
             if exc.errno in (errno.ENXIO, errno.EISDIR):
                 raise ProbeFileRefused(f"{name} is not a regular file (refused)") from None

@@ -338,6 +338,10 @@ async def test_writable_refuses_a_symlink_at_the_probe_name(tmp_path):
     os.symlink(tmp_path / "nowhere", name)          # a dangling one is not followed either
     _bad(await probe_writable(card, 5, clock), "writable", name, "symbolic link")
     assert not (tmp_path / "nowhere").exists()
+    os.symlink(tmp_path / "loop", tmp_path / "loop")   # a loop in the path itself: not the file
+    _bad(await probe_writable(tmp_path / "loop", 5, clock), "writable", "not writable")
+    r = await probe_writable(tmp_path / "loop", 5, clock)
+    assert "symbolic link (refused)" not in r.reason, r.reason
 
 
 async def test_writable_refuses_a_hardlinked_probe_file(tmp_path):
