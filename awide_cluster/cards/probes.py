@@ -12,10 +12,14 @@ hangs costs only its own card.
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
+import ipaddress
 import logging
 import os
+import socket
+import stat
 import threading
-import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -76,13 +80,16 @@ async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: floa
         check = lambda: _http(url, timeout)  # noqa: E731
     elif kind == "tcp":
         assert spec.tcp is not None
-        host, port = parse_host_port(spec.tcp)
+        host, port = _host_port(spec.tcp)
         check = lambda: _tcp(host, port, "store")  # noqa: E731
     else:
         assert spec.command is not None
         argv = list(spec.command)
         check = lambda: _command(runner, argv, timeout)  # noqa: E731
     return await timed(STORE, timeout, clock, check)
+
+
+_host_port = functools.lru_cache(maxsize=256)(parse_host_port)     # the same text each poll
 
 
 async def _systemd(units: UnitStates, unit: str, timeout: float) -> tuple[bool, str]:
@@ -105,16 +112,41 @@ async def _http(url: str, timeout: float) -> tuple[bool, str]:
 
 async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    family = _literal_family(host)
     try:
-        _reader, writer = await asyncio.open_connection(host, port)
+        if family is not None:
+            await _connect_close(family, host, port)
+        else:                       # a name: resolved and tried address by address by asyncio
+            _reader, writer = await asyncio.open_connection(host, port)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
     except OSError as exc:
         return False, f"{what} {shown}: {_why(exc)}"
-    writer.close()
-    try:
-        await writer.wait_closed()
-    except OSError:
-        pass
     return True, f"{what} {shown} accepts connections"
+
+
+@functools.lru_cache(maxsize=256)
+def _literal_family(host: str) -> int | None:
+    """The address family of an IP literal, None for a name."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+
+
+async def _connect_close(family: int, host: str, port: int) -> None:
+    """Connect a bare non-blocking socket on the loop and close it (no transport, no streams:
+    an IP literal needs no resolution). Raises OSError; closed on cancellation too."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    finally:
+        sock.close()
 
 
 def _why(exc: OSError) -> str:
@@ -180,18 +212,77 @@ _inflight: set[str] = set()
 _inflight_lock = threading.Lock()
 
 
-def _write_probe(path: str) -> None:
-    """create + write + fsync + unlink a temp file (runs on the worker; always to its end, so
-    its cleanup always happens, even when the awaiting task gave up)."""
+PROBE_FILE = ".awide-probe-{uid}"     # in the card's directory, one per user; it stays there
+PROBE_PAYLOAD = b"awide write probe\n"
+_PROBE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                | os.O_CLOEXEC)
+
+
+class ProbeFileRefused(OSError):
+    """The probe file's name holds something that is not this user's own probe file."""
+
+
+def probe_file(path: str, uid: int | None = None) -> str:
+    """The write probe's file in the directory ``path`` (its name carries the user id, so a
+    daemon and a gateway of different users never share it)."""
+    return os.path.join(path, PROBE_FILE.format(uid=os.geteuid() if uid is None else uid))
+
+
+def space_left(fs: os.statvfs_result) -> str:
+    """Pure: why a file system takes no new file ("" when it does): no block free for this
+    user (``f_bavail``), or no inode (``f_favail``, where the file system counts them)."""
+    if fs.f_bavail == 0:
+        return "file system full (no block free)"
+    if fs.f_files and fs.f_favail == 0:
+        return "file system full (no inode free)"
+    return ""
+
+
+def _is_link(name: str) -> bool:
     try:
-        name = os.path.join(path, f".awide-probe-{os.getpid()}-{uuidlib.uuid4().hex[:8]}")
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return stat.S_ISLNK(os.lstat(name).st_mode)
+    except OSError:
+        return False
+
+
+def _write_probe(path: str) -> None:
+    """Overwrite the directory's probe file in place and fdatasync it (runs on the worker;
+    always to its end, even when the awaiting task gave up). Raises OSError (``ProbeFileRefused``
+    naming the file when its name holds a symbolic link, something other than a regular file, a
+    file with other hard links or of another owner), and when the directory does not let this
+    user create files or its file system has no block or inode left (an overwrite in place
+    needs neither, so the probe asks)."""
+    try:
+        uid = os.geteuid()
+        name = probe_file(path, uid)
         try:
-            os.write(fd, b"awide write probe\n")
-            os.fsync(fd)
+            fd = os.open(name, _PROBE_FLAGS, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and _is_link(name):     # not a loop above it
+                raise ProbeFileRefused(f"{name} is a symbolic link (refused)") from None
+            if exc.errno in (errno.ENXIO, errno.EISDIR):
+                raise ProbeFileRefused(f"{name} is not a regular file (refused)") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ProbeFileRefused(f"{name} is not a regular file (refused)")
+            if st.st_nlink != 1:
+                raise ProbeFileRefused(f"{name} has {st.st_nlink} hard links (refused: "
+                                       "only the probe's own file is written)")
+            if st.st_uid != uid:
+                raise ProbeFileRefused(f"{name} is owned by uid {st.st_uid}, not {uid} "
+                                       "(refused)")
+            os.pwrite(fd, PROBE_PAYLOAD, 0)
+            os.fdatasync(fd)
+            fs = os.fstatvfs(fd)
         finally:
             os.close(fd)
-            os.unlink(name)
+        full = space_left(fs)
+        if full:
+            raise ProbeFileRefused(full)
+        if not os.access(path, os.W_OK | os.X_OK, effective_ids=True):
+            raise ProbeFileRefused("this user cannot create files in it")
     finally:
         with _inflight_lock:
             _inflight.discard(path)
@@ -199,9 +290,10 @@ def _write_probe(path: str) -> None:
 
 async def probe_writable(path: Path | str, timeout: float, clock: Clock, *,
                          worker: ProbeWorker | None = None) -> ProbeResult:
-    """The directory takes a small fsynced write, on the worker (``shared_worker()`` when none
-    is passed). A write stuck in the kernel keeps its thread; while it is stuck, later probes
-    of the same path fail at once instead of piling up."""
+    """The directory takes a small synced write (its probe file overwritten in place,
+    ``_write_probe``), on the worker (``shared_worker()`` when none is passed). A write stuck
+    in the kernel keeps its thread; while it is stuck, later probes of the same path fail at
+    once instead of piling up."""
     key = str(path)
     work = worker if worker is not None else shared_worker()
 
@@ -224,6 +316,6 @@ async def probe_writable(path: Path | str, timeout: float, clock: Clock, *,
 
     result = await timed(WRITABLE, timeout, clock, check)
     if not result.ok and "no answer within" in result.reason:
-        return ProbeResult(WRITABLE, False, f"directory {key}: write+fsync did not finish "
+        return ProbeResult(WRITABLE, False, f"directory {key}: write+fdatasync did not finish "
                            f"within {timeout:g} s", result.elapsed)
     return result

@@ -5,9 +5,13 @@ a gateway) are handed over together (one submission) to one thread that stays fo
 turns; nothing starts a thread per card per poll. A job that hangs keeps its thread: once the
 worker is busy with one job for ``SPILL_SHARE`` of the shortest waiting job's bound, that
 thread is given up (it ends after its job) and a new one takes the queue, so a hung probe
-costs only its own card. A worker serves the event loop of its callers (one loop: the daemon's,
-or one gateway's). Used by the daemon's probes (``cards.probes``, ``cards.observe``) and
-the gateway's card probes (``awide_gateway_cluster.connector``).
+costs only its own card. Results go back to the loop once the worker's queue is empty (one
+wake-up of the loop per submission, not one per job: a loop woken while the worker still runs
+makes the two threads trade the GIL for every system call of the jobs left), and at the
+latest at the next patience check while a job runs long. A worker serves the event loop of its
+callers (one loop: the daemon's, or one gateway's). Used by the daemon's probes
+(``cards.probes``, ``cards.observe``) and the gateway's card probes
+(``awide_gateway_cluster.connector``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class _Job:
     key: str
 
 
+_Ended = tuple[_Job, Any, BaseException | None]     # a job, its result, its error
+
+
 @dataclass(eq=False)
 class _Thread:
     job: _Job | None = None
@@ -67,6 +74,10 @@ class ProbeWorker:
         self._running: set[str] = set()         # keys of jobs queued or running
         self._batch: list[_Job] = []
         self._flush_at: asyncio.AbstractEventLoop | None = None
+        # results not yet handed back, per loop; loops already told to take theirs
+        self._done: dict[asyncio.AbstractEventLoop, list[_Ended]] = {}
+        self._waking: set[asyncio.AbstractEventLoop] = set()
+        self.wakeups = 0                # hand-backs of results to a loop (about one per turn)
 
     def run(self, fn: Callable[..., T], *args: Any, bound: float,
             key: str = "") -> asyncio.Future[T]:
@@ -109,7 +120,10 @@ class ProbeWorker:
 
     def _check(self, patience: float) -> None:
         """Jobs wait behind one that runs for longer than ``patience``: leave that thread to
-        it and let a new one take the queue. Again every ``patience`` while jobs wait."""
+        it and let a new one take the queue. Again every ``patience`` while jobs wait. Results
+        held back (the queue was not empty when they ended) are taken at each check."""
+        loop = asyncio.get_running_loop()
+        self._deliver(loop)
         again = patience
         with self._cond:
             if not self._queue:
@@ -124,7 +138,7 @@ class ProbeWorker:
                 self._start()
             elif busy > 0:
                 again = max(0.001, patience - busy)     # when that job reaches patience
-        asyncio.get_running_loop().call_later(again, self._check, patience)
+        loop.call_later(again, self._check, patience)
 
     def _work(self, me: _Thread) -> None:
         while True:
@@ -142,28 +156,41 @@ class ProbeWorker:
                 result, error = job.fn(*job.args), None
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 result, error = None, exc
-            self._settle(job, result, error)
             with self._cond:
                 me.job = None
-                if me.given_up:             # a new thread took the queue meanwhile
-                    return
-
-    def _settle(self, job: _Job, result: Any, error: BaseException | None) -> None:
-        with self._cond:
-            self._running.discard(job.key)
-
-        def settle() -> None:
-            if job.future.done():
+                self._running.discard(job.key)
+                self._done.setdefault(job.loop, []).append((job, result, error))
+                # hand back once the queue is empty; a thread given up hands back its own
+                if self._queue and not me.given_up:
+                    continue
+                wake = [lp for lp in self._done if lp not in self._waking]
+                self._waking.update(wake)
+            for lp in wake:
+                try:
+                    lp.call_soon_threadsafe(self._deliver, lp)
+                except RuntimeError:        # the loop is gone; nobody waits any more
+                    with self._cond:
+                        self._done.pop(lp, None)
+                        self._waking.discard(lp)
+            if me.given_up:                 # a new thread took the queue meanwhile
                 return
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: settle every result held for it (a future whose task gave up is
+        left alone)."""
+        with self._cond:
+            done = self._done.pop(loop, None)
+            self._waking.discard(loop)
+        if not done:
+            return
+        self.wakeups += 1
+        for job, result, error in done:
+            if job.future.done():
+                continue
             if error is None:
                 job.future.set_result(result)
             else:
                 job.future.set_exception(error)
-
-        try:
-            job.loop.call_soon_threadsafe(settle)
-        except RuntimeError:        # the loop is gone; nobody waits any more
-            pass
 
 
 _shared = ProbeWorker()

@@ -186,3 +186,27 @@ def to_dict(r: HostReport) -> dict[str, Any]:
 
 def encode(r: HostReport) -> bytes:
     return json.dumps(to_dict(r), sort_keys=True, separators=(",", ":")).encode()
+
+
+class ReportMemo:
+    """The last report decoded at each key, by its bytes: the same value seen again (the
+    leader's ``members/`` watch event, then its cycle's read of the same revision) is not
+    decoded twice. A value that does not decode is not kept (it raises each time). At most
+    ``max_keys`` keys are kept; others are decoded each time."""
+
+    def __init__(self, max_keys: int) -> None:
+        self.max_keys = max_keys
+        self.hits = 0
+        self._last: dict[str, tuple[bytes, HostReport]] = {}
+
+    def decode(self, key: str, raw: bytes) -> HostReport:
+        """``decode(raw)``; ReportError as it raises."""
+        kept = self._last.get(key)
+        if kept is not None and kept[0] == raw:
+            self.hits += 1
+            return kept[1]
+        report = decode(raw)
+        if kept is not None or len(self._last) < self.max_keys:
+            self._last[key] = (bytes(raw), report)
+        return report
+

@@ -13,7 +13,7 @@ on it, only make it read earlier.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import report as reportdoc
@@ -69,16 +69,18 @@ def report_news(report: HostReport, registry: Registry | None,
 
 def arrival_news(key: str, value: bytes, registry: Registry | None,
                  seen: Mapping[str, tuple[str, int]], last: Mapping[str, HostReport],
-                 hosts: frozenset[str]) -> str:
+                 hosts: frozenset[str],
+                 decode: Callable[[str, bytes], HostReport] | None = None) -> str:
     """``report_news`` of a watch event's ``members/<host>`` value; "" for a value that is
-    not a report of that host of the cluster (the poll cycle judges and counts it)."""
+    not a report of that host of the cluster (the poll cycle judges and counts it).
+    ``decode(key, value)``: the decoder (default ``report.decode``)."""
     if not key.startswith(keys.MEMBERS):
         return ""
     host = keys.tail(key, keys.MEMBERS)
     if hosts and host not in hosts:
         return ""
     try:
-        report = reportdoc.decode(value)
+        report = decode(key, value) if decode else reportdoc.decode(value)
     except reportdoc.ReportError:
         return ""
     if report.host != host:

@@ -23,7 +23,7 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -119,9 +119,12 @@ class HostReports:
 STRANGER = "not a host of this cluster (config hosts)"
 
 
-def sort_reports(members: PrefixRead, hosts: frozenset[str]) -> HostReports:
+def sort_reports(members: PrefixRead, hosts: frozenset[str],
+                 decode: Callable[[str, bytes], HostReport] | None = None) -> HostReports:
     """Decode the reports of the cluster's hosts (``hosts`` empty: any host). A value over its
-    bound is refused by name, never decoded; a stranger's report is never decoded."""
+    bound is refused by name, never decoded; a stranger's report is never decoded.
+    ``decode(key, value)``: the decoder (default ``report.decode``; the leader passes its
+    ``ReportMemo``)."""
     reports: dict[str, HostReport] = {}
     bad: dict[str, str] = {}
     strangers: dict[str, str] = {}
@@ -138,7 +141,7 @@ def sort_reports(members: PrefixRead, hosts: frozenset[str]) -> HostReports:
             strangers[clean_text(host, 80)] = STRANGER
             continue            # never decoded: nothing in it counts
         try:
-            report = reportdoc.decode(kv.value)
+            report = decode(kv.key, kv.value) if decode else reportdoc.decode(kv.value)
             if report.host != host:
                 raise reportdoc.ReportError(f"report names host {report.host!r}")
             reports[host] = report
@@ -216,6 +219,10 @@ class LeaderLoop:
         self.store, self.leadership, self.clock = store, leadership, clock
         self.policy, self.call_timeout, self.metrics = policy, call_timeout, metrics
         self.memory = LeaderMemory()
+        # the members/ watch's events and the cycle's read decode each report once
+        self.reports_memo = reportdoc.ReportMemo(bounds.MEMBERS_MAX_KEYS)
+        self._registry_kept: tuple[int, bytes, StoredRegistry] | None = None
+        self.registry_decodes = 0       # registry values decoded (once per value read)
         self.registry: Registry | None = None        # last registry read or written
         self.own: Registry | None = None             # last registry this term wrote
         self.attempted: Registry | None = None       # a write not confirmed (maybe applied)
@@ -277,14 +284,27 @@ class LeaderLoop:
         for r in (*members.refused.values(), *intents.refused.values()):
             if r.kind == "key":
                 log.warning("key %s ignored: %s", r.name, r.why)
-        hosts = sort_reports(members, self.policy.hosts)
-        stored = registry_found(reg_kv)
+        hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
+        stored = self._registry_found(reg_kv)
         good_intents, bad_intents = sort_intents(intents)
         snap = Snapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers)
         return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
+
+    def _registry_found(self, kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
+        """``registry_found``, not decoded again while etcd holds the same value at the same
+        revision (the leader's registry changes only when it writes one)."""
+        if not isinstance(kv, KeyValue):
+            return registry_found(kv)
+        kept = self._registry_kept
+        if kept is not None and kept[0] == kv.mod_revision and kept[1] == kv.value:
+            return kept[2]
+        stored = registry_found(kv)
+        self.registry_decodes += 1
+        self._registry_kept = (kv.mod_revision, kv.value, stored)
+        return stored
 
     async def _get_history(self, timeout: float) -> StoredHistory | None:
         """The history ring, read only when this term does not hold it (its first cycle, or

@@ -689,7 +689,7 @@ class Daemon:
             if ev.kind != "put":
                 continue        # a report gone: the poll cycle counts it
             why = arrival_news(ev.kv.key, ev.kv.value, loop.registry, loop.memory.seen,
-                               loop.reports, loop.policy.hosts)
+                               loop.reports, loop.policy.hosts, loop.reports_memo.decode)
             if why:
                 return why
         return ""

@@ -14,11 +14,15 @@ from hypothesis import strategies as st
 
 from awide_cluster.cards.model import LocalCard, ProbeResult
 from awide_cluster.cards.probes import (
+    PROBE_FILE,
+    PROBE_PAYLOAD,
     check_device,
     check_identity,
+    probe_file,
     probe_listener,
     probe_store,
     probe_writable,
+    space_left,
 )
 from awide_cluster.cards.spec import StoreProbeSpec
 from awide_cluster.cards.units import ACTIVE_STATES, UnitStates, judge
@@ -246,6 +250,45 @@ async def test_tcp_probe(listening_port):
     port = reserve_port()
     _bad(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{port}"), None, 5, clock),
          "store", "refused")
+    # a name goes through asyncio's resolution and connection (an IP literal does not)
+    _ok(await probe_store(StoreProbeSpec(tcp=f"localhost:{listening_port}"), None, 5, clock),
+        "store", f"localhost:{listening_port} accepts connections")
+    _bad(await probe_store(StoreProbeSpec(tcp=f"localhost:{port}"), None, 5, clock),
+         "store", f"localhost:{port}", "refused")
+
+
+async def test_tcp_probe_ipv6_literal():
+    try:
+        server = await asyncio.start_server(lambda r, w: w.close(), "::1", 0)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        _ok(await probe_store(StoreProbeSpec(tcp=f"[::1]:{port}"), None, 5, clock),
+            "store", f"[::1]:{port} accepts connections")
+    finally:
+        server.close()
+        await server.wait_closed()
+    _bad(await probe_store(StoreProbeSpec(tcp=f"[::1]:{port}"), None, 5, clock),
+         "store", f"[::1]:{port}", "refused")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_tcp_probe_leaves_no_socket_open(listening_port):
+    refused = reserve_port()
+    before = _open_fds()
+    for _ in range(20):
+        assert (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5,
+                                  clock)).ok
+        assert not (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{refused}"), None, 5,
+                                      clock)).ok
+        # cut by its bound mid-connect (TEST-NET-1 is never routed)
+        assert not (await probe_store(StoreProbeSpec(tcp="192.0.2.1:4420"), None, 0.01,
+                                      clock)).ok
+    assert _open_fds() <= before
 
 
 # ------------------------------------------------------------------ listener
@@ -269,10 +312,98 @@ async def test_listener_unroutable_is_bounded():
 
 async def test_writable(tmp_path):
     _ok(await probe_writable(tmp_path, 5, clock), "writable", "writable")
-    assert list(tmp_path.iterdir()) == []                    # the probe file is gone
+    mine = tmp_path / PROBE_FILE.format(uid=os.geteuid())
+    assert [p.name for p in tmp_path.iterdir()] == [mine.name]     # one probe file, it stays
+    assert mine.read_bytes() == PROBE_PAYLOAD and mine.stat().st_mode & 0o777 == 0o600
+    inode = mine.stat().st_ino
+    _ok(await probe_writable(tmp_path, 5, clock), "writable", "writable")
+    assert mine.stat().st_ino == inode and len(list(tmp_path.iterdir())) == 1  # overwritten
+    assert probe_file(str(tmp_path)) == str(mine)
     _bad(await probe_writable(tmp_path / "absent", 5, clock), "writable", "not writable")
     (tmp_path / "file").write_text("x")
     _bad(await probe_writable(tmp_path / "file", 5, clock), "writable", "not writable")
+
+
+async def test_writable_refuses_a_symlink_at_the_probe_name(tmp_path):
+    precious = tmp_path / "precious"
+    precious.write_text("keep me")
+    card = tmp_path / "card"
+    card.mkdir()
+    name = probe_file(str(card))
+    os.symlink(precious, name)
+    _bad(await probe_writable(card, 5, clock), "writable", "not writable", name,
+         "symbolic link")
+    assert precious.read_text() == "keep me"
+    os.unlink(name)
+    os.symlink(tmp_path / "nowhere", name)          # a dangling one is not followed either
+    _bad(await probe_writable(card, 5, clock), "writable", name, "symbolic link")
+    assert not (tmp_path / "nowhere").exists()
+    os.symlink(tmp_path / "loop", tmp_path / "loop")   # a loop in the path itself: not the file
+    _bad(await probe_writable(tmp_path / "loop", 5, clock), "writable", "not writable")
+    r = await probe_writable(tmp_path / "loop", 5, clock)
+    assert "symbolic link (refused)" not in r.reason, r.reason
+
+
+async def test_writable_refuses_a_hardlinked_probe_file(tmp_path):
+    card = tmp_path / "card"
+    card.mkdir()
+    _ok(await probe_writable(card, 5, clock), "writable", "writable")
+    name = probe_file(str(card))
+    with open(name, "wb") as f:
+        f.write(b"someone else's bytes")
+    os.link(name, tmp_path / "elsewhere")
+    _bad(await probe_writable(card, 5, clock), "writable", name, "2 hard links")
+    assert (tmp_path / "elsewhere").read_bytes() == b"someone else's bytes"
+    os.unlink(tmp_path / "elsewhere")
+    _ok(await probe_writable(card, 5, clock), "writable", "writable")
+
+
+async def test_writable_refuses_what_is_not_a_regular_file_at_once(tmp_path):
+    card = tmp_path / "card"
+    card.mkdir()
+    name = probe_file(str(card))
+    os.mkfifo(name)                 # no reader: a plain open for writing would block
+    start = time.monotonic()
+    _bad(await probe_writable(card, 5, clock), "writable", name, "not a regular file")
+    assert time.monotonic() - start < bound(1.0)
+    os.unlink(name)
+    os.mkdir(name)
+    _bad(await probe_writable(card, 5, clock), "writable", name, "not a regular file")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+async def test_writable_refuses_a_probe_file_of_another_owner(tmp_path):
+    _ok(await probe_writable(tmp_path, 5, clock), "writable", "writable")
+    name = probe_file(str(tmp_path))
+    os.chown(name, 4242, 4242)
+    _bad(await probe_writable(tmp_path, 5, clock), "writable", name, "owned by uid 4242")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a directory without write "
+                    "permission")
+async def test_writable_fails_in_a_directory_this_user_cannot_write(tmp_path):
+    card = tmp_path / "card"
+    card.mkdir()
+    _ok(await probe_writable(card, 5, clock), "writable", "writable")
+    card.chmod(0o555)               # the probe file is still writable; new files are not
+    try:
+        _bad(await probe_writable(card, 5, clock), "writable", "not writable",
+             "cannot create files")
+    finally:
+        card.chmod(0o755)
+
+
+def _fs(bavail: int, files: int, favail: int) -> os.statvfs_result:
+    return os.statvfs_result((4096, 4096, 1000, bavail + 5, bavail, files, favail, favail,
+                              0, 255))
+
+
+def test_space_left():
+    assert space_left(_fs(10, 100, 5)) == ""
+    assert space_left(_fs(0, 100, 5)) == "file system full (no block free)"
+    assert space_left(_fs(10, 100, 0)) == "file system full (no inode free)"
+    assert space_left(_fs(10, 0, 0)) == ""          # a file system that counts no inodes
+    assert space_left(os.statvfs(os.getcwd())) == ""
 
 
 # ------------------------------------------------------------------ pure checks

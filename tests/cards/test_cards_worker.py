@@ -36,9 +36,31 @@ async def test_one_turn_is_one_submission_to_one_thread_each_job_its_own_result(
     assert [g for n, g in enumerate(got) if n != 3] == [n * n for n in range(8) if n != 3]
     assert isinstance(got[3], OSError) and "job 3 refused" in str(got[3])
     assert worker.submissions == 1 and worker.threads_started == 1
+    assert worker.wakeups == 1                  # the results handed back together
     # the next turn: the same thread (nothing started), one more submission
     assert await asyncio.wait_for(worker.run(square, 9, bound=1.0), bound(2.0)) == 81
-    assert worker.submissions == 2 and worker.threads_started == 1
+    assert worker.submissions == 2 and worker.threads_started == 1 and worker.wakeups == 2
+
+
+@pytest.mark.parametrize("at", [1, 4])
+async def test_results_before_a_hung_job_are_not_held_behind_it(at):
+    """Results go back once the queue is empty; a job that hangs after others ended (in the
+    middle of the queue, or last) does not keep theirs: they come back at the patience check
+    (a fifth of the bound), the jobs after it on a new thread."""
+    worker = ProbeWorker()
+    release = threading.Event()
+    try:
+        futs = [worker.run(release.wait, 60.0, bound=0.5, key="hung") if n == at
+                else worker.run(square, n, bound=0.5) for n in range(5)]
+        others = [f for n, f in enumerate(futs) if n != at]
+        start = time.monotonic()
+        got = await asyncio.wait_for(asyncio.gather(*others), bound(0.5))
+        assert got == [n * n for n in range(5) if n != at]
+        assert time.monotonic() - start < bound(0.5)
+        assert not futs[at].done()
+    finally:
+        release.set()
+    assert await asyncio.wait_for(futs[at], bound(1.0)) is True    # its thread hands it back
 
 
 async def test_a_hung_job_costs_only_itself_and_its_key_fails_at_once_while_stuck():

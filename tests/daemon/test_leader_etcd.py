@@ -69,6 +69,14 @@ async def test_registry_written_only_on_change(etcd, cluster_name, cards):
         assert d.outcomes[-5:] == [Outcome.UNCHANGED] * 5
         # its own report kept advancing meanwhile
         assert d.seq == 6
+        # the unchanged registry was decoded once for those 5 cycles, and each report once
+        # (the members/ watch is not running here: each cycle read a new report)
+        decodes = d.leader_loop.registry_decodes
+        assert decodes <= 2
+        await store.put(keys.REGISTRY, b"{not a registry")          # changed: read afresh
+        await d.turn()
+        assert d.leader_loop.registry_decodes == decodes + 1
+        assert regdoc.decode((await store.get(keys.REGISTRY)).value).generation > 0  # repaired
     finally:
         await d.stop()
         await store.close()
