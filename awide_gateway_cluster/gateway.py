@@ -407,9 +407,13 @@ class ClusterGateway:
             self._ensure_worker(card)
             prev = old_cards.get(card.id)
             if prev is not None and prev.state != "in" and card.state == "in":
-                # probed again once the change has settled (it was probed every round while
-                # out: the view shows it with that path meanwhile)
-                asyncio.get_running_loop().call_later(settle, self._wake_card, card.id)
+                local = self._local.get(card.id)
+                if local is not None and not vw.why_out(card, local, True, ""):
+                    # its path was good at the last round (probed every round while out):
+                    # the view shows it in service now, probed again once the change settled
+                    asyncio.get_running_loop().call_later(settle, self._wake_card, card.id)
+                else:
+                    self._wake[card.id].set()       # a path not known good: probed at once
         self._applied_at = self._clock()
         if decision.detail:
             log.warning("%s", decision.detail)
