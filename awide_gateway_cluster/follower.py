@@ -122,22 +122,23 @@ def rebase(state: FollowState, epoch: int) -> FollowState:
                    history_resets=state.history_resets + 1, last_progress=None)
 
 
-def step(state: FollowState, answer: Answer, now: float, *,
-         cluster: str) -> tuple[FollowState, FollowStep]:
+def step(state: FollowState, answer: Answer, now: float, *, cluster: str,
+         memo: regdoc.CardMemo | None = None) -> tuple[FollowState, FollowStep]:
     """Fold one poll's answer (or its error), one watch event or one progress notification
-    into the follow state."""
+    into the follow state. ``memo``: the reader's card memo (``registry.CardMemo``), which
+    changes no outcome, only what the decode costs."""
     if isinstance(answer, WatchEvent):
-        new, taken = _event(state, answer, cluster)
+        new, taken = _event(state, answer, cluster, memo)
     elif isinstance(answer, Progress):
         new, taken = _progress(state, answer, now)
     else:
-        new, taken = _poll(state, answer, now, cluster)
+        new, taken = _poll(state, answer, now, cluster, memo)
     return new, replace(taken, problem_before=state.problem,
                         replaced=state.registry if taken.outcome == "applied" else None)
 
 
 def _poll(state: FollowState, answer: RangeResult | BaseException, now: float,
-          cluster: str) -> tuple[FollowState, FollowStep]:
+          cluster: str, memo: regdoc.CardMemo | None) -> tuple[FollowState, FollowStep]:
     polls = state.polls + 1
     if isinstance(answer, ValueTooLarge) and answer.mod_revision:
         if answer.mod_revision <= state.seen_revision:     # already refused (or older)
@@ -159,10 +160,11 @@ def _poll(state: FollowState, answer: RangeResult | BaseException, now: float,
                                   known_revision=max(state.known_revision, answer.revision)))
     base = replace(state, polls=polls, last_ok=now, failures=0,
                    known_revision=max(state.known_revision, answer.revision))
-    return _look(base, answer.kvs[0], cluster)
+    return _look(base, answer.kvs[0], cluster, memo)
 
 
-def _event(state: FollowState, event: WatchEvent, cluster: str) -> tuple[FollowState, FollowStep]:
+def _event(state: FollowState, event: WatchEvent, cluster: str,
+           memo: regdoc.CardMemo | None) -> tuple[FollowState, FollowStep]:
     """A watch event: its value is looked at like a polled one; no read, no ``last_ok``."""
     kv = event.kv
     base = replace(state, events=state.events + 1,
@@ -174,7 +176,7 @@ def _event(state: FollowState, event: WatchEvent, cluster: str) -> tuple[FollowS
                "good")
         return (replace(base, seen_revision=kv.mod_revision, problem=why),
                 FollowStep("failed", detail=why))
-    new, taken = _look(base, kv, cluster)
+    new, taken = _look(base, kv, cluster, memo)
     if taken.outcome == "unchanged" or (taken.outcome == "applied" and state.failures):
         # only a poll proves the view fresh: while polls fail the stale flag stays
         new = replace(new, problem=state.problem)
@@ -197,7 +199,8 @@ def _unchanged(state: FollowState) -> tuple[FollowState, FollowStep]:
     return fresh, FollowStep("unchanged")
 
 
-def _look(base: FollowState, kv: KeyValue, cluster: str) -> tuple[FollowState, FollowStep]:
+def _look(base: FollowState, kv: KeyValue, cluster: str,
+          memo: regdoc.CardMemo | None) -> tuple[FollowState, FollowStep]:
     """The one check of a registry document, polled or watched."""
     if kv.mod_revision <= base.seen_revision:
         # already looked at (applied or refused) or older: a lagging member, an overtaken poll
@@ -207,7 +210,7 @@ def _look(base: FollowState, kv: KeyValue, cluster: str) -> tuple[FollowState, F
     if len(kv.value) > bounds.REGISTRY_MAX_BYTES:
         return _reject(base, f"registry refused: value over {bounds.REGISTRY_MAX_BYTES} bytes")
     try:
-        reg = regdoc.decode(kv.value)
+        reg = regdoc.decode(kv.value, memo=memo)
         if reg.cluster != cluster:
             raise RegistryError(f"registry names cluster {reg.cluster!r}, this gateway is in "
                                 f"{cluster!r}")
@@ -259,6 +262,7 @@ class Follower:
         self.clock = clock
         self.linearizable_every = linearizable_every
         self.state = FollowState()
+        self.memo = regdoc.CardMemo()   # the last registry's card entries, by their content
         self.turns = 0                  # turns so far (polls made and polls left out)
         self.skipped = 0                # of which left out
         self._confirming = False        # a linearizable poll failed: the next ones are too
@@ -312,14 +316,16 @@ class Follower:
             # adopted during this poll (asked again in the new history): its answer is of the
             # new history, the revisions remembered are not
             self.state = rebase(self.state, self.store.timeline_epoch)
-        self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster)
+        self.state, taken = step(self.state, answer, self.clock(), cluster=self.cluster,
+                                 memo=self.memo)
         self._confirming = not serializable and isinstance(answer, BaseException) and not (
             isinstance(answer, ValueTooLarge) and answer.mod_revision)
         return taken
 
     def observe(self, event: WatchEvent) -> FollowStep:
         """Fold one watch event on ``registry`` (no I/O)."""
-        self.state, taken = step(self.state, event, self.clock(), cluster=self.cluster)
+        self.state, taken = step(self.state, event, self.clock(), cluster=self.cluster,
+                                 memo=self.memo)
         return taken
 
     def staleness(self) -> float | None:

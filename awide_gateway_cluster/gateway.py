@@ -60,6 +60,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awide_gateway_cluster")
 
+# the quiet time after a registry change is applied, as a share of the poll interval: the
+# gateway's own etcd writes caused by the change (the ``gateways/<id>`` rewrite with the new
+# generation) wait until it has passed, and so does the probe of a card the change put back in
+# service. Right after a change every gateway of the cluster applies it at the same moment and
+# etcd fans its event out to all of them: a write there slows the others' apply, later it costs
+# the same and slows nothing (docs/decisions.md, "Quiet after a change").
+SETTLE = 0.25
+
 # a turn's serializable poll is left out when a progress notification of the watch proved the
 # view fresh within this many poll intervals (etcd notifies every second at the deploy default;
 # the half interval more absorbs the drift between its timer and the poll's phase)
@@ -134,6 +142,8 @@ class ClusterGateway:
         self._history_resets = 0
         self._history_note = ""
         self._last_loop_error = ""
+        self._applied_at: float | None = None     # clock time the last registry was applied
+        self._held = False                        # the last tick held the record back
         self._started = False
         self._poll_now = asyncio.Event()
         self._follower: Follower | None = None
@@ -392,15 +402,28 @@ class ClusterGateway:
         for cid, card in old_cards.items():
             if reg.card(cid) is None:
                 self._forget(card, reg)
+        settle = SETTLE * self._interval
         for card in reg.cards:
             self._ensure_worker(card)
             prev = old_cards.get(card.id)
             if prev is not None and prev.state != "in" and card.state == "in":
-                self._wake[card.id].set()
+                local = self._local.get(card.id)
+                if local is not None and not vw.why_out(card, local, True, ""):
+                    # its path was good at the last round (probed every round while out):
+                    # the view shows it in service now, probed again once the change settled
+                    asyncio.get_running_loop().call_later(settle, self._wake_card, card.id)
+                else:
+                    self._wake[card.id].set()       # a path not known good: probed at once
+        self._applied_at = self._clock()
         if decision.detail:
             log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
         self._rebuild()
+
+    def _wake_card(self, card_id: str) -> None:
+        wake = self._wake.get(card_id)
+        if wake is not None:
+            wake.set()
 
     def _forget(self, card: CardEntry, reg: Registry) -> None:
         task = self._workers.pop(card.id, None)
@@ -527,9 +550,16 @@ class ClusterGateway:
             fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
             version=__version__, stale=bool(self._follower.state.problem),
         )
+        now = self._clock()
+        # a record changed by a registry applied less than SETTLE ago waits for the next tick
+        # (the keepalive does not), never two ticks in a row: written within a poll interval
+        # and SETTLE of the apply, within two intervals however often the registry changes
+        hold = (not self._held and self._applied_at is not None
+                and now - self._applied_at < SETTLE * self._interval)
+        self._held = hold
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._call * 3.5):
-                await self._registration.tick(record, self._clock())
+                await self._registration.tick(record, now, hold=hold)
 
     # ------------------------------------------------------------------ cards
 

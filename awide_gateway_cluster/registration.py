@@ -64,11 +64,13 @@ class Registration:
         self._last_keepalive = 0.0
         self.failures = 0
 
-    async def tick(self, record: GatewayRecord, now: float) -> None:
-        """One refresh; a lease found gone is granted again and the record written at once."""
+    async def tick(self, record: GatewayRecord, now: float, *, hold: bool = False) -> None:
+        """One refresh; a lease found gone is granted again and the record written at once.
+        ``hold``: a changed record waits for a later tick, unless none is written on the
+        current lease (the key must exist)."""
         for _ in range(2):
             try:
-                await self._tick(record, now)
+                await self._tick(record, now, hold)
                 return
             except LeaseExpired:
                 log.warning("lease of %s expired: registering again", self.key)
@@ -79,7 +81,7 @@ class Registration:
                 log.debug("registration of %s not refreshed: %s", self.key, e)
                 return
 
-    async def _tick(self, record: GatewayRecord, now: float) -> None:
+    async def _tick(self, record: GatewayRecord, now: float, hold: bool) -> None:
         s = self.store
         if self.lease is None:
             lease = await s.grant(self.ttl, timeout=self.call_timeout)
@@ -87,7 +89,7 @@ class Registration:
         elif now - self._last_keepalive >= self.ttl / 3:
             await s.keepalive(self.lease, timeout=self.call_timeout)
             self._last_keepalive = now
-        if record != self._written:
+        if record != self._written and not (hold and self._written is not None):
             await s.put(self.key, record.encode(), lease=self.lease,
                         timeout=self.call_timeout)
             self._written = record

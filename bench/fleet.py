@@ -8,8 +8,11 @@ Each gateway has its own store (own connections), registration, card workers and
 ``watch``, its own registry watch: the library exactly as a gateway process runs it. Lines:
 ``ready`` once every gateway applied a registry with ``expect_in`` cards in service; then one
 ``applied`` line per (gateway, generation) at the moment the gateway published that generation's
-first change event (``t`` is ``time.monotonic()``, comparable across processes). EOF on stdin
-stops every gateway.
+first change event (``t`` is ``time.monotonic()``, comparable across processes), sent in one
+``applied_batch`` line per generation (a list of such lines, the times taken when each gateway
+published): the reporting is the bench's, not the gateways', so it costs one write once this
+process's gateways all applied it (or ``BATCH_BOUND`` after the first did), not one per gateway
+in the middle of their reaction. EOF on stdin stops every gateway.
 """
 
 from __future__ import annotations
@@ -46,12 +49,39 @@ def gateway_config(spec: dict[str, Any], i: int) -> Any:
     })
 
 
-async def follow(i: int, gw: ClusterGateway) -> None:
+# a generation's batch is sent at the latest this long after the first of its gateways applied
+# it (one that never applies it must not hold back the others' report)
+BATCH_BOUND = 0.25
+
+
+class Applied:
+    """The gateways' publish times, per generation, sent as one line per generation."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pending: dict[int, list[dict[str, Any]]] = {}
+
+    def add(self, gw: int, gen: int, t: float) -> None:
+        batch = self.pending.get(gen)
+        if batch is None:
+            batch = self.pending[gen] = []
+            asyncio.get_running_loop().call_later(BATCH_BOUND, self.flush, gen)
+        batch.append({"kind": "applied", "gw": gw, "gen": gen, "t": t})
+        if len(batch) >= self.count:
+            self.flush(gen)
+
+    def flush(self, gen: int) -> None:
+        batch = self.pending.pop(gen, None)
+        if batch:
+            emit("applied_batch", applied=batch)
+
+
+async def follow(i: int, gw: ClusterGateway, applied: Applied) -> None:
     seen = gw.snapshot().generation
     async for ev in gw.subscribe(maxsize=10000):
         if ev.generation > seen:
             seen = ev.generation
-            emit("applied", gw=i, gen=ev.generation, t=time.monotonic())
+            applied.add(i, ev.generation, time.monotonic())
 
 
 class LoopLag:
@@ -99,7 +129,8 @@ async def main(spec: dict[str, Any]) -> None:
             break
         await asyncio.sleep(0.05)
     ready = sum(len(g.snapshot().in_service) >= expect_in for g in gws)
-    followers = [asyncio.create_task(follow(first + k, g)) for k, g in enumerate(gws)]
+    applied = Applied(count)
+    followers = [asyncio.create_task(follow(first + k, g, applied)) for k, g in enumerate(gws)]
     lag = LoopLag()
     emit("ready", ready=ready, count=count, start_s=round(time.monotonic() - t0, 3),
          generations=sorted({g.snapshot().generation for g in gws}))

@@ -41,7 +41,8 @@ class Worker:
         self._err = open(log_dir / f"{name}.stderr", "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, cwd=str(REPO), env=bench_python_env())
-        # lines of every kind but "applied" (those go to ``sink`` when one is given)
+        # lines of every kind but "applied" (those go to ``sink`` when one is given; an
+        # "applied_batch" line goes there as the "applied" lines it holds)
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.sink = sink
         self._reader = threading.Thread(target=self._read, name=f"bench-{name}", daemon=True)
@@ -60,6 +61,9 @@ class Worker:
                 continue
             if self.sink is not None and msg.get("kind") == "applied":
                 self.sink.put(msg)
+            elif self.sink is not None and msg.get("kind") == "applied_batch":
+                for one in msg.get("applied") or ():
+                    self.sink.put(one)
             else:
                 self.lines.put(msg)
         self.lines.put(None)

@@ -254,11 +254,25 @@ def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
     """The document in ``raw`` (a registry or a host report) checked by its wire ``model``:
     bounded JSON, the schema this reader knows (else ``unknown``), every field; ``error``
     names the key and the field at fault."""
+    data = loaded(raw, schema_version=schema_version, error=error, unknown=unknown,
+                  limits=limits, key=key)
+    return checked(model, data, error=error, key=key)
+
+
+def loaded(raw: bytes | str, *, schema_version: int, error: type[u.BadValue],
+           unknown: type[u.BadValue], limits: u.Limits, key: str) -> dict[str, Any]:
+    """``validated``'s first half: the bounded JSON object of the schema this reader knows."""
     data = u.load(raw, error=error, limits=limits, key=key)
     schema = data.get("schema")
     if type(schema) is not int or schema != schema_version:
         raise unknown(f"schema {u.shown(schema)} is not known to this "
                       f"reader (knows {schema_version})", key=key)
+    return data
+
+
+def checked(model: type[Doc], data: dict[str, Any], *, error: type[u.BadValue],
+            key: str) -> Doc:
+    """``validated``'s second half: every field of ``data`` checked by ``model``."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -274,24 +288,43 @@ def card_target(doc: _TargetDoc | None, index: int, *, error: type[u.BadValue],
         raise error(f"field cards[{index}].target: {e}", key=key) from None
 
 
-def decode(raw: bytes | str, *, key: str = keys.REGISTRY) -> Registry:
+def decode(raw: bytes | str, *, key: str = keys.REGISTRY,
+           memo: CardMemo | None = None) -> Registry:
     """Parse and check a registry document read at ``key``.
 
     Raises RegistryError (UnknownSchema for a schema this reader does not know) naming the
-    key and what is wrong, and nothing else, whatever ``raw`` holds."""
-    doc = validated(_RegistryDoc, raw, schema_version=SCHEMA_VERSION, error=RegistryError,
-                    unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key)
-    cards = []
-    for i, c in enumerate(doc.cards):
-        target = card_target(c.target, i, error=RegistryError, key=key)
-        if c.kind == "nvme" and target is None:
-            raise RegistryError(f"field cards[{i}].target: an nvme card needs a target", key=key)
-        cards.append(CardEntry(
-            id=c.id, serial=c.serial, model=c.model, identity=c.identity, host=c.host,
-            name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
-            admitted=c.admitted, changed_generation=c.changed_generation,
-            changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
-        ))
+    key and what is wrong, and nothing else, whatever ``raw`` holds. ``memo``: the card
+    entries of the last document this reader decoded (``CardMemo``); the result, or the
+    error, is the same with it or without it."""
+    data = loaded(raw, schema_version=SCHEMA_VERSION, error=RegistryError,
+                  unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key)
+    if memo is not None:
+        reg = memo.decode(data, key)
+        if reg is not None:
+            return reg
+    doc = checked(_RegistryDoc, data, error=RegistryError, key=key)
+    cards = [_entry(c, i, key) for i, c in enumerate(doc.cards)]
+    reg = _registry(doc, cards, key)
+    if memo is not None:
+        memo.remember(data["cards"], cards)
+    return reg
+
+
+def _entry(c: _CardDoc, index: int, key: str) -> CardEntry:
+    target = card_target(c.target, index, error=RegistryError, key=key)
+    if c.kind == "nvme" and target is None:
+        raise RegistryError(f"field cards[{index}].target: an nvme card needs a target",
+                            key=key)
+    return CardEntry(
+        id=c.id, serial=c.serial, model=c.model, identity=c.identity, host=c.host,
+        name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
+        admitted=c.admitted, changed_generation=c.changed_generation,
+        changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
+    )
+
+
+def _registry(doc: _RegistryDoc | _RegistryHead, cards: list[CardEntry], key: str) -> Registry:
+    """The document's registry from its checked fields and its cards' entries (in order)."""
     ids = [c.id for c in cards]
     if len(set(ids)) != len(ids):
         raise RegistryError("field cards: the same card id appears twice", key=key)
@@ -311,6 +344,99 @@ def decode(raw: bytes | str, *, key: str = keys.REGISTRY) -> Registry:
         cards=tuple(cards), slots=table, written_at=doc.written_at, schema=doc.schema_,
         slot_algorithm=doc.slot_algorithm, lineage=doc.lineage, hosts=tuple(doc.hosts),
     )
+
+
+class _RegistryHead(_Strict):
+    """``_RegistryDoc`` with its cards left unchecked (``CardMemo`` checks them one by one)."""
+
+    schema_: int = Field(alias="schema")
+    cluster: Name
+    generation: int = Field(ge=0, le=MAX_GENERATION)
+    leader: Name
+    written_at: _Time = ""
+    slot_algorithm: int = Field(ge=1)
+    cards: list[Any] = Field(max_length=u.REGISTRY_CARDS_MAX)
+    slots: list[Name | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
+    unplaced: list[_UnplacedDoc] = Field(default=[], max_length=u.REGISTRY_CARDS_MAX)
+    lineage: Name | Literal[""] = ""
+    hosts: list[Name] = Field(default=[], max_length=256)
+
+
+def _content(value: Any) -> Any:
+    """A parsed JSON value as a hashable key of its exact content, types included (``1``,
+    ``1.0`` and ``true`` are equal in Python, not here)."""
+    kind = value.__class__
+    if kind is dict:
+        return (dict, tuple([(k, _content(v)) for k, v in value.items()]))
+    if kind is list:
+        return (list, tuple([_content(v) for v in value]))
+    return (kind, value)
+
+
+def _card_key(value: Any) -> Any:
+    """The key of one card entry as parsed: its field names in order, each value and the
+    value's type (a flat entry, the usual one: three tuples; else its nested ``_content``)."""
+    if value.__class__ is not dict:
+        return None
+    values = tuple(value.values())
+    kinds = tuple(map(type, values))
+    if dict in kinds or list in kinds:
+        return _content(value)
+    return (tuple(value), values, kinds)
+
+
+class CardMemo:
+    """One reader's card entries of the last registry it decoded, by the exact parsed content
+    of each entry (field names in order, values and their JSON types): a registry change
+    touches a card or two, and an entry whose content is the same as in the last document is
+    not checked again, since the check of an entry depends on its content only (the same
+    content gives the same ``CardEntry``, or the same refusal). The rest of the document is
+    checked every time, and a document that fails any check is decoded again without the
+    memo, so its error names the same field as it would without it. At most one document's
+    cards are kept (``REGISTRY_CARDS_MAX``)."""
+
+    def __init__(self) -> None:
+        self._cards: dict[Any, CardEntry] = {}
+        self.hits = 0
+
+    def decode(self, data: dict[str, Any], key: str) -> Registry | None:
+        """The registry of ``data`` (the loaded document of the known schema) using the
+        memo; None when any check fails (the caller decodes it without the memo)."""
+        try:
+            head = _RegistryHead.model_validate(data)
+        except ValidationError:
+            return None
+        keys_: list[Any] = []
+        cards: list[CardEntry] = []
+        hits = 0
+        try:
+            for i, raw in enumerate(head.cards):
+                k = _card_key(raw)
+                entry = self._cards.get(k) if k is not None else None
+                if entry is None:
+                    entry = _entry(_CardDoc.model_validate(raw), i, key)
+                else:
+                    hits += 1
+                keys_.append(k)
+                cards.append(entry)
+            reg = _registry(head, cards, key)
+        except (ValidationError, RegistryError, TypeError):
+            return None             # TypeError: an unhashable key (a card the check refuses)
+        self._cards = {k: c for k, c in zip(keys_, cards, strict=True) if k is not None}
+        self.hits += hits
+        return reg
+
+    def remember(self, raws: list[Any], cards: list[CardEntry]) -> None:
+        """The entries of a document decoded without the memo (its cards, in order)."""
+        memo: dict[Any, CardEntry] = {}
+        try:
+            for raw, card in zip(raws, cards, strict=True):
+                k = _card_key(raw)
+                if k is not None:
+                    memo[k] = card
+        except TypeError:
+            return
+        self._cards = memo
 
 
 def to_dict(reg: Registry) -> dict[str, Any]:

@@ -93,3 +93,29 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     assert units["baseline"] > 0 and len(units["extra"]["per_turn_ms"]) == units["runs"]
     # the table went to stdout, one line per row
     assert all(r["name"] in done.stdout for r in rows)
+
+
+async def test_fleet_reports_a_generation_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fleet process sends a generation's applies once all its gateways applied it, each
+    with the time it was taken; a gateway that never applies it does not hold the rest back
+    beyond ``BATCH_BOUND``."""
+    import asyncio
+
+    from bench.fleet import BATCH_BOUND, Applied
+
+    applied = Applied(2)
+    applied.add(0, 5, 1.25)
+    assert capsys.readouterr().out == ""
+    applied.add(1, 5, 1.5)
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x) for x in lines] == [{"kind": "applied_batch", "applied": [
+        {"kind": "applied", "gw": 0, "gen": 5, "t": 1.25},
+        {"kind": "applied", "gw": 1, "gen": 5, "t": 1.5}]}]
+    applied.add(1, 6, 2.0)                      # gateway 0 never applies generation 6
+    out = ""
+    async with asyncio.timeout(BATCH_BOUND * 20):
+        while not out:
+            await asyncio.sleep(0.01)
+            out = capsys.readouterr().out
+    got = [json.loads(x) for x in out.splitlines()]
+    assert [a["gw"] for a in got[0]["applied"]] == [1]

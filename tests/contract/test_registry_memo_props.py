@@ -1,0 +1,115 @@
+"""The registry decoder's card memo (contract/registry.py ``CardMemo``): one reader decodes a
+stream of documents, valid and hostile, with the memo and without it, and gets the same
+registry or the same error every time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract.registry import CardMemo, RegistryError
+
+from .strategies import registries
+
+# values a hostile writer may put in a card field: other JSON types, the same number as
+# another type (1, 1.0 and true are equal in Python), texts a reader refuses
+odd_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(-3, 3, allow_nan=False),
+    st.sampled_from(["", "in", "x\u0007", "a" * 300, "nvme", "dir"]),
+    st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.sampled_from(["a", "b"]),
+                                                             st.integers(0, 2), max_size=2))
+
+
+def outcome(raw: bytes, memo: CardMemo | None) -> tuple[str, Any]:
+    try:
+        reg = regdoc.decode(raw, memo=memo)
+    except RegistryError as e:
+        return "refused", (type(e).__name__, str(e), e.problem)
+    # repr tells 1 from true and 1.0, which == does not
+    return "decoded", (reg, repr(reg), [repr(c) for c in reg.cards])
+
+
+@st.composite
+def mutated(draw, doc: dict[str, Any]) -> bytes:
+    """``doc`` as written, or changed the way a hostile or broken writer might."""
+    how = draw(st.sampled_from(["same", "card_field", "card_retype", "card_extra",
+                                "card_drop", "card_dup", "bytes", "slots", "top"]))
+    cards = doc["cards"]
+    if how == "card_field" and cards:
+        card = draw(st.sampled_from(cards))
+        field = draw(st.sampled_from(sorted(card)))
+        card[field] = draw(odd_values)
+    elif how == "card_retype" and cards:
+        # the same number as another type: equal in Python, refused by the decoder
+        card = draw(st.sampled_from(cards))
+        field = draw(st.sampled_from(["admitted", "changed_generation"]))
+        card[field] = draw(st.sampled_from([float(card[field])] + (
+            [bool(card[field])] if card[field] in (0, 1) else [])))
+    elif how == "card_extra" and cards:
+        draw(st.sampled_from(cards))["extra"] = draw(odd_values)
+    elif how == "card_drop" and cards:
+        card = draw(st.sampled_from(cards))
+        del card[draw(st.sampled_from(sorted(card)))]
+    elif how == "card_dup" and cards:
+        cards.append(dict(draw(st.sampled_from(cards))))
+    elif how == "slots":
+        doc["slots"] = draw(st.one_of(st.just(doc["slots"][:-1]),
+                                      st.lists(st.one_of(st.none(), st.just("c0")),
+                                               min_size=8, max_size=8)))
+    elif how == "top":
+        doc[draw(st.sampled_from(["generation", "cluster", "cards", "hosts", "lineage"]))] = \
+            draw(odd_values)
+    raw = bytearray(json.dumps(doc).encode())
+    if how == "bytes":
+        for _ in range(draw(st.integers(1, 3))):
+            raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(registries(max_cards=4), min_size=1, max_size=3), st.data())
+def test_memo_gives_what_the_decoder_gives(regs, data) -> None:
+    """A stream of documents whose cards repeat (each registry is sent several times, changed
+    or not): with a memo kept across the stream, each outcome is the one without it."""
+    memo = CardMemo()
+    for _ in range(data.draw(st.integers(2, 6))):
+        doc = json.loads(regdoc.encode(data.draw(st.sampled_from(regs))))
+        raw = data.draw(mutated(doc))
+        assert outcome(raw, memo) == outcome(raw, None)
+
+
+@given(registries(max_cards=3))
+def test_unchanged_cards_come_from_the_memo(r) -> None:
+    memo = CardMemo()
+    raw = regdoc.encode(r)
+    assert regdoc.decode(raw, memo=memo) == r
+    assert regdoc.decode(raw, memo=memo) == r
+    assert memo.hits == len(r.cards)
+
+
+@pytest.mark.parametrize("value", [True, 1.0, "1"])
+def test_same_number_of_another_type_is_refused(value) -> None:
+    """A card whose ``admitted`` is 1 is in the memo; the same card with ``true``, ``1.0`` or
+    ``"1"`` (equal, or equal once converted) is still refused by name."""
+    r = regdoc.decode(regdoc.encode(_one_card_registry()))
+    memo = CardMemo()
+    doc = json.loads(regdoc.encode(r))
+    doc["cards"][0]["admitted"] = 1
+    assert regdoc.decode(json.dumps(doc), memo=memo).cards[0].admitted == 1
+    doc["cards"][0]["admitted"] = value
+    with pytest.raises(RegistryError, match=r"cards\[0\]\.admitted"):
+        regdoc.decode(json.dumps(doc), memo=memo)
+
+
+def _one_card_registry() -> regdoc.Registry:
+    card = regdoc.CardEntry(
+        id=regdoc.card_id("SN1", "M", "u1"), serial="SN1", model="M", identity="u1",
+        host="h1", name="card0", kind="dir", state="in", health="ok", reason="", admitted=1,
+        changed_generation=1, path="/srv/cards/a")
+    reg = regdoc.Registry(cluster="c1", generation=3, leader="h1", cards=(card,))
+    return regdoc.with_slots(reg)
