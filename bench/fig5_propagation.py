@@ -43,6 +43,24 @@ from bench.proc import Worker, WorkerError, close_all
 POLL = 1.0
 
 
+def start_fleet(ctx: Context, endpoints: tuple[str, ...], cluster: str, cards: int,
+                sink: queue.Queue[dict[str, Any] | None], *, gateways: int, procs: int,
+                watch: bool, shared_worker: bool, name: str) -> list[Worker]:
+    """``gateways`` gateways (``bench.fleet``) split over ``procs`` child processes; the
+    caller closes them."""
+    per = [gateways // procs + (1 if k < gateways % procs else 0) for k in range(procs)]
+    workers: list[Worker] = []
+    first = 0
+    for k, n in enumerate(per):
+        spec = {"endpoints": list(endpoints), "cluster": cluster, "count": n,
+                "first": first, "watch": watch, "poll_interval": POLL,
+                "call_timeout": 0.5, "expect_in": cards, "shared_worker": shared_worker}
+        workers.append(Worker("bench.fleet", spec, log_dir=ctx.work / "logs",
+                              name=f"{name}{k}", sink=sink))
+        first += n
+    return workers
+
+
 async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool,
                         gateways: int, procs: int, rounds: int,
                         shared_worker: bool = False) -> dict[str, Any]:
@@ -52,18 +70,11 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
     writer = RegistryWriter(store, cluster, cards)
     await writer.publish()
     sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    per = [gateways // procs + (1 if k < gateways % procs else 0) for k in range(procs)]
     workers: list[Worker] = []
     try:
-        first = 0
-        for k, n in enumerate(per):
-            spec = {"endpoints": list(endpoints), "cluster": cluster, "count": n,
-                    "first": first, "watch": watch, "poll_interval": POLL,
-                    "call_timeout": 0.5, "expect_in": len(cards),
-                    "shared_worker": shared_worker}
-            workers.append(Worker("bench.fleet", spec, log_dir=ctx.work / "logs",
-                                  name=f"fleet5-{'w' if watch else 'p'}{k}", sink=sink))
-            first += n
+        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
+                              procs=procs, watch=watch, shared_worker=shared_worker,
+                              name=f"fleet5-{'w' if watch else 'p'}")
         t0 = time.monotonic()
         readies = [w.expect("ready", 120.0) for w in workers]
         ready = sum(r["ready"] for r in readies)

@@ -38,6 +38,7 @@ from bench.common import (
     store_for,
     summary,
 )
+from bench.fig5_propagation import start_fleet
 from bench.proc import Worker, close_all
 
 EDGES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.2, 0.4, 0.7, 1.0)
@@ -77,17 +78,10 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
     writer = RegistryWriter(store, cluster, cards)
     await writer.publish()
     sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    per = [gateways // procs + (1 if k < gateways % procs else 0) for k in range(procs)]
     workers: list[Worker] = []
     try:
-        first = 0
-        for k, n in enumerate(per):
-            spec = {"endpoints": list(endpoints), "cluster": cluster, "count": n,
-                    "first": first, "watch": True, "poll_interval": 1.0, "call_timeout": 0.5,
-                    "expect_in": len(cards), "shared_worker": True}
-            workers.append(Worker("bench.fleet", spec, log_dir=ctx.work / "logs",
-                                  name=f"fleet5t{k}", sink=sink))
-            first += n
+        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
+                              procs=procs, watch=True, shared_worker=True, name="fleet5t")
         for w in workers:
             w.expect("ready", 120.0)
         await asyncio.sleep(2.0)

@@ -224,18 +224,26 @@ class _UnplacedDoc(_Strict):
     reason: _Unplaced
 
 
-class _RegistryDoc(_Strict):
+class _RegistryHead(_Strict):
+    """``_RegistryDoc`` with its cards left unchecked (``CardMemo`` checks them one by one)."""
+
     schema_: int = Field(alias="schema")
     cluster: Name
     generation: int = Field(ge=0, le=MAX_GENERATION)
     leader: Name
     written_at: _Time = ""
     slot_algorithm: int = Field(ge=1)
-    cards: list[_CardDoc] = Field(max_length=u.REGISTRY_CARDS_MAX)
+    cards: list[Any] = Field(max_length=u.REGISTRY_CARDS_MAX)
     slots: list[Name | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
     unplaced: list[_UnplacedDoc] = Field(default=[], max_length=u.REGISTRY_CARDS_MAX)
     lineage: Name | Literal[""] = ""
     hosts: list[Name] = Field(default=[], max_length=256)
+
+
+class _RegistryDoc(_RegistryHead):
+    """The whole document, its cards checked (the field keeps its place among the others)."""
+
+    cards: list[_CardDoc] = Field(max_length=u.REGISTRY_CARDS_MAX)
 
 
 def where(err: ValidationError) -> str:
@@ -344,22 +352,6 @@ def _registry(doc: _RegistryDoc | _RegistryHead, cards: list[CardEntry], key: st
         cards=tuple(cards), slots=table, written_at=doc.written_at, schema=doc.schema_,
         slot_algorithm=doc.slot_algorithm, lineage=doc.lineage, hosts=tuple(doc.hosts),
     )
-
-
-class _RegistryHead(_Strict):
-    """``_RegistryDoc`` with its cards left unchecked (``CardMemo`` checks them one by one)."""
-
-    schema_: int = Field(alias="schema")
-    cluster: Name
-    generation: int = Field(ge=0, le=MAX_GENERATION)
-    leader: Name
-    written_at: _Time = ""
-    slot_algorithm: int = Field(ge=1)
-    cards: list[Any] = Field(max_length=u.REGISTRY_CARDS_MAX)
-    slots: list[Name | None] = Field(min_length=slotfn.SLOT_COUNT, max_length=slotfn.SLOT_COUNT)
-    unplaced: list[_UnplacedDoc] = Field(default=[], max_length=u.REGISTRY_CARDS_MAX)
-    lineage: Name | Literal[""] = ""
-    hosts: list[Name] = Field(default=[], max_length=256)
 
 
 def _content(value: Any) -> Any:
