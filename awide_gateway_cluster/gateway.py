@@ -69,8 +69,9 @@ log = logging.getLogger("awide_gateway_cluster")
 SETTLE = 0.25
 
 # a turn's serializable poll is left out when a progress notification of the watch proved the
-# view fresh within this many poll intervals (etcd notifies every second at the deploy default;
-# the half interval more absorbs the drift between its timer and the poll's phase)
+# view fresh within this many poll intervals; it is also the bound of what a notification may
+# hide. The deploy's members notify every 1.4 s (config.daemon.ETCD_PROGRESS_NOTIFY), under
+# this window at the default 1 s poll, so a notification stands in for every serializable poll
 PROOF_WINDOW = 1.5
 
 
