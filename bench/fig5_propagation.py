@@ -43,6 +43,15 @@ from bench.proc import Worker, WorkerError, close_all
 POLL = 1.0
 
 
+async def published(ctx: Context, endpoints: tuple[str, ...], cluster: str) -> RegistryWriter:
+    """The bench as the leader: 8 directory cards' registry published; its store is the
+    writer's (the caller closes it)."""
+    writer = RegistryWriter(store_for(endpoints, cluster),
+                            cluster, make_dir_cards(ctx.work / "cards5", 8))
+    await writer.publish()
+    return writer
+
+
 def start_fleet(ctx: Context, endpoints: tuple[str, ...], cluster: str, cards: int,
                 sink: queue.Queue[dict[str, Any] | None], *, gateways: int, procs: int,
                 watch: bool, shared_worker: bool, name: str) -> list[Worker]:
@@ -65,10 +74,8 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
                         gateways: int, procs: int, rounds: int,
                         shared_worker: bool = False) -> dict[str, Any]:
     cluster = f"p5{'w' if watch else 'p'}{uuid.uuid4().hex[:6]}"
-    store = store_for(endpoints, cluster)
-    cards = make_dir_cards(ctx.work / "cards5", 8)
-    writer = RegistryWriter(store, cluster, cards)
-    await writer.publish()
+    writer = await published(ctx, endpoints, cluster)
+    store, cards = writer.store, writer.cards
     sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
     workers: list[Worker] = []
     try:

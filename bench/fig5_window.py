@@ -30,15 +30,12 @@ from typing import Any
 
 from bench.common import (
     Context,
-    RegistryWriter,
     etcd_pids,
     find_bench_etcd,
-    make_dir_cards,
     start_etcd,
-    store_for,
     summary,
 )
-from bench.fig5_propagation import start_fleet
+from bench.fig5_propagation import published, start_fleet
 from bench.proc import Worker, close_all
 
 EDGES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.2, 0.4, 0.7, 1.0)
@@ -73,10 +70,8 @@ def at(samples: list[tuple[float, int, int]], t: float, i: int) -> float:
 async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds: int,
               gateways: int, procs: int) -> None:
     cluster = f"p5t{uuid.uuid4().hex[:6]}"
-    store = store_for(endpoints, cluster)
-    cards = make_dir_cards(ctx.work / "cards5", 8)
-    writer = RegistryWriter(store, cluster, cards)
-    await writer.publish()
+    writer = await published(ctx, endpoints, cluster)
+    store, cards = writer.store, writer.cards
     sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
     workers: list[Worker] = []
     try:
