@@ -322,7 +322,7 @@ class Follower:
             isinstance(answer, ValueTooLarge) and answer.mod_revision)
         return taken
 
-    def observe(self, event: WatchEvent) -> FollowStep:
+    def on_event(self, event: WatchEvent) -> FollowStep:
         """Fold one watch event on ``registry`` (no I/O)."""
         self.state, taken = step(self.state, event, self.clock(), cluster=self.cluster,
                                  memo=self.memo)

@@ -499,7 +499,7 @@ class ClusterGateway:
                 self._take(self._follower.progress(batch.revision))
             for event in batch.events:
                 if event.kv.key == keys.REGISTRY:
-                    self._take(self._follower.observe(event))
+                    self._take(self._follower.on_event(event))
 
     # ------------------------------------------------------------------ etcd side
 

@@ -4,11 +4,11 @@
    one call bound). If any read fails the cycle counts nothing ("unreachable is not empty").
 2. ``decide`` (pure).
 3. If the registry content changed, intents were consumed or the history has something new
-   (``daemon/history.py``; a new term is one): one transaction that compares the leader key's
-   create_revision (fencing), the registry's mod_revision as read, and each consumed intent's
-   mod_revision; it puts the registry, the history ring and deletes the intents, so the
-   history and the registry never disagree. A failed compare is never forced: a deposed leader
-   steps down, anything else re-reads next cycle.
+   (``daemon/history_entries.py``; a new term is one): one transaction that compares the
+   leader key's create_revision (fencing), the registry's mod_revision as read, and each
+   consumed intent's mod_revision; it puts the registry, the history ring and deletes the
+   intents, so the history and the registry never disagree. A failed compare is never forced:
+   a deposed leader steps down, anything else re-reads next cycle.
 4. The decision's log lines are logged once the transaction committed.
 
 Write outages (see ``reconcile``): the caller passes ``write_failure`` when this host's report
@@ -34,16 +34,16 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import HISTORY_CORRUPT, clean_text
-from awide_cluster.daemon import history
+from awide_cluster.daemon import history_entries
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
     ACTIONS,
+    ClusterSnapshot,
     Decision,
     Intent,
     LeaderMemory,
     Policy,
-    Snapshot,
     Trigger,
     decide,
 )
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("awide_cluster.leader")
 
 
-class Outcome(enum.Enum):
+class CycleOutcome(enum.Enum):
     WROTE = "wrote"             # transaction committed (registry and/or intents)
     UNCHANGED = "unchanged"     # nothing to write
     SKIPPED = "skipped"         # a read failed or the registry is unreadable: counted nothing
@@ -68,7 +68,7 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    snapshot: Snapshot
+    snapshot: ClusterSnapshot
     registry_rev: int           # mod_revision of the registry as read (0: absent)
     leader_kv: KeyValue | None
     found: str = "ok"           # the registry in etcd: ok, missing, corrupt, unknown_schema
@@ -287,7 +287,7 @@ class LeaderLoop:
         hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
         stored = self._registry_found(reg_kv)
         good_intents, bad_intents = sort_intents(intents)
-        snap = Snapshot(reports=hosts.reports, bad_reports=hosts.bad,
+        snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers)
         return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
@@ -329,7 +329,7 @@ class LeaderLoop:
             return e
 
     async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
-                    occasion: str = "") -> Outcome:
+                    occasion: str = "") -> CycleOutcome:
         """One cycle. ``write_failure``: this host's report write failed in this turn (why).
         ``trigger``: "report" for a cycle run out of turn, because a host report arrived
         between polls or a term was just won (``reconcile``: only the reports that advanced
@@ -340,14 +340,14 @@ class LeaderLoop:
         self._why = f" ({occasion})" if trigger == "report" else ""
         if not ld.is_leader:
             ld.step_down("lease not confirmed within TTL - margin")
-            return Outcome.DEPOSED
+            return CycleOutcome.DEPOSED
         try:
             got = await self.read()
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         ld.observe_key(got.leader_kv)
         if not ld.is_leader:
-            return Outcome.DEPOSED
+            return CycleOutcome.DEPOSED
         if ld.tampered:
             if self.metrics is not None:
                 self.metrics.value_refused("leader_corrupt")
@@ -356,7 +356,7 @@ class LeaderLoop:
             except StoreError as e:
                 log.warning("leader key not rewritten yet: %s", e)
             if not ld.is_leader:
-                return Outcome.DEPOSED
+                return CycleOutcome.DEPOSED
         self._note_refusals(got.snapshot)
         self._take_history(got.history)
         try:
@@ -370,7 +370,7 @@ class LeaderLoop:
             if why.split(": republishing")[0] != self._holding:
                 log.warning("%s%s", why, self._why)
             self._holding = why.split(": republishing")[0]
-            return Outcome.UNCHANGED
+            return CycleOutcome.UNCHANGED
         self.history_reset = False
         self._holding = ""
         if snap.registry is not None and not snap.repair:
@@ -389,7 +389,7 @@ class LeaderLoop:
         self.last_error = ""
         if not d.write and d.registry is not None and self.own is None:
             self.own = d.registry       # adopted as it is: this term's baseline
-        news = history.entries(
+        news = history_entries.entries(
             snap.registry, d.registry, leader=self.policy.leader, lines=d.log,
             intents=snap.intents,
             refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
@@ -397,10 +397,10 @@ class LeaderLoop:
         if not d.write and not d.consumed and not news:
             for line in d.log:
                 log.info("%s%s", line, self._why)
-            return Outcome.UNCHANGED
+            return CycleOutcome.UNCHANGED
         if not ld.is_leader or ld.revision is None:     # the decision took time: check again
             ld.step_down("lease not confirmed within TTL - margin")
-            return Outcome.DEPOSED
+            return CycleOutcome.DEPOSED
         ring = histdoc.append(self.history or histdoc.EMPTY, news,
                               ring=uuid.uuid4().hex[:12]) if news else None
         return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
@@ -419,8 +419,8 @@ class LeaderLoop:
             log.warning("%s; starting a fresh history at the next registry write",
                         stored.problem)
 
-    async def _write(self, d: Decision, snap: Snapshot, got: Read, *,
-                     leader_revision: int, ring: histdoc.History | None = None) -> Outcome:
+    async def _write(self, d: Decision, snap: ClusterSnapshot, got: Read, *,
+                     leader_revision: int, ring: histdoc.History | None = None) -> CycleOutcome:
         """The decision's one fenced transaction, and what its answer means."""
         ld = self.leadership
         reg = d.registry
@@ -441,7 +441,7 @@ class LeaderLoop:
             if self.metrics is not None:
                 self.metrics.registry_write("error")
                 self.metrics.write_refused("registry", refusal_reason(e))
-            return Outcome.ERROR
+            return CycleOutcome.ERROR
         if not res.succeeded:
             self.history = None
             ld.observe_key(first_kv(res))
@@ -449,10 +449,10 @@ class LeaderLoop:
                 self.metrics.registry_write("conflict")
             if not ld.has_key:
                 log.warning("registry write refused by etcd: no longer the leader")
-                return Outcome.DEPOSED
+                return CycleOutcome.DEPOSED
             log.info("registry write refused by etcd: the registry or an intent changed "
                      "since it was read; re-reading next cycle")
-            return Outcome.CONFLICT
+            return CycleOutcome.CONFLICT
         for line in d.log:
             log.info("%s%s", line, self._why)
         if ring is not None:
@@ -469,9 +469,9 @@ class LeaderLoop:
             if self.metrics is not None:
                 self.metrics.registry_write("written")
                 self.metrics.observe_registry(reg)
-        return Outcome.WROTE
+        return CycleOutcome.WROTE
 
-    def _note_refusals(self, snap: Snapshot) -> None:
+    def _note_refusals(self, snap: ClusterSnapshot) -> None:
         """Count every refused value each cycle; log a refusal when its reason changes."""
         now: dict[str, str] = {}
         for host, why in snap.bad_reports.items():
@@ -489,7 +489,7 @@ class LeaderLoop:
                 log.warning("%s: %s", key, line)
         self._refusals = now
 
-    async def _repair_base(self, got: Read) -> Snapshot:
+    async def _repair_base(self, got: Read) -> ClusterSnapshot:
         """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or
         the first one it reads and nothing newer is known) it is the base. Otherwise, corrupt,
         unknown, missing, gone back or not the one this leader wrote, the base is the last good
@@ -558,8 +558,8 @@ class LeaderLoop:
                         "freshness baseline (a report that did not advance counts from the "
                         "next cycle)")
 
-    def _skip(self, why: str) -> Outcome:
+    def _skip(self, why: str) -> CycleOutcome:
         if why != self.last_error:
             log.warning(why)
         self.last_error = why
-        return Outcome.SKIPPED
+        return CycleOutcome.SKIPPED

@@ -20,7 +20,7 @@ read again in the next cycle is not counted twice (``sick_polls`` counts sick re
 Write outages: when the hosts cannot write, every report stops advancing although nothing
 happened to the cards (etcd's NOSPACE alarm, a role that lost write permission, a member that
 answers reads but cannot commit). A cycle is a *write outage* when this leader's own writes
-failed (``Snapshot.write_failure``: its host report in this turn or its last registry
+failed (``ClusterSnapshot.write_failure``: its host report in this turn or its last registry
 transaction), or when the reports of a majority of the hosts that have one stopped advancing
 together (each within its first ``STOPPED_TOGETHER`` stale cycles; once in an outage, it lasts
 while a majority stays stale). In an outage cycle, and in the first cycle after one (the
@@ -30,7 +30,7 @@ counts as usual. A single frozen host is never a majority of 2 or more hosts rep
 still loses its cards after ``sick_polls`` cycles (one or two later when another host's jitter
 falls in its first two stale cycles).
 
-Two kinds of cycle (``Snapshot.trigger``). A *poll* cycle is the leader's own, one per poll
+Two kinds of cycle (``ClusterSnapshot.trigger``). A *poll* cycle is the leader's own, one per poll
 period: every card has one observation, as above. A *report* cycle runs when a host report
 arrives between two polls (the leader watches ``members/``): only the reports that advanced
 since the last cycle of either kind are observed, and nothing else counts (no "did not
@@ -90,7 +90,7 @@ class Intent:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class ClusterSnapshot:
     """What the leader read in one cycle. Built only when every read succeeded."""
 
     reports: Mapping[str, HostReport]           # decoded host reports by host
@@ -237,7 +237,7 @@ STOPPED_TOGETHER = 2
 
 # --- phase 1: the reports -------------------------------------------------------------------
 
-def within_cluster(snap: Snapshot, policy: Policy) -> Snapshot:
+def within_cluster(snap: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
     """The snapshot with only the cluster's hosts' reports, whoever built it; the others are
     strangers. Unchanged when the policy names no hosts."""
     if not policy.hosts:
@@ -249,7 +249,7 @@ def within_cluster(snap: Snapshot, policy: Policy) -> Snapshot:
                    strangers={**others, **snap.strangers})
 
 
-def stale_streaks(snap: Snapshot, memory: LeaderMemory) -> dict[str, int]:
+def stale_streaks(snap: ClusterSnapshot, memory: LeaderMemory) -> dict[str, int]:
     """host -> poll cycles in a row its report did not advance, counting this one (hosts
     whose report advanced, or that have none, are absent). Empty in a new leader's first
     cycle; a report cycle judges no streak (the last poll cycle's stand)."""
@@ -261,7 +261,7 @@ def stale_streaks(snap: Snapshot, memory: LeaderMemory) -> dict[str, int]:
             if memory.polled.get(h) == r.freshness}
 
 
-def write_outage(snap: Snapshot, memory: LeaderMemory, streaks: Mapping[str, int]) -> str:
+def write_outage(snap: ClusterSnapshot, memory: LeaderMemory, streaks: Mapping[str, int]) -> str:
     """Why this cycle is a write outage, "" when it is not (see the module's docstring)."""
     if snap.write_failure:
         return f"this leader's own writes fail: {snap.write_failure}"
@@ -277,7 +277,7 @@ def write_outage(snap: Snapshot, memory: LeaderMemory, streaks: Mapping[str, int
     return ""
 
 
-def judge_reports(snap: Snapshot, memory: LeaderMemory) -> Reading:
+def judge_reports(snap: ClusterSnapshot, memory: LeaderMemory) -> Reading:
     """Which reports advanced, and whether this cycle is a write outage. In an outage, and in
     the cycle after it (a new freshness baseline), a report that did not advance counts
     nothing."""
@@ -334,7 +334,7 @@ def initial_health(c: CardEntry) -> Hysteresis:
 
 # --- phase 2: forget intents, and entries no host of the cluster can hold -------------------
 
-def take_intents(ledger: Ledger, snap: Snapshot, seen: Sightings) -> TakenIntents:
+def take_intents(ledger: Ledger, snap: ClusterSnapshot, seen: Sightings) -> TakenIntents:
     """Apply forget intents first (a forgotten card is neither observed nor re-admitted this
     cycle); keep drain/undrain for after the polls; consume every intent, good or bad."""
     cards, health, log = dict(ledger.cards), dict(ledger.health), list(ledger.log)
@@ -391,7 +391,7 @@ def _not_fresh(host: str, reading: Reading) -> Poll:
                 stale=True)
 
 
-def poll_card(c: CardEntry, snap: Snapshot, seen: Sightings, reading: Reading) -> Poll:
+def poll_card(c: CardEntry, snap: ClusterSnapshot, seen: Sightings, reading: Reading) -> Poll:
     """What this cycle observes of registry card ``c`` (before any discount, see
     ``counted``)."""
     places = seen.get(c.id, ())
@@ -582,7 +582,7 @@ def mark_conflicts(ledger: Ledger, seen: Sightings) -> Ledger:
 
 # --- phase 5: slots, and write only when the content changed --------------------------------
 
-def settle(ledger: Ledger, snap: Snapshot, policy: Policy, generation: int,
+def settle(ledger: Ledger, snap: ClusterSnapshot, policy: Policy, generation: int,
            now: str) -> Settled:
     """The registry the cards give, with the slot table the shared slot function gives;
     written (at ``generation`` + 1) when its content changed, etcd's needs a repair, or there
@@ -624,7 +624,7 @@ def settle(ledger: Ledger, snap: Snapshot, policy: Policy, generation: int,
 
 # --- the decision ---------------------------------------------------------------------------
 
-def decide(snap: Snapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
+def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str = "") -> Decision:
     """One cycle: the snapshot read, the memory of the last cycle, the policy in; the registry
     to hold, the intents to delete and the memory for the next cycle out."""
     snap = within_cluster(snap, policy)     # the same snapshot, strangers set apart

@@ -32,7 +32,7 @@ from awide_cluster.nvme.sysfs import Sysfs
 
 
 class CardObserver(Protocol):
-    async def observe(self, spec: CardSpec, known_identity: str | None) -> CardObservation: ...
+    async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation: ...
 
 
 class LocalObserver:
@@ -47,7 +47,7 @@ class LocalObserver:
         self.worker = ProbeWorker()     # every card's blocking probes of a turn, one thread
         self.units = UnitStates(runner)  # every card's store unit of a turn, one systemctl
 
-    async def observe(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
+    async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
         from awide_cluster.cards.observe import observe
         return await observe(spec, self.runner, self.sysfs, known_identity,
                              self.clock.monotonic, nvme_program=self.nvme_program,
@@ -62,7 +62,7 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
     async def one(spec: CardSpec) -> CardObservation:
         try:
             async with asyncio.timeout(spec.probe_timeout + 0.5):
-                return await observer.observe(spec, known.get(spec.name))
+                return await observer.observe_card(spec, known.get(spec.name))
         except TimeoutError:
             why = f"card not found: observation did not finish within {spec.probe_timeout:g} s"
         except Exception as e:  # noqa: BLE001 - one card's trouble never stops the report

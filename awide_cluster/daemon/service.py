@@ -55,7 +55,7 @@ from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.arrivals import arrival_news
 from awide_cluster.daemon.clock import Clock, SystemClock
-from awide_cluster.daemon.leader import LeaderLoop, Outcome
+from awide_cluster.daemon.leader import CycleOutcome, LeaderLoop
 from awide_cluster.daemon.lease import (
     HostLease,
     KeyAction,
@@ -173,7 +173,7 @@ class Daemon:
         self.members_recheck = MEMBERS_RECHECK      # seconds between member-list reads
         self._members_at = 0.0                      # monotonic time of the last read
         self.turns = 0
-        self.outcomes: list[Outcome] = []           # last leader outcomes (bounded, for tests)
+        self.outcomes: list[CycleOutcome] = []           # last leader outcomes (bounded, for tests)
         self.exit_code: int | None = None
         self.fatal: str = ""
         self._stop = asyncio.Event()
@@ -645,7 +645,7 @@ class Daemon:
         self.outcomes = (self.outcomes + [outcome])[-50:]
         if self.leader_loop.registry is not None:
             self.registry = self.leader_loop.registry
-        return outcome not in (Outcome.SKIPPED, Outcome.ERROR)
+        return outcome not in (CycleOutcome.SKIPPED, CycleOutcome.ERROR)
 
     async def _watch_reports(self) -> None:
         """While this daemon leads, follow ``members/`` with a watch and run a report cycle

@@ -13,12 +13,12 @@ from awide_cluster.contract.registry import CardEntry, Registry, slot_table
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.contract.slots import EMPTY
 from awide_cluster.daemon.reconcile import (
+    ClusterSnapshot,
     Intent,
     LeaderMemory,
     Ledger,
     Policy,
     Poll,
-    Snapshot,
     Stamp,
     admit,
     apply_drains,
@@ -71,7 +71,7 @@ def test_one_frozen_host_is_never_a_write_outage(hosts, frozen_at, cycles) -> No
     memory = LeaderMemory(cycles=1, seen={h: ("r", 1) for h in hosts},
                           polled={h: ("r", 1) for h in hosts})
     for i in range(cycles):
-        snap = Snapshot(reports={h: report(h, 1 if h == frozen else i + 2) for h in hosts},
+        snap = ClusterSnapshot(reports={h: report(h, 1 if h == frozen else i + 2) for h in hosts},
                         bad_reports={}, registry=None)
         reading = judge_reports(snap, memory)
         assert reading.outage == "" and reading.stale_counts
@@ -91,7 +91,7 @@ def test_an_outage_never_outs_a_card(card, before, recounted, write_failure) -> 
     before = agreeing(before, card)
     memory = LeaderMemory(cycles=3, seen={card.host: ("r", 5)}, polled={card.host: ("r", 5)},
                           outage="earlier")
-    snap = Snapshot(reports={card.host: report(card.host, 5, reported(card))},
+    snap = ClusterSnapshot(reports={card.host: report(card.host, 5, reported(card))},
                     bad_reports={}, registry=None, write_failure=write_failure)
     reading = replace(judge_reports(snap, memory),
                       recounted=frozenset({card.id}) if recounted else frozenset())
@@ -157,7 +157,7 @@ def test_settling_never_moves_a_placed_card(reg, data) -> None:
     """Whatever the earlier phases did to the cards' states, health and conflicts, a card
     that holds a slot keeps it; a ledger equal to the registry is not written."""
     reg = replace(reg, hosts=(), lineage="L1", leader="h1")
-    snap = Snapshot(reports={}, bad_reports={}, registry=reg)
+    snap = ClusterSnapshot(reports={}, bad_reports={}, registry=reg)
     same = settle(Ledger(cards=reg.by_id, health={}), snap, POLICY, reg.generation, "t")
     assert not same.write and same.registry is reg and same.moves == ()
     changed = {cid: replace(c, state=data.draw(st.sampled_from(["in", "out", "drained"])),
@@ -177,7 +177,7 @@ def test_settling_never_moves_a_placed_card(reg, data) -> None:
 def test_every_intent_is_consumed_and_forget_removes_the_card(reg, actions) -> None:
     its = tuple(Intent(card_id=c.id, action=a, mod_revision=10 + i)
                 for i, (c, a) in enumerate(zip(reg.cards, actions, strict=False)))
-    snap = Snapshot(reports={}, bad_reports={}, registry=reg, intents=its,
+    snap = ClusterSnapshot(reports={}, bad_reports={}, registry=reg, intents=its,
                     bad_intents={"intents/x": (3, "not JSON")})
     taken = take_intents(Ledger(cards=reg.by_id, health={}), snap, {})
     assert sorted(taken.consumed) == sorted([(f"intents/{i.card_id}", i.mod_revision)
@@ -199,7 +199,7 @@ def test_a_drain_intent_for_a_card_dropped_in_the_same_cycle_is_ignored() -> Non
                       admitted=1, changed_generation=1, path="/d")
     reg = Registry(cluster="c1", generation=4, leader="h1", cards=(stray,),
                    slots=slot_table((stray,), EMPTY))
-    snap = Snapshot(reports={"h1": report("h1", 1)}, bad_reports={}, registry=reg,
+    snap = ClusterSnapshot(reports={"h1": report("h1", 1)}, bad_reports={}, registry=reg,
                     intents=(Intent(card_id="cid1", action="drain", mod_revision=9),))
     d = decide(snap, LeaderMemory(), replace(POLICY, hosts=frozenset({"h1"})), now="t")
     assert d.consumed == (("intents/cid1", 9),)

@@ -9,7 +9,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import Registry, card_id
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.contract.slots import SLOT_COUNT
-from awide_cluster.daemon.reconcile import Intent, LeaderMemory, Policy, Snapshot, decide
+from awide_cluster.daemon.reconcile import ClusterSnapshot, Intent, LeaderMemory, Policy, decide
 
 HOSTS = ("h1", "h2", "h3")
 # (serial, identity): SN1 appears with two identities (a duplicate serial)
@@ -93,7 +93,7 @@ def test_decisions_keep_the_registry_sound(history) -> None:
             memory = LeaderMemory()
         reports, bad, fresh_healthy = build(hosts, seqs)
         its = tuple(Intent(cid(i), a, 100 + i) for i, a in intents)
-        snap = Snapshot(reports=reports, bad_reports=bad, registry=reg, intents=its)
+        snap = ClusterSnapshot(reports=reports, bad_reports=bad, registry=reg, intents=its)
         baseline = memory.cycles == 0
         d = decide(snap, memory, policy, now="t")
         new = d.registry
@@ -158,7 +158,7 @@ def test_outsiders_never_count_and_repairs_never_move_a_slot(history, repairs) -
         inside = {card_id(rc.serial, rc.model, rc.identity)
                   for h, r in reports.items() if h != "h3" for rc in r.cards if rc.found}
         floor = (reg.generation if reg is not None else 0) + floor_up
-        snap = Snapshot(reports=reports, bad_reports=bad, registry=reg,
+        snap = ClusterSnapshot(reports=reports, bad_reports=bad, registry=reg,
                         repair="registry corrupt: test" if repair and reg is not None else "",
                         generation_floor=floor if repair else 0, lineage="L0")
         d = decide(snap, memory, policy, now="t")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.daemon.reconcile import (
+    ClusterSnapshot,
     Decision,
     LeaderMemory,
     Policy,
-    Snapshot,
     Trigger,
     decide,
 )
@@ -57,7 +57,7 @@ class Leader:
              intents=(), bad_intents=None, write_failure: str = "",
              trigger: Trigger = "poll") -> Decision:
         self.cycle += 1
-        snap = Snapshot(reports={r.host: r for r in reports}, bad_reports=bad or {},
+        snap = ClusterSnapshot(reports={r.host: r for r in reports}, bad_reports=bad or {},
                         registry=self.registry, intents=tuple(intents),
                         bad_intents=bad_intents or {}, write_failure=write_failure,
                         trigger=trigger)

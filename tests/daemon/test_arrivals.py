@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from awide_cluster.contract import keys
 from awide_cluster.contract.report import encode
 from awide_cluster.daemon.arrivals import arrival_news, report_news
-from awide_cluster.daemon.reconcile import Snapshot, decide
+from awide_cluster.daemon.reconcile import ClusterSnapshot, decide
 
 from .builders import Leader, card, cid, report
 
@@ -58,7 +58,7 @@ def test_no_news_means_a_report_cycle_would_write_nothing(was_healthy, cycles, h
                                      reason=reason),)
     arrived = report("h2", seq + 1, *cards)
     why = report_news(arrived, L.registry, L.memory.seen, last)
-    snap = Snapshot(reports={"h1": report("h1", seq - 1, card("c0", "SN-1")), "h2": arrived},
+    snap = ClusterSnapshot(reports={"h1": report("h1", seq - 1, card("c0", "SN-1")), "h2": arrived},
                     bad_reports={}, registry=L.registry, trigger="report")
     d = decide(snap, L.memory, L.policy)
     if not why:

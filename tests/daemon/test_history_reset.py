@@ -9,7 +9,7 @@ import json
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import report as reportdoc
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
 
@@ -37,7 +37,7 @@ async def test_leader_republishes_after_etcd_was_rebuilt_from_nothing(etcd_binar
             await d.turn()                  # notices, campaigns again, holds the republish
             assert d.history_resets == 1 and d.metrics.etcd_history_resets._value.get() == 1
             assert d.view()["etcd_history_reset"]["count"] == 1
-            assert d.is_leader and d.outcomes[-1] is Outcome.UNCHANGED
+            assert d.is_leader and d.outcomes[-1] is CycleOutcome.UNCHANGED
             assert await registry(store) is None
             # a gateway records the generation it applied meanwhile (above the daemon's)
             rec = {"schema": 1, "id": "gw1", "host": "gpu1", "pod": "p", "namespace": "n",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from awide_cluster.contract import bounds, keys
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError
 
@@ -78,7 +78,7 @@ async def test_a_huge_report_and_intent_are_refused_by_name_the_rest_is_read(
 
         # the cycle goes on: the good intent applied, the refused one deleted with it
         await d1.turn()
-        assert d1.outcomes[-1] is Outcome.WROTE
+        assert d1.outcomes[-1] is CycleOutcome.WROTE
         reg = await registry(store)
         assert reg.card(cid_of(cards.root / "c1")).state == "drained"
         assert await store.get(big_intent) is None and await store.get(small_intent) is None
@@ -115,7 +115,7 @@ async def test_a_registry_over_its_bound_is_refused_unread_and_repaired(etcd, cl
             metrics_text(d2)
         # the leader refuses it unread and repairs it: same slots, a higher generation
         await d1.turn()
-        assert d1.outcomes[-1] is Outcome.WROTE
+        assert d1.outcomes[-1] is CycleOutcome.WROTE
         fixed = await registry(store)
         assert fixed.slots == good.slots and fixed.generation > good.generation
         assert fixed.lineage == good.lineage

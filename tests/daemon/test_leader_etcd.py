@@ -10,7 +10,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import card_id
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import TURN_CALL, TURNS, FakeClock, make_config, metrics_text, registry, store_of
@@ -36,7 +36,7 @@ async def test_out_after_exactly_n_bad_polls_and_back_after_one(etcd, cluster_na
     store = store_of(etcd, cluster_name)
     try:
         await d.turn()
-        assert d.is_leader and d.outcomes[-1] is Outcome.WROTE
+        assert d.is_leader and d.outcomes[-1] is CycleOutcome.WROTE
         reg = await registry(store)
         assert reg.card(A).state == "in" and reg.slots.slot_of(A) == 0
         cards.set_healthy("c0", False)
@@ -66,7 +66,7 @@ async def test_registry_written_only_on_change(etcd, cluster_name, cards):
             await d.turn()
         again = await store.get(keys.REGISTRY)
         assert again.mod_revision == first.mod_revision
-        assert d.outcomes[-5:] == [Outcome.UNCHANGED] * 5
+        assert d.outcomes[-5:] == [CycleOutcome.UNCHANGED] * 5
         # its own report kept advancing meanwhile
         assert d.seq == 6
         # the unchanged registry was decoded once for those 5 cycles, and each report once
@@ -94,7 +94,7 @@ async def test_an_out_of_turn_cycle_names_its_occasion(etcd, cluster_name, cards
         await d.turn()
         assert d.is_leader
         await store.put(keys.intent(A), IntentRecord("drain", by="test").encode())
-        assert await d.leader_loop.cycle(trigger="report", occasion=term) is Outcome.WROTE
+        assert await d.leader_loop.cycle(trigger="report", occasion=term) is CycleOutcome.WROTE
         assert (await registry(store)).card(A).state == "drained"
         said = [r.getMessage() for r in caplog.records if f"card {A}" in r.getMessage()]
         assert said and said[-1].endswith(f"({term})"), said
@@ -130,7 +130,7 @@ async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards
         held.gate.set()
         await asyncio.wait_for(cycle, 5)
         # a had decided to admit c1 (generation gen + 1): etcd refused the transaction
-        assert a.outcomes[-1] is Outcome.DEPOSED and not a.leadership.has_key
+        assert a.outcomes[-1] is CycleOutcome.DEPOSED and not a.leadership.has_key
         assert 'awide_registry_writes_total{result="conflict"} 1.0' in \
             metrics_text(a)
         after = await registry(store)
@@ -154,7 +154,7 @@ async def test_leader_steps_down_when_its_lease_is_not_confirmed(etcd, cluster_n
         # no keepalive confirmed for TTL - margin: it stops writing, whatever etcd thinks
         clock.advance(cfg.timing.lease_ttl - cfg.etcd.call_timeout + 0.01)
         assert not d.is_leader
-        assert await d.leader_loop.cycle() is Outcome.DEPOSED
+        assert await d.leader_loop.cycle() is CycleOutcome.DEPOSED
         assert not d.leadership.has_key
     finally:
         await d.stop()
@@ -174,7 +174,7 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
         memory = d.leader_loop.memory
         severable.severed = True                # its reads fail for a while
         for _ in range(3):
-            assert await d.leader_loop.cycle() is Outcome.SKIPPED
+            assert await d.leader_loop.cycle() is CycleOutcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
         text = metrics_text(d)
         assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_prefix"}' in text or \
@@ -199,7 +199,7 @@ async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, ca
         await store.put(keys.member("hz"), b'{"schema": 99}')      # not a host of the cluster
         for _ in range(3):
             await d.turn()
-        assert d.outcomes[-3:] == [Outcome.UNCHANGED] * 3
+        assert d.outcomes[-3:] == [CycleOutcome.UNCHANGED] * 3
         assert d.leader_loop.refused_reports == {"h2": 3, "h3": 3}
         text = metrics_text(d)
         assert 'awide_reports_rejected_total{host="h2"} 3.0' in text

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
 from tests.timing import bound
 
@@ -168,7 +168,7 @@ async def test_the_new_term_writes_before_its_hosts_probes_end(etcd, cluster_nam
 
         # its first cycle wrote (the new term's entry, fenced on its leader key) while its
         # turn is still held in the probes
-        await wait_for(lambda: Outcome.WROTE in b.outcomes, timeout=3.0,
+        await wait_for(lambda: CycleOutcome.WROTE in b.outcomes, timeout=3.0,
                        what="h2's first fenced write")
         assert block.exists() and b.key_wins == 1
         assert b.metrics.leader_cycles.labels(trigger="term")._value.get() == 1

@@ -7,7 +7,7 @@ leader at all: the registry froze and no card was ever taken out again."""
 from __future__ import annotations
 
 from awide_cluster.contract import keys
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import FakeClock, card_state, make_config, store_of
@@ -28,7 +28,7 @@ async def test_leader_that_stepped_down_on_its_own_live_key_leads_again(
         # no keepalive confirmed for TTL - margin (as during a quorum loss): it steps down,
         # while etcd still has its lease and its leader key
         clock.advance(cfg.timing.lease_ttl - cfg.etcd.call_timeout + 0.01)
-        assert await d.leader_loop.cycle() is Outcome.DEPOSED
+        assert await d.leader_loop.cycle() is CycleOutcome.DEPOSED
         assert not d.leadership.has_key
         assert (await store.get(keys.LEADER)).create_revision == key.create_revision
         # etcd answers again: the lease is renewed, the key is still ours -> it leads again

@@ -9,7 +9,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.daemon.reconcile import LeaderMemory, Snapshot, stale_streaks, write_outage
+from awide_cluster.daemon.reconcile import (
+    ClusterSnapshot,
+    LeaderMemory,
+    stale_streaks,
+    write_outage,
+)
 
 from .builders import Leader, card, cid, entry, report
 
@@ -174,7 +179,7 @@ def test_the_rule_itself() -> None:
     r = {h: report(h, 5) for h in ("h1", "h2", "h3", "h4", "h5")}
     mem = LeaderMemory(cycles=3, seen={h: ("run1", 5) for h in r},
                        polled={h: ("run1", 5) for h in r})
-    snap = Snapshot(reports=r, bad_reports={}, registry=None)
+    snap = ClusterSnapshot(reports=r, bad_reports={}, registry=None)
     assert stale_streaks(snap, LeaderMemory()) == {}             # a new leader: baseline
     assert stale_streaks(snap, mem) == dict.fromkeys(r, 1)
     # a majority stopped together
@@ -187,7 +192,7 @@ def test_the_rule_itself() -> None:
     assert write_outage(snap, held, {"h2": 7, "h3": 9, "h4": 1})
     assert not write_outage(snap, held, {"h2": 7, "h3": 9})
     # the leader's own failed write is one, whatever the reports say
-    failed = Snapshot(reports=r, bad_reports={}, registry=None, write_failure="w")
+    failed = ClusterSnapshot(reports=r, bad_reports={}, registry=None, write_failure="w")
     assert write_outage(failed, mem, {})
 
 

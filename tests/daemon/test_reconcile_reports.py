@@ -10,7 +10,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.daemon.reconcile import LeaderMemory, Snapshot, decide
+from awide_cluster.daemon.reconcile import ClusterSnapshot, LeaderMemory, decide
 
 from .builders import Leader, card, cid, report
 from .test_reconcile_outage import Hosts, start
@@ -146,7 +146,7 @@ def test_a_report_cycle_observes_only_reports_that_advanced(hosts, cycles, all_s
     L = Leader()
     L.step(*[report(h, seq, card("c0", f"SN-{h}")) for h, (seq, _) in hosts.items()])
     L.memory = LeaderMemory(cycles=cycles, seen=seen, polled=seen, health=L.memory.health)
-    snap = Snapshot(reports=reps, bad_reports={}, registry=L.registry, trigger="report")
+    snap = ClusterSnapshot(reports=reps, bad_reports={}, registry=L.registry, trigger="report")
     d = decide(snap, L.memory, L.policy)
     for h, (_, moved) in hosts.items():
         c = cid(f"SN-{h}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from awide_cluster.contract import keys
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import FAST, make_config, registry, store_of
@@ -29,7 +29,7 @@ async def test_reload_keeps_leadership_across_a_lease_ttl_change(etcd, cluster_n
         assert d.is_leader and leader.create_revision == token       # same term
         assert leader.lease == d.lease.id != old_lease and d.lease.ttl == 2
         assert (await store.get(keys.member("h1"))).lease == d.lease.id
-        assert d.outcomes[-1] is Outcome.WROTE and len((await registry(store)).cards) == 2
+        assert d.outcomes[-1] is CycleOutcome.WROTE and len((await registry(store)).cards) == 2
         assert d.leader_loop.policy.sick_polls == 4
         # a reload that changes what needs a restart is refused as a whole
         d.request_reload(make_config(etcd, "other", "h1", []))

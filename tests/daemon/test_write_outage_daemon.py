@@ -14,7 +14,7 @@ import re
 
 from awide_cluster.cards.directory import read_label
 from awide_cluster.contract.registry import card_id
-from awide_cluster.daemon.leader import Outcome
+from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
 
@@ -81,7 +81,7 @@ async def test_refused_writes_are_an_outage_not_a_card_failure(etcd, cluster_nam
             for _ in range(6):                      # twice sick_polls: nobody can write
                 await d2.turn()
                 await d1.turn()
-            assert d1.outcomes[-6:] == [Outcome.UNCHANGED] * 6
+            assert d1.outcomes[-6:] == [CycleOutcome.UNCHANGED] * 6
             for d in (d1, d2):
                 err = d.view()["write_error"]
                 assert (err["write"], err["reason"], err["in_a_row"]) == ("report", "nospace", 6)
@@ -125,7 +125,7 @@ async def test_a_refused_registry_write_makes_the_next_cycle_an_outage(etcd, clu
         refusing.refuse = True
         cards.set_healthy("c0", False)              # a change to write: the txn is refused
         await d.turn()
-        assert d.outcomes[-1] is Outcome.ERROR
+        assert d.outcomes[-1] is CycleOutcome.ERROR
         assert d.leader_loop.txn_failure.startswith("registry write: ")
         assert metric(d, r'awide_writes_refused_total\{reason="nospace",'
                          r'write="registry"\}') == 1
@@ -133,7 +133,7 @@ async def test_a_refused_registry_write_makes_the_next_cycle_an_outage(etcd, clu
         assert "registry write" in d.leader_loop.outage
         refusing.refuse = False
         await d.turn()                              # written: the failure is not kept
-        assert d.outcomes[-1] is Outcome.WROTE and d.leader_loop.txn_failure == ""
+        assert d.outcomes[-1] is CycleOutcome.WROTE and d.leader_loop.txn_failure == ""
     finally:
         await d.stop()
         await refusing.close()

@@ -1,5 +1,5 @@
-"""What a leader cycle adds to the history (daemon/history.py): a pure function of the registry
-before and after, the decision's lines and the consumed intents; driven both by generated
+"""What a leader cycle adds to the history (daemon/history_entries.py): a pure function of the
+registry before and after, the decision's lines and the consumed intents; driven both by generated
 registries and by ``decide`` itself."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from awide_cluster.contract import history as histdoc
 from awide_cluster.contract.registry import Registry, with_slots
-from awide_cluster.daemon.history import entries
+from awide_cluster.daemon.history_entries import entries
 from awide_cluster.daemon.reconcile import Intent
 from tests.contract.strategies import registries, states
 from tests.daemon.builders import Leader, card, cid, report
