@@ -106,7 +106,7 @@ async def test_a_registry_over_its_bound_is_refused_unread_and_repaired(etcd, cl
         rev = await store.put(keys.REGISTRY, b"{" * (bounds.REGISTRY_MAX_BYTES + 1))
         # the follower keeps its last good registry and does not fetch that revision again
         await d2.turn()
-        assert d2.registry == good and d2._registry_rev == rev
+        assert d2.registry == good and d2.follow.revision == rev
         before = d2.store.inner.transport.bytes_read
         await d2.turn()
         assert d2.registry == good

@@ -7,7 +7,8 @@ from __future__ import annotations
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.leader import CycleOutcome
-from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
+from awide_cluster.daemon.leader_watch import LEADER_WATCH_MESSAGE_BYTES
+from awide_cluster.daemon.service import Daemon
 from tests.timing import bound
 
 from .conftest import FAST, make_config, store_of, wait_for
@@ -32,7 +33,7 @@ async def start(a: Daemon, b: Daemon) -> None:
 
 
 def alive(d: Daemon) -> bool:
-    return d._watch_task is not None and not d._watch_task.done()
+    return d.watches_running
 
 
 async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, cluster_name):

@@ -104,7 +104,7 @@ async def test_a_reload_of_the_interval_retunes_the_open_leader_watch(slow_etcd,
                                      timing=dict(FAST, etcd_progress_notify=NOTIFY)))
         await wait_for(lambda: d.config.timing.etcd_progress_notify == NOTIFY,
                        what="h2 applied the reload")
-        assert d._leader_watch is not None and d._leader_watch.stall_after == 3 * NOTIFY
+        assert d.leader_watch.watch is not None and d.leader_watch.watch.stall_after == 3 * NOTIFY
         reopened, seen = d.leader_watch_reopens, control.leader_watch_reopens
         await wait_for(lambda: control.leader_watch_reopens >= seen + 3,
                        timeout=3 * NOTIFY + 3,

@@ -243,7 +243,7 @@ async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name
         await wait_for(lambda: d.is_leader, what="leading")
         store.armed = True
         await wait_for(lambda: d.turn_errors >= 3, what="turns that raised")
-        assert d.exit_code is None and not d._task.done()
+        assert d.exit_code is None and d.running
         store.armed = False
         turns = d.turns
         cards.set_healthy("c0", False)           # and it still takes a card out

@@ -58,7 +58,7 @@ async def test_hostile_reports_on_the_watch_start_nothing_and_stop_nothing(
     try:
         await lead.start()
         await wait_for(lambda: lead.is_leader, timeout=12.0, what="h1 leads")
-        await wait_for(lambda: lead._term.is_set() and lead.leader_loop.registry is not None,
+        await wait_for(lambda: lead.shared.term.is_set() and lead.leader_loop.registry is not None,
                        what="h1's term begun, its registry written")
         before = dict(lead.report_cycles)
         forged = report("h3", 7, card("c0", "SN-forged"))
@@ -71,7 +71,7 @@ async def test_hostile_reports_on_the_watch_start_nothing_and_stop_nothing(
         await wait_for(lambda: sum(lead.report_cycles.values()) > sum(before.values()),
                        what="a report cycle for h3's report")
         assert sum(lead.report_cycles.values()) == sum(before.values()) + 1
-        assert lead._reports_task is not None and not lead._reports_task.done()
+        assert lead.watches_running
         assert lead.turn_errors == 0
     finally:
         await lead.stop()

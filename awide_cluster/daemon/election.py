@@ -1,0 +1,53 @@
+"""The campaign for the ``leader`` key: the turn's (step 4a) and the leader-key watch's.
+
+Both campaign under ``DaemonShared.electing`` (one at a time). A campaign reads the key and
+creates it on this host's lease when it is vacant (or ours); a won campaign starts a new term
+of the ``LeaderLoop`` from the registry this host knows.
+"""
+
+from __future__ import annotations
+
+from awide_cluster.contract import keys
+from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.daemon.leader import LeaderLoop
+from awide_cluster.daemon.lease import HostLease, Leadership
+from awide_cluster.daemon.shared import DaemonShared
+from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import Store
+
+
+class Election:
+    def __init__(self, shared: DaemonShared, store: Store, lease: HostLease,
+                 leadership: Leadership, leader_loop: LeaderLoop) -> None:
+        self.shared, self.store, self.lease = shared, store, lease
+        self.leadership, self.leader_loop = leadership, leader_loop
+
+    async def elect(self) -> bool:
+        """4a. Campaign for ``leader`` when nobody holds it. False: etcd failed."""
+        if self.leadership.has_key or not self.lease.valid():
+            return True
+        try:
+            async with self.shared.electing:
+                await self.campaign()
+        except StoreError as e:
+            self.shared.note_error(f"leader election: {e}")
+            return False
+        return True
+
+    async def campaign(self) -> None:
+        """Read the leader key; create it on our lease if it is vacant (or ours). The poll's
+        and the watch's campaign; the caller holds ``electing``. Raises StoreError."""
+        if self.leadership.has_key or not self.lease.valid():
+            return
+        cfg = self.shared.config
+        kv = await self.store.get(keys.LEADER, timeout=cfg.etcd.call_timeout)
+        self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
+        # our own key still bound to our (confirmed) lease: we stepped down because
+        # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
+        # else can take the key while we renew the lease, so campaign (it adopts the
+        # key) instead of leaving the cluster without a leader
+        ours = kv is not None and kv.lease == self.lease.id
+        if not ours and await self.leadership.clear_orphan(kv, cfg.timing.lease_ttl):
+            kv = None
+        if (kv is None or ours) and await self.leadership.campaign():
+            self.leader_loop.reset(known=self.shared.registry)

@@ -1,0 +1,62 @@
+"""A follower's read of the registry (step 4 when not leading), for the status view.
+
+Read only when it changed (``min_mod_revision``), bounded; an unreadable registry (too large,
+corrupt, gone back) is refused and the last good one kept (that revision is not read again).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from awide_cluster.contract import bounds, keys
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract.registry import RegistryError
+from awide_cluster.daemon.shared import DaemonShared
+from awide_cluster.store.errors import StoreError, ValueTooLarge
+from awide_cluster.store.port import Store
+
+if TYPE_CHECKING:
+    from awide_cluster.api.metrics import DaemonMetrics
+
+log = logging.getLogger("awide_cluster.daemon")
+
+
+class RegistryFollow:
+    def __init__(self, shared: DaemonShared, store: Store, metrics: DaemonMetrics) -> None:
+        self.shared, self.store, self.metrics = shared, store, metrics
+        self.revision = 0       # mod_revision of the registry last read (0: read it whole)
+
+    async def read(self) -> bool:
+        """Read the registry if it changed into ``shared.registry``. False: etcd failed."""
+        shared = self.shared
+        try:
+            after = self.revision + 1 if self.revision else None
+            kv = await self.store.get(keys.REGISTRY, min_mod_revision=after,
+                                      timeout=shared.config.etcd.call_timeout,
+                                      max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+        except ValueTooLarge as e:      # refused like a corrupt one; that revision not again
+            self.metrics.registry_refused("too_large")
+            shared.note_error(f"registry unreadable, keeping the last good one: {e}")
+            self.revision = e.mod_revision or self.revision
+            return True
+        except StoreError as e:
+            shared.note_error(f"registry read: {e}")
+            return False
+        if kv is not None:
+            try:
+                reg = regdoc.decode(kv.value)
+                back = regdoc.went_back(shared.registry, reg)
+                if back is not None:
+                    raise RegistryError(back)
+                if shared.registry is not None and reg.lineage != shared.registry.lineage:
+                    log.warning("registry lineage changed from %s to %s at generation %d",
+                                shared.registry.lineage or "-", reg.lineage or "-",
+                                reg.generation)
+                shared.registry = reg
+                self.metrics.observe_registry(reg)
+            except RegistryError as e:
+                self.metrics.registry_refused("corrupt")
+                shared.note_error(f"registry unreadable, keeping the last good one: {e}")
+            self.revision = kv.mod_revision
+        return True
