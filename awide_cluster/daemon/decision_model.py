@@ -1,0 +1,199 @@
+"""The leader's decision, its data: what it reads, remembers and decides, and the frozen views
+its phases (``decision_reports``, ``decision_cards``, ``decision_registry``) hand each other.
+See ``reconcile`` for the decision itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.health import Hysteresis
+from awide_cluster.contract.registry import (
+    CardEntry,
+    Registry,
+    card_id,
+)
+from awide_cluster.contract.report import HostReport, ReportedCard
+
+Action = Literal["drain", "undrain", "forget"]
+# what started a cycle: the leader's own poll (one per poll period), or a host report that
+# arrived between two polls (the leader's watch of members/)
+Trigger = Literal["poll", "report"]
+ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget")
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An operator intent read from ``intents/<card_id>``."""
+
+    card_id: str
+    action: Action
+    mod_revision: int
+    by: str = ""
+    reason: str = ""        # the operator's --reason (bounded, no control character)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """What the leader read in one cycle. Built only when every read succeeded."""
+
+    reports: Mapping[str, HostReport]           # decoded host reports by host
+    bad_reports: Mapping[str, str]              # host -> why its report did not decode
+    registry: Registry | None                   # None: no registry written yet
+    intents: tuple[Intent, ...] = ()
+    bad_intents: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # key -> (rev, why)
+    # reports under members/<host> for a host that is not in Policy.hosts: host -> why refused
+    strangers: Mapping[str, str] = field(default_factory=dict)
+    # "" when ``registry`` is what etcd holds; else why etcd's registry is being rewritten from
+    # ``registry`` (the last good one this daemon knows, or None: rebuilt from the reports)
+    repair: str = ""
+    generation_floor: int = 0   # the written generation must exceed this (gateways applied it)
+    lineage: str = ""           # the lineage to give a registry that has none yet
+    # this leader's own writes failed (its host report in this turn, or its last registry
+    # transaction): why, "" when they did not. Then the hosts' writes fail too: a write outage
+    write_failure: str = ""
+    # "poll": the leader's own cycle, one per poll period (a report that did not advance since
+    # the last poll cycle counts); "report": a cycle run because a host report arrived (only
+    # the reports that advanced since the last cycle are observed, nothing else counts)
+    trigger: Trigger = "poll"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    cluster: str
+    leader: str                 # this leader's host name
+    sick_polls: int = 3
+    healthy_polls: int = 1
+    hosts: frozenset[str] = frozenset()   # the cluster's hosts (config); empty: any host
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderMemory:
+    """What a leader keeps between its own cycles. A new leader starts from ``LeaderMemory()``."""
+
+    cycles: int = 0
+    seen: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # host -> (run, seq)
+    # host -> (run, seq) at the last poll cycle: a report that did not advance since then
+    # did not advance for a whole poll period (report cycles leave it alone)
+    polled: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    health: Mapping[str, Hysteresis] = field(default_factory=dict)     # card id -> hysteresis
+    # cards whose observation in the last cycle was a fresh sick report: re-reading that same
+    # report next cycle (it did not advance) is not another sick poll
+    fresh_bad: frozenset[str] = frozenset()
+    # write outages: host -> cycles in a row its report did not advance; why the last cycle
+    # was a write outage ("" when it was not)
+    stale_for: Mapping[str, int] = field(default_factory=dict)
+    outage: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    registry: Registry                      # what the registry should be (generation + 1 if write)
+    write: bool                             # content changed: write ``registry``
+    consumed: tuple[tuple[str, int], ...]   # intent keys (relative) and mod revisions to delete
+    memory: LeaderMemory
+    log: tuple[str, ...]
+    moves: tuple[slotfn.Move, ...] = ()
+
+
+# --- the views the phases hand each other -------------------------------------------------
+
+Sighting = tuple[str, ReportedCard]                 # (host, card) as one host report lists it
+Sightings = Mapping[str, tuple[Sighting, ...]]       # card id -> its sightings, by host name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reading:
+    """How this cycle reads the host reports, judged once before any card is."""
+
+    baseline: bool                  # a new leader's first cycle: no bad observation counts
+    fresh: frozenset[str]           # hosts whose report advanced since the last cycle
+    # hosts whose report advanced since the last poll cycle but was observed already (by a
+    # report cycle), and in a report cycle every host whose report did not advance: their
+    # cards have no observation in this cycle (neither good nor "did not advance")
+    idle: frozenset[str]
+    streaks: Mapping[str, int]      # host -> cycles in a row its report did not advance
+    outage: str                     # why this cycle is a write outage, "" when it is not
+    stale_counts: bool              # a report that did not advance counts as a bad poll
+    recounted: frozenset[str]       # cards whose sick report was counted in the last cycle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stamp:
+    """What a card changed in this cycle is marked with."""
+
+    generation: int                 # the generation this decision writes
+    at: str                         # ``now``, the text of ``changed_at``
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ledger:
+    """The registry's cards (in registry order) and the leader's counters, as one phase of
+    the decision hands them to the next, with the log lines written so far."""
+
+    cards: Mapping[str, CardEntry]
+    health: Mapping[str, Hysteresis]
+    log: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakenIntents:
+    """The intents read in this cycle, once the forget intents are applied."""
+
+    ledger: Ledger
+    forgotten: frozenset[str]               # not observed nor admitted again this cycle
+    pending: tuple[Intent, ...]             # drain and undrain intents of registry cards
+    consumed: tuple[tuple[str, int], ...]   # every intent key read, with its mod revision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Poll:
+    """One observation of a registry card in this cycle."""
+
+    good: bool | None               # None: no observation
+    reason: str = ""
+    source: Sighting | None = None  # where the card was seen, when it was
+    stale: bool = False             # bad only because the host's report did not advance
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardStep:
+    """One registry card after its poll: the entry, its counters and the lines to log."""
+
+    card: CardEntry
+    health: Hysteresis
+    log: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settled:
+    """The registry this decision ends with, and whether it is written."""
+
+    registry: Registry
+    write: bool
+    moves: tuple[slotfn.Move, ...]
+    log: tuple[str, ...]
+
+
+# hosts whose reports stopped advancing within this many cycles of each other stopped together
+STOPPED_TOGETHER = 2
+
+
+def describe(c: CardEntry) -> str:
+    return f"card {c.id} ({c.serial} on {c.host})"
+
+
+def reported_id(rc: ReportedCard) -> str | None:
+    """The card id of a reported card, or None when it cannot be one (not found, no serial,
+    no on-card identity: a card whose identity could not be read is not admitted as another
+    card, it only counts as a bad observation of the card registered under its name)."""
+    if not rc.found or not rc.serial or not rc.identity:
+        return None
+    return card_id(rc.serial, rc.model, rc.identity)
+
+
+def by_whom(it: Intent) -> str:
+    why = f" (reason: {it.reason})" if it.reason else ""
+    return (f" from {it.by}" if it.by else "") + why
