@@ -23,25 +23,32 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import history as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
-from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
+from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import HISTORY_CORRUPT, clean_text
+from awide_cluster.contract.untrusted import HISTORY_CORRUPT
 from awide_cluster.daemon import history_entries
 from awide_cluster.daemon.clock import Clock
+from awide_cluster.daemon.leader_read import (
+    LeaderRead,
+    StoredHistory,
+    StoredRegistry,
+    history_found,
+    registry_found,
+    sort_intents,
+    sort_reports,
+)
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
-    ACTIONS,
     ClusterSnapshot,
     Decision,
-    Intent,
     LeaderMemory,
     Policy,
     Trigger,
@@ -49,7 +56,7 @@ from awide_cluster.daemon.reconcile import (
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.port import Op, Store
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
 
 if TYPE_CHECKING:
     from awide_cluster.api.metrics import DaemonMetrics
@@ -64,28 +71,6 @@ class CycleOutcome(enum.Enum):
     DEPOSED = "deposed"         # the leader key is not ours any more: stepped down
     CONFLICT = "conflict"       # registry or an intent changed under us: re-read next cycle
     ERROR = "error"             # the write could not be confirmed (timeout, unavailable)
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    snapshot: ClusterSnapshot
-    registry_rev: int           # mod_revision of the registry as read (0: absent)
-    leader_kv: KeyValue | None
-    found: str = "ok"           # the registry in etcd: ok, missing, corrupt, unknown_schema
-    problem: str = ""           # why it is not ok (names the key and the field)
-    history: StoredHistory | None = None    # the history ring, when this cycle read it
-
-
-def decode_intent(kv: KeyValue) -> Intent:
-    """Raises ValueError (RecordError) naming what is wrong."""
-    cid = keys.tail(kv.key, keys.INTENTS)
-    keys.check_name("card id", cid)
-    rec = records.decode_intent(kv.value, cid)
-    for action in ACTIONS:          # the record checked it is one of them
-        if rec.action == action:
-            return Intent(card_id=cid, action=action, mod_revision=kv.mod_revision, by=rec.by,
-                          reason=rec.reason)
-    raise ValueError(f"{keys.INTENTS}{cid}: unknown intent {rec.action!r}")
 
 
 def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
@@ -105,112 +90,6 @@ def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
         compares.append(Compare(key, "mod", "equal", rev))
         success.append(Delete(key))
     return compares, success
-
-
-@dataclass(frozen=True, slots=True)
-class HostReports:
-    """The hosts' reports of one read, sorted: decoded, refused, from strangers."""
-
-    reports: dict[str, HostReport]      # host -> its decoded report
-    bad: dict[str, str]                 # host of the cluster -> why its report is refused
-    strangers: dict[str, str]           # a host not of the cluster -> why it is ignored
-
-
-STRANGER = "not a host of this cluster (config hosts)"
-
-
-def sort_reports(members: PrefixRead, hosts: frozenset[str],
-                 decode: Callable[[str, bytes], HostReport] | None = None) -> HostReports:
-    """Decode the reports of the cluster's hosts (``hosts`` empty: any host). A value over its
-    bound is refused by name, never decoded; a stranger's report is never decoded.
-    ``decode(key, value)``: the decoder (default ``report.decode``; the leader passes its
-    ``ReportMemo``)."""
-    reports: dict[str, HostReport] = {}
-    bad: dict[str, str] = {}
-    strangers: dict[str, str] = {}
-    for k, refusal in members.refused.items():
-        if refusal.kind == "value":
-            host = keys.tail(k, keys.MEMBERS)
-            if hosts and host not in hosts:
-                strangers[clean_text(host, 80)] = STRANGER
-            else:
-                bad[host] = refusal.why
-    for kv in members.kvs:
-        host = keys.tail(kv.key, keys.MEMBERS)
-        if hosts and host not in hosts:
-            strangers[clean_text(host, 80)] = STRANGER
-            continue            # never decoded: nothing in it counts
-        try:
-            report = decode(kv.key, kv.value) if decode else reportdoc.decode(kv.value)
-            if report.host != host:
-                raise reportdoc.ReportError(f"report names host {report.host!r}")
-            reports[host] = report
-        except reportdoc.ReportError as e:
-            bad[host] = clean_text(e, 200)
-    return HostReports(reports=reports, bad=bad, strangers=strangers)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRegistry:
-    """The registry as etcd holds it: decoded, or why it cannot be used."""
-
-    registry: Registry | None
-    revision: int               # its mod_revision (0: absent)
-    found: str                  # ok, missing, corrupt, unknown_schema, too_large
-    problem: str                # why it is not ok (names the key and the field)
-
-
-def registry_found(kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
-    if isinstance(kv, ValueTooLarge):
-        return StoredRegistry(registry=None, revision=kv.mod_revision, found="too_large",
-                              problem=clean_text(f"value over {kv.limit} bytes, refused unread",
-                                                 200))
-    if kv is None:
-        return StoredRegistry(registry=None, revision=0, found="missing",
-                              problem="no registry in etcd")
-    try:
-        return StoredRegistry(registry=regdoc.decode(kv.value), revision=kv.mod_revision,
-                              found="ok", problem="")
-    except UnknownSchema as e:
-        return StoredRegistry(registry=None, revision=kv.mod_revision, found="unknown_schema",
-                              problem=clean_text(e, 200))
-    except RegistryError as e:
-        return StoredRegistry(registry=None, revision=kv.mod_revision, found="corrupt",
-                              problem=clean_text(e, 200))
-
-
-@dataclass(frozen=True, slots=True)
-class StoredHistory:
-    """The history ring as etcd holds it: decoded (empty when absent), or why it cannot be
-    used (then the leader starts a fresh ring)."""
-
-    history: histdoc.History
-    problem: str = ""
-
-
-def history_found(kv: KeyValue | ValueTooLarge | None) -> StoredHistory:
-    if isinstance(kv, ValueTooLarge):
-        return StoredHistory(histdoc.EMPTY, str(histdoc.HistoryError(
-            f"value over {kv.limit} bytes, refused unread", key=keys.HISTORY)))
-    if kv is None:
-        return StoredHistory(histdoc.EMPTY)
-    try:
-        return StoredHistory(histdoc.decode(kv.value))
-    except histdoc.HistoryError as e:
-        return StoredHistory(histdoc.EMPTY, clean_text(e, 300))
-
-
-def sort_intents(intents: PrefixRead
-                 ) -> tuple[tuple[Intent, ...], dict[str, tuple[int, str]]]:
-    """The intents that decode, and the refused ones by key: (mod_revision, why)."""
-    bad = {k: (r.mod_revision, r.why) for k, r in intents.refused.items() if r.kind == "value"}
-    good: list[Intent] = []
-    for kv in intents.kvs:
-        try:
-            good.append(decode_intent(kv))
-        except ValueError as e:
-            bad[kv.key] = (kv.mod_revision, str(e)[:200])
-    return tuple(good), bad
 
 
 class LeaderLoop:
@@ -262,7 +141,7 @@ class LeaderLoop:
         """Why the last cycle was a write outage ("" when it was not)."""
         return self.memory.outage
 
-    async def read(self) -> Read:
+    async def read(self) -> LeaderRead:
         """Every read of one cycle; StoreError if any failed. A registry that cannot be used
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
         cycle repairs it."""
@@ -290,7 +169,7 @@ class LeaderLoop:
         snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers)
-        return Read(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
+        return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
 
     def _registry_found(self, kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
@@ -419,7 +298,7 @@ class LeaderLoop:
             log.warning("%s; starting a fresh history at the next registry write",
                         stored.problem)
 
-    async def _write(self, d: Decision, snap: ClusterSnapshot, got: Read, *,
+    async def _write(self, d: Decision, snap: ClusterSnapshot, got: LeaderRead, *,
                      leader_revision: int, ring: histdoc.History | None = None) -> CycleOutcome:
         """The decision's one fenced transaction, and what its answer means."""
         ld = self.leadership
@@ -489,7 +368,7 @@ class LeaderLoop:
                 log.warning("%s: %s", key, line)
         self._refusals = now
 
-    async def _repair_base(self, got: Read) -> ClusterSnapshot:
+    async def _repair_base(self, got: LeaderRead) -> ClusterSnapshot:
         """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or
         the first one it reads and nothing newer is known) it is the base. Otherwise, corrupt,
         unknown, missing, gone back or not the one this leader wrote, the base is the last good

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from awide_cluster.contract import keys
 from awide_cluster.contract.report import ReportError, ReportMemo, decode, encode
 from awide_cluster.daemon.arrivals import arrival_news
-from awide_cluster.daemon.leader import sort_reports
+from awide_cluster.daemon.leader_read import sort_reports
 from awide_cluster.store.types import KeyValue, PrefixRead
 
 from .builders import card, report
