@@ -17,9 +17,10 @@ configuration or signal handlers are touched.
 from awide_gateway_cluster.config import ConfigError, GatewayConfig, load_config, parse_config
 from awide_gateway_cluster.errors import EngineRefused, GatewayError, NotStarted, WipeRefused
 from awide_gateway_cluster.events import ChangeEvent
-from awide_gateway_cluster.gateway import ClusterGateway, GatewayStats
+from awide_gateway_cluster.gateway import ClusterGateway
 from awide_gateway_cluster.layout import LayoutMismatch, namespace, object_key
 from awide_gateway_cluster.placement import CardChoice, Placement, StripePlacement
+from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.threaded import ThreadedClusterGateway
 from awide_gateway_cluster.view import SlotState, SlotView
 

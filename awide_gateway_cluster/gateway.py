@@ -9,7 +9,10 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
 - the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
   them all at once each poll interval, so their blocking reads go to the probe worker's one
-  thread together (``awide_cluster.cards.worker``).
+  thread together (``card_workers.CardWorkers``).
+
+The registry watch is ``registry_watch.RegistryWatch``; the registry's poll and its steps
+(``follower.Follower``), the etcd side (layout, registration) and the view stay here.
 
 The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
 one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
@@ -22,41 +25,34 @@ import asyncio
 import contextlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
-from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
-from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
-from awide_cluster.store.errors import (
-    StoreError,
-    TimelineChanged,
-    WatchCompacted,
-    WatchMessageTooLarge,
-)
+from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster import view as vw
-from awide_gateway_cluster.cardpath import Probe, advance
+from awide_gateway_cluster.card_workers import CardWorkers
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
-from awide_gateway_cluster.follower import WATCH_MESSAGE_BYTES, Follower, FollowStep
+from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import Registration, check_layout
+from awide_gateway_cluster.registry_watch import RegistryWatch
+from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import Hub, Subscription
 
 if TYPE_CHECKING:
     from awide_cluster.store.etcd import EtcdStore
-    from awide_cluster.store.watch import Watch
 
 log = logging.getLogger("awide_gateway_cluster")
 
@@ -73,32 +69,6 @@ SETTLE = 0.25
 # hide. The deploy's members notify every 1.4 s (config.daemon.ETCD_PROGRESS_NOTIFY), under
 # this window at the default 1 s poll, so a notification stands in for every serializable poll
 PROOF_WINDOW = 1.5
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayStats:
-    """Counters and staleness, for the host program's metrics."""
-
-    generation: int                 # registry generation applied (0: none)
-    staleness: float | None         # seconds since etcd last answered a poll (None: never)
-    stale: bool
-    problem: str                    # why the view is stale or a document was refused
-    polls: int
-    failed_polls: int
-    registries_rejected: int        # corrupt, unknown schema, other cluster, version skew
-    version_skew: int
-    hostile_targets: int            # registry targets refused before any subprocess
-    cards_refused: int              # wrong serial/model/identity/label
-    registration_failures: int
-    layout_ok: bool
-    events_dropped: int
-    loop_errors: int = 0            # exceptions the poll/registration loops survived
-    watch_events: int = 0           # registry watch events taken (each checked like a poll)
-    watch_restarts: int = 0         # registry watches opened again after they ended
-    watch_progress: int = 0         # watch progress notifications taken
-    polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
-    history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
-    history_note: str = ""          # why the last one was adopted ("" when none was)
 
 
 class ClusterGateway:
@@ -127,18 +97,10 @@ class ClusterGateway:
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
         self._layout_ok = self._layout_mismatch = False
         self._layout_problem = "key layout not verified yet (etcd not reached)"
-        self._local: dict[str, vw.CardPath] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
-        self._wake: dict[str, asyncio.Event] = {}
-        self._first_probe: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._io_errors: dict[str, int] = {}
-        self._io_lock = threading.Lock()          # guards a dict update only, never I/O
         self._engine: str | None = None
         self._hub = Hub()
-        self._hostile = self._refused = 0
         self._loop_errors = 0
-        self._watch_restarts = 0
         self._epoch = 0                           # the store's history epoch acted upon
         self._history_resets = 0
         self._history_note = ""
@@ -149,7 +111,13 @@ class ClusterGateway:
         self._poll_now = asyncio.Event()
         self._follower: Follower | None = None
         self._registration: Registration | None = None
-        self._connector: Connector | None = None
+        self._cards = CardWorkers(config, rng=self._rng, registry=self._registry,
+                                  view=self.snapshot, changed=self._rebuild,
+                                  publish=self._publish)
+        self._registry_watch = RegistryWatch(
+            store=self._started_store, take=self._take, history_check=self._history_check,
+            poll_now=lambda: self._poll_now.set(), interval=self._interval,
+            stall_after=config.watch_stall_after, rng=self._rng)
         self._view = self._build()
         self.placement = Placement(self.snapshot)
 
@@ -162,8 +130,7 @@ class ClusterGateway:
     def report_io_error(self, card_id: str) -> None:
         """The caller saw an I/O error on ``card_id``: counts as a bad observation of its path
         at the next poll (the card goes out after ``sick_polls`` bad polls in a row)."""
-        with self._io_lock:
-            self._io_errors[card_id] = self._io_errors.get(card_id, 0) + 1
+        self._cards.report_io_error(card_id)
 
     def subscribe(self, maxsize: int = 1000) -> Subscription:
         """Change events from now on, for a consumer on the gateway's event loop."""
@@ -184,12 +151,12 @@ class ClusterGateway:
             problem=dead or (fs.problem if fs else "not started"),
             polls=fs.polls if fs else 0, failed_polls=fs.failed_polls if fs else 0,
             registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
-            hostile_targets=self._hostile, cards_refused=self._refused,
+            hostile_targets=self._cards.hostile, cards_refused=self._cards.refused,
             registration_failures=self._registration.failures if self._registration else 0,
             layout_ok=self._layout_ok,
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
-            watch_events=fs.events if fs else 0, watch_restarts=self._watch_restarts,
+            watch_events=fs.events if fs else 0, watch_restarts=self._registry_watch.restarts,
             watch_progress=fs.progress if fs else 0,
             polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
@@ -253,7 +220,7 @@ class ClusterGateway:
             self._sysfs = Sysfs(self.config.nvme.sysfs_root)
         if self._read_label is None:
             self._read_label = _default_label_reader()
-        self._connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
+        self._cards.connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label, worker=self._probe_worker)
@@ -270,13 +237,13 @@ class ClusterGateway:
             raise
         await self._poll_once()
         self._started = True
-        loops = [self._poll_loop(), self._etcd_side_loop(), self._probe_round_loop()]
+        loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
         if self.config.watch:
-            loops.append(self._watch_loop())
+            loops.append(self._registry_watch.run(self._follower))
         self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
                        for i, c in enumerate(loops)]
-        if self._first_probe:
-            waits = [asyncio.create_task(e.wait()) for e in self._first_probe.values()]
+        if self._cards.first_probe:
+            waits = [asyncio.create_task(e.wait()) for e in self._cards.first_probe.values()]
             await asyncio.wait(waits, timeout=self.config.start_timeout)
             for w in waits:
                 w.cancel()
@@ -288,11 +255,11 @@ class ClusterGateway:
             await self._close_store()
             return
         self._started = False
-        tasks = self._tasks + list(self._workers.values())
+        tasks = self._tasks + self._cards.take_tasks()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks, self._workers = [], {}
+        self._tasks = []
         if self._registration is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._call * 2):
@@ -399,107 +366,16 @@ class ClusterGateway:
     def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
-        old_cards = {c.id: c for c in old.cards} if old else {}
-        for cid, card in old_cards.items():
-            if reg.card(cid) is None:
-                self._forget(card, reg)
-        settle = SETTLE * self._interval
-        for card in reg.cards:
-            self._ensure_worker(card)
-            prev = old_cards.get(card.id)
-            if prev is not None and prev.state != "in" and card.state == "in":
-                local = self._local.get(card.id)
-                if local is not None and not vw.why_out(card, local, True, ""):
-                    # its path was good at the last round (probed every round while out):
-                    # the view shows it in service now, probed again once the change settled
-                    asyncio.get_running_loop().call_later(settle, self._wake_card, card.id)
-                else:
-                    self._wake[card.id].set()       # a path not known good: probed at once
+        self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
         self._applied_at = self._clock()
         if decision.detail:
             log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
         self._rebuild()
 
-    def _wake_card(self, card_id: str) -> None:
-        wake = self._wake.get(card_id)
-        if wake is not None:
-            wake.set()
-
-    def _forget(self, card: CardEntry, reg: Registry) -> None:
-        task = self._workers.pop(card.id, None)
-        if task is not None:
-            task.cancel()
-        self._wake.pop(card.id, None)
-        self._first_probe.pop(card.id, None)
-        self._local.pop(card.id, None)
-        if (self.config.nvme.disconnect_forgotten and card.target is not None
-                and not any(c.target and c.target.subnqn == card.target.subnqn
-                            for c in reg.cards)):
-            assert self._connector is not None
-            self._tasks.append(asyncio.create_task(self._connector.release(card)))
-
-    async def _watch_loop(self) -> None:
-        """Apply what the registry watch delivers (each event checked like a polled answer);
-        the poll stays the guarantee of freshness. The watch starts right after the revision
-        the view is known up to, so no change between a poll and the watch is missed."""
-        assert self._follower is not None
-        resume, first, compacted = 0, True, False
-        epoch = self._started_store().timeline_epoch
-        while True:
-            self._history_check()
-            if self._started_store().timeline_epoch != epoch:
-                resume, epoch = 0, self._started_store().timeline_epoch   # a new etcd history
-            start = 0 if compacted else max(resume, self._follower.state.known_revision) + 1
-            if not first:
-                self._watch_restarts += 1
-            first = False
-            try:
-                async with self._started_store().watch(
-                        keys.REGISTRY, start_revision=start if start > 1 else None,
-                        stall_after=self.config.watch_stall_after,
-                        max_message_bytes=WATCH_MESSAGE_BYTES) as watch:
-                    compacted = False
-                    try:
-                        await self._follow_watch(watch)
-                    finally:
-                        resume = max(resume, watch.revision)
-            except asyncio.CancelledError:
-                raise
-            except WatchCompacted as e:
-                # the poll (now, and every poll_interval) covers what the watch cannot resume
-                log.info("registry watch: %s; polling now, then watching from the present", e)
-                resume, compacted = 0, True
-                self._poll_now.set()
-                await asyncio.sleep(self._interval * (1 + self._rng.random()))
-                continue
-            except TimelineChanged as e:
-                # the poll reads the registry of the new history now; watch it from the present
-                log.info("registry watch: %s", e)
-                resume = 0
-                self._history_check()
-                continue
-            except Exception as e:  # noqa: BLE001 - any watch failure: the poll covers it
-                log.debug("registry watch ended: %s", e)
-            await asyncio.sleep(self._interval * (1 + self._rng.random()))
-
-    async def _follow_watch(self, watch: Watch) -> None:
-        assert self._follower is not None
-        while True:
-            try:
-                batch = await watch.__anext__()
-            except StopAsyncIteration:
-                return
-            except WatchMessageTooLarge as e:
-                # refused unparsed; the poll reads the key (bounded) and refuses it by name
-                log.warning("registry watch: %s; polling now", e)
-                self._poll_now.set()
-                continue
-            if batch.progress:
-                self._take(self._follower.progress(batch.revision))
-            for event in batch.events:
-                if event.kv.key == keys.REGISTRY:
-                    self._take(self._follower.on_event(event))
+    def _registry(self) -> Registry | None:
+        """The registry the follower holds (None: none read yet, or not started)."""
+        return self._follower.state.registry if self._follower else None
 
     # ------------------------------------------------------------------ etcd side
 
@@ -562,80 +438,13 @@ class ClusterGateway:
             async with asyncio.timeout(self._call * 3.5):
                 await self._registration.tick(record, now, hold=hold)
 
-    # ------------------------------------------------------------------ cards
-
-    def _ensure_worker(self, card: CardEntry) -> None:
-        if card.id in self._workers:
-            return
-        self._wake[card.id] = asyncio.Event()
-        self._first_probe[card.id] = asyncio.Event()
-        self._workers[card.id] = asyncio.create_task(self._card_loop(card.id),
-                                                     name=f"awide-card-{card.id}")
-
-    def _take_io_errors(self, card_id: str) -> int:
-        with self._io_lock:
-            return self._io_errors.pop(card_id, 0)
-
-    async def _card_loop(self, card_id: str) -> None:
-        assert self._connector is not None and self._follower is not None
-        t = self.config.timing
-        bound = 3 * self.config.nvme.command_timeout + 4 * self._connector.sysfs_timeout
-        while True:
-            reg = self._follower.state.registry
-            card = reg.card(card_id) if reg else None
-            if card is None:
-                return
-            local = self._local.get(card_id) or vw.CardPath(card_id)
-            errors = self._take_io_errors(card_id)
-            try:
-                async with asyncio.timeout(bound):
-                    probe = await self._connector.probe(card, local, errors)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a probe failure is no observation
-                log.warning("card %s: probe failed: %s", card_id, e)
-                probe = Probe(device=local.device, verified=local.verified,
-                              note=f"probe failed: {type(e).__name__}: {e}")
-            if card_id not in self._workers:       # forgotten while probing
-                return
-            new = advance(local, probe, sick_polls=t.sick_polls, healthy_polls=t.healthy_polls)
-            if probe.hostile:
-                self._hostile += 1
-            if new.refused and new.refused != local.refused:
-                self._refused += 1
-                self._publish(ev.ChangeEvent("refused", card_id, self._view.table.slot_of(card_id),
-                                             generation=self._view.generation, detail=new.refused))
-            if new != local:
-                self._local[card_id] = new
-                self._rebuild()
-            first = self._first_probe.get(card_id)
-            if first is not None:
-                first.set()
-            wake = self._wake.get(card_id)
-            if wake is None:
-                return
-            with contextlib.suppress(TimeoutError):      # the bound if the round loop failed
-                async with asyncio.timeout(2 * self._interval):
-                    await wake.wait()
-            wake.clear()
-
-    async def _probe_round_loop(self) -> None:
-        """Every poll interval, at a random phase, wake every card's worker at once: their
-        probes start in the same loop iteration, so their blocking reads go to the probe
-        worker's thread as one submission (one wake-up of the loop, not one per card)."""
-        await asyncio.sleep(self._rng.uniform(0, self._interval))
-        while True:
-            for wake in self._wake.values():
-                wake.set()
-            await asyncio.sleep(self._interval)
-
     # ------------------------------------------------------------------ view
 
     def _build(self) -> vw.SlotView:
-        reg = self._follower.state.registry if self._follower else None
+        reg = self._registry()
         fp = lay.fingerprint(self.namespace, self.placement_name,
                              reg.slots if reg else slotfn.EMPTY)
-        return vw.build(reg, self._local, namespace=self.namespace,
+        return vw.build(reg, self._cards.local, namespace=self.namespace,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._layout_ok, layout_problem=self._layout_problem)
 

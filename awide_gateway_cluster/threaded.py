@@ -14,7 +14,8 @@ import threading
 from typing import Any
 
 from awide_gateway_cluster.config import GatewayConfig
-from awide_gateway_cluster.gateway import ClusterGateway, GatewayStats
+from awide_gateway_cluster.gateway import ClusterGateway
+from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import ThreadSubscription
 from awide_gateway_cluster.view import SlotView
 

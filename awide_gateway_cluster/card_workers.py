@@ -1,0 +1,169 @@
+"""The gateway's card workers: one per registry card, each probing its card's path.
+
+A worker connects/probes its card once per poll, bounded, and folds the probe into the card's
+``CardPath`` (``cardpath.advance``); a round loop wakes them all at once each poll interval,
+so their blocking reads go to the probe worker's one thread together
+(``awide_cluster.cards.worker``). I/O errors the caller reports count as a bad observation at
+the next probe. A registry change starts workers for new cards, stops those of forgotten ones
+and wakes a card put back in service (at once when its path is not known good, else once the
+change settled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from awide_cluster.contract.registry import CardEntry, Registry
+from awide_gateway_cluster import events as ev
+from awide_gateway_cluster import view as vw
+from awide_gateway_cluster.cardpath import Probe, advance
+from awide_gateway_cluster.config import GatewayConfig
+from awide_gateway_cluster.connector import Connector
+
+log = logging.getLogger("awide_gateway_cluster")
+
+
+class CardWorkers:
+    def __init__(self, config: GatewayConfig, *, rng: random.Random,
+                 registry: Callable[[], Registry | None], view: Callable[[], vw.SlotView],
+                 changed: Callable[[], None],
+                 publish: Callable[[ev.ChangeEvent], None]) -> None:
+        self.config, self._rng = config, rng
+        self._registry, self._view, self._changed, self._publish = registry, view, changed, \
+            publish
+        self._interval = config.timing.poll_interval
+        self.connector: Connector | None = None     # set when the gateway starts
+        self.local: dict[str, vw.CardPath] = {}     # card id -> its path as probed here
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+        self.first_probe: dict[str, asyncio.Event] = {}
+        self._io_errors: dict[str, int] = {}
+        self._io_lock = threading.Lock()          # guards a dict update only, never I/O
+        self.hostile = 0                          # registry targets refused as hostile
+        self.refused = 0                          # cards refused (serial, identity, label)
+
+    def report_io_error(self, card_id: str) -> None:
+        """The caller saw an I/O error on ``card_id`` (any thread): counted at its next probe."""
+        with self._io_lock:
+            self._io_errors[card_id] = self._io_errors.get(card_id, 0) + 1
+
+    def take_tasks(self) -> list[asyncio.Task[None]]:
+        """The workers' tasks, handed over to be cancelled (the gateway stops)."""
+        tasks, self._workers = list(self._workers.values()), {}
+        return tasks
+
+    def applied(self, old: Registry | None, reg: Registry, settle: float
+                ) -> list[asyncio.Task[None]]:
+        """A registry applied: forget the cards it dropped, a worker for each card, and wake a
+        card put back in service. The tasks releasing forgotten cards' connections (the
+        gateway cancels them when it stops)."""
+        releases: list[asyncio.Task[None]] = []
+        old_cards = {c.id: c for c in old.cards} if old else {}
+        for cid, card in old_cards.items():
+            if reg.card(cid) is None:
+                release = self._forget(card, reg)
+                if release is not None:
+                    releases.append(asyncio.create_task(release))
+        for card in reg.cards:
+            self._ensure_worker(card)
+            prev = old_cards.get(card.id)
+            if prev is not None and prev.state != "in" and card.state == "in":
+                local = self.local.get(card.id)
+                if local is not None and not vw.why_out(card, local, True, ""):
+                    # its path was good at the last round (probed every round while out):
+                    # the view shows it in service now, probed again once the change settled
+                    asyncio.get_running_loop().call_later(settle, self._wake_card, card.id)
+                else:
+                    self._wake[card.id].set()       # a path not known good: probed at once
+        return releases
+
+    def _wake_card(self, card_id: str) -> None:
+        wake = self._wake.get(card_id)
+        if wake is not None:
+            wake.set()
+
+    def _forget(self, card: CardEntry, reg: Registry) -> Coroutine[Any, Any, None] | None:
+        task = self._workers.pop(card.id, None)
+        if task is not None:
+            task.cancel()
+        self._wake.pop(card.id, None)
+        self.first_probe.pop(card.id, None)
+        self.local.pop(card.id, None)
+        if (self.config.nvme.disconnect_forgotten and card.target is not None
+                and not any(c.target and c.target.subnqn == card.target.subnqn
+                            for c in reg.cards)):
+            assert self.connector is not None
+            return self.connector.release(card)
+        return None
+
+    def _ensure_worker(self, card: CardEntry) -> None:
+        if card.id in self._workers:
+            return
+        self._wake[card.id] = asyncio.Event()
+        self.first_probe[card.id] = asyncio.Event()
+        self._workers[card.id] = asyncio.create_task(self._card_loop(card.id),
+                                                     name=f"awide-card-{card.id}")
+
+    def _take_io_errors(self, card_id: str) -> int:
+        with self._io_lock:
+            return self._io_errors.pop(card_id, 0)
+
+    async def _card_loop(self, card_id: str) -> None:
+        assert self.connector is not None
+        t = self.config.timing
+        bound = 3 * self.config.nvme.command_timeout + 4 * self.connector.sysfs_timeout
+        while True:
+            reg = self._registry()
+            card = reg.card(card_id) if reg else None
+            if card is None:
+                return
+            local = self.local.get(card_id) or vw.CardPath(card_id)
+            errors = self._take_io_errors(card_id)
+            try:
+                async with asyncio.timeout(bound):
+                    probe = await self.connector.probe(card, local, errors)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a probe failure is no observation
+                log.warning("card %s: probe failed: %s", card_id, e)
+                probe = Probe(device=local.device, verified=local.verified,
+                              note=f"probe failed: {type(e).__name__}: {e}")
+            if card_id not in self._workers:       # forgotten while probing
+                return
+            new = advance(local, probe, sick_polls=t.sick_polls, healthy_polls=t.healthy_polls)
+            if probe.hostile:
+                self.hostile += 1
+            if new.refused and new.refused != local.refused:
+                self.refused += 1
+                view = self._view()
+                self._publish(ev.ChangeEvent("refused", card_id, view.table.slot_of(card_id),
+                                             generation=view.generation, detail=new.refused))
+            if new != local:
+                self.local[card_id] = new
+                self._changed()
+            first = self.first_probe.get(card_id)
+            if first is not None:
+                first.set()
+            wake = self._wake.get(card_id)
+            if wake is None:
+                return
+            with contextlib.suppress(TimeoutError):      # the bound if the round loop failed
+                async with asyncio.timeout(2 * self._interval):
+                    await wake.wait()
+            wake.clear()
+
+    async def probe_round_loop(self) -> None:
+        """Every poll interval, at a random phase, wake every card's worker at once: their
+        probes start in the same loop iteration, so their blocking reads go to the probe
+        worker's thread as one submission (one wake-up of the loop, not one per card)."""
+        await asyncio.sleep(self._rng.uniform(0, self._interval))
+        while True:
+            for wake in self._wake.values():
+                wake.set()
+            await asyncio.sleep(self._interval)

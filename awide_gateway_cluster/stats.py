@@ -1,0 +1,31 @@
+"""``GatewayStats``: what ``ClusterGateway.stats()`` returns, for the host program's metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStats:
+    """Counters and staleness, for the host program's metrics."""
+
+    generation: int                 # registry generation applied (0: none)
+    staleness: float | None         # seconds since etcd last answered a poll (None: never)
+    stale: bool
+    problem: str                    # why the view is stale or a document was refused
+    polls: int
+    failed_polls: int
+    registries_rejected: int        # corrupt, unknown schema, other cluster, version skew
+    version_skew: int
+    hostile_targets: int            # registry targets refused before any subprocess
+    cards_refused: int              # wrong serial/model/identity/label
+    registration_failures: int
+    layout_ok: bool
+    events_dropped: int
+    loop_errors: int = 0            # exceptions the poll/registration loops survived
+    watch_events: int = 0           # registry watch events taken (each checked like a poll)
+    watch_restarts: int = 0         # registry watches opened again after they ended
+    watch_progress: int = 0         # watch progress notifications taken
+    polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
+    history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
+    history_note: str = ""          # why the last one was adopted ("" when none was)
