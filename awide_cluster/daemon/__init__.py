@@ -1,6 +1,6 @@
 """The awide-cluster daemon (docs/architecture.md). Public names::
 
-    from awide_cluster.daemon.service import Daemon, run_daemon      # the main loop
+    from awide_cluster.daemon.service import Daemon, run_daemon      # composition root
     from awide_cluster.daemon.reconcile import decide                # the leader's decision
     from awide_cluster.daemon.intents import submit, resolve         # operator intents
 
