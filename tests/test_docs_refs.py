@@ -288,3 +288,39 @@ def test_quoted_limits_are_the_code_constants() -> None:
             wrong.append(f"{q.doc}: the quote /{q.pattern}/ is gone: write it again or move "
                          f"its entry in QUOTES ({q.source} = {q.value!r})")
     assert not wrong, "docs quote limits the code does not have:\n" + "\n".join(wrong)
+
+
+# ---------------------------------------------------------------- decision records
+
+def decision_records() -> dict[str, tuple[int, list[str]]]:
+    """docs/decisions.md's records: title -> (line, its lines)."""
+    records: dict[str, tuple[int, list[str]]] = {}
+    current: list[str] | None = None
+    for n, line in _lines(ROOT / "docs" / "decisions.md"):
+        if line.startswith("### "):
+            current = []
+            records[line[4:].strip()] = (n, current)
+        elif line.startswith("## "):
+            current = None
+        elif current is not None and line.strip():
+            current.append(line)
+    return records
+
+
+def test_decisions_are_short_records() -> None:
+    """Each decision: Context, Decision, Consequence, one screen (25 lines), no dated entry."""
+    records = decision_records()
+    assert len(records) > 50
+    bad: list[str] = []
+    for title, (n, body) in records.items():
+        text = "\n".join(body)
+        fields = re.findall(r"^- \*\*(Context|Decision|Consequence):\*\*", text, re.M)
+        if fields != ["Context", "Decision", "Consequence"]:
+            bad.append(f"docs/decisions.md:{n}: {title!r} has {fields}, "
+                       "not Context, Decision, Consequence")
+        if len(body) > 25:
+            bad.append(f"docs/decisions.md:{n}: {title!r} is {len(body)} lines (at most 25)")
+    dated = [f"docs/decisions.md:{n}: a dated entry: {line.strip()[:80]}"
+             for n, line in _lines(ROOT / "docs" / "decisions.md")
+             if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
+    assert not bad and not dated, "\n".join(bad + dated)
