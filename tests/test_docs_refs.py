@@ -23,9 +23,9 @@ from awide_cluster.contract import bounds, keys, untrusted
 from awide_cluster.daemon import leader, reconcile, service
 from awide_cluster.operator import clusters
 from awide_cluster.operator.judge import etcd as judge_etcd
-from awide_cluster.store import bounded, credentials, transport
+from awide_cluster.store import bounded, credentials, etcd, transport
 from awide_cluster.store import config as store_config
-from awide_cluster.store.errors import ValueTooLarge
+from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, ValueTooLarge
 from awide_gateway_cluster import config as gateway_config
 from awide_gateway_cluster import gateway
 
@@ -266,6 +266,53 @@ QUOTES: tuple[Quote, ...] = (
           size(credentials.MAX_CREDENTIAL_BYTES), "store.credentials.MAX_CREDENTIAL_BYTES"),
     Quote("docs/security.md", r"at most (\d+) retired pools",
           count(transport.RETIRED_POOLS), "store.transport.RETIRED_POOLS"),
+    # docs/decisions.md quotes the same limits where it says why they are what they are
+    Quote("docs/decisions.md", r"every answer at most (\d+ \w+)",
+          size(store_config.MAX_ANSWER_BYTES), "store.config.MAX_ANSWER_BYTES"),
+    Quote("docs/decisions.md", r"a key\s+name at most (\d+) bytes",
+          count(bounded.MAX_KEY_BYTES), "bounded.MAX_KEY_BYTES"),
+    Quote("docs/decisions.md", r"`members/` at most (\d+) keys",
+          count(bounds.MEMBERS_MAX_KEYS), "bounds.MEMBERS_MAX_KEYS"),
+    Quote("docs/decisions.md", r"`intents/` (\d+) per leader cycle",
+          count(bounds.INTENTS_MAX_KEYS), "bounds.INTENTS_MAX_KEYS"),
+    Quote("docs/decisions.md", r"status (\d+) keys",
+          count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
+    Quote("docs/decisions.md", r"newest (\d+) entries",
+          count(bounds.HISTORY_MAX_ENTRIES), "bounds.HISTORY_MAX_ENTRIES"),
+    Quote("docs/decisions.md", r"newest \d+ entries \(at most (\d+ \w+)\)",
+          size(bounds.HISTORY_MAX_BYTES), "bounds.HISTORY_MAX_BYTES"),
+    Quote("docs/decisions.md", r"`reason` \(at most (\d+) characters",
+          count(untrusted.INTENT_REASON_MAX), "untrusted.INTENT_REASON_MAX"),
+    Quote("docs/decisions.md", r"one key per cluster, at most (\d+)",
+          count(clusters.MAX_NAMES), "clusters.MAX_NAMES"),
+    Quote("docs/decisions.md", r"\(at most (\d+) kept\)",
+          count(transport.RETIRED_POOLS), "store.transport.RETIRED_POOLS"),
+    Quote("docs/decisions.md", r"Report cycles are at least (\d+) % of a poll apart",
+          number(service.REPORT_CYCLE_GAP * 100), "service.REPORT_CYCLE_GAP"),
+    Quote("docs/decisions.md", r"### `etcd_db_near_quota` at (\d+) %",
+          number(judge_etcd.NEAR_QUOTA * 100), "judge.etcd.NEAR_QUOTA"),
+    Quote("docs/decisions.md", r"within ([\d.]+) poll intervals \(`PROOF_WINDOW`\)",
+          number(gateway.PROOF_WINDOW), "gateway.PROOF_WINDOW"),
+    Quote("docs/decisions.md", r"`--experimental-watch-progress-notify-interval=(\d+)ms`",
+          number(daemon_config.ETCD_PROGRESS_NOTIFY * 1000), "config.daemon.ETCD_PROGRESS_NOTIFY"),
+    Quote("docs/decisions.md", r"\(bounded to (\d+ \w+), stopped at the\s*$",
+          size(etcd.QUOTA_SCAN_BYTES), "store.etcd.QUOTA_SCAN_BYTES"),
+    Quote("docs/decisions.md", r"`lease_ttl` (\d+) s \(keepalive",
+          number(_GW["lease_ttl"].default), "gateway TimingSection.lease_ttl"),
+    Quote("docs/decisions.md", r"a configurable bound, (\d+) s by default",
+          number(_GW_TOP["watch_stall_after"].default), "GatewayConfig.watch_stall_after"),
+    Quote("docs/decisions.md", r"at least (\d+) s, or the call bound",
+          number(etcd.AUTH_TIMEOUT_MIN), "store.etcd.AUTH_TIMEOUT_MIN"),
+    Quote("docs/decisions.md", r"less than `SETTLE` \(a (quarter) poll\)",
+          {0.25: "quarter", 0.5: "half"}.get(gateway.SETTLE, str(gateway.SETTLE)),
+          "gateway.SETTLE"),
+    # labels
+    Quote("docs/metrics.md", r"`reason` = ((?:`\w+`\\?\|?)+) \|",
+          "\\|".join(f"`{r}`" for r in WRITE_REFUSAL_REASONS),
+          "store.errors.WRITE_REFUSAL_REASONS"),
+    Quote("docs/decisions.md", r"by the store's error type \(([^)]*)\)",
+          ", ".join(f"`{r}`" for r in WRITE_REFUSAL_REASONS),
+          "store.errors.WRITE_REFUSAL_REASONS"),
 )
 
 
