@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from awide_cluster.api import server
+from awide_cluster.cli.main import cli
+from awide_cluster.config import common as common_config
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import bounds, keys, untrusted
 from awide_cluster.daemon import leader, reconcile, service
@@ -165,6 +167,17 @@ def _too_large_label() -> str:
 
 
 _GW = gateway_config.TimingSection.model_fields
+_DAEMON = daemon_config.TimingSection.model_fields
+_ETCD = common_config.EtcdSection.model_fields
+
+
+def _status_default(option: str) -> str:
+    """The default of one ``awide-cluster status`` option, as the docs write it."""
+    command = cli.commands["status"]
+    value = next(p.default for p in command.params if p.name == option)
+    assert isinstance(value, int | float), f"status --{option} has no number default"
+    return number(float(value))
+
 _GW_TOP = gateway_config.GatewayConfig.model_fields
 
 QUOTES: tuple[Quote, ...] = (
@@ -306,6 +319,27 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/decisions.md", r"less than `SETTLE` \(a (quarter) poll\)",
           {0.25: "quarter", 0.5: "half"}.get(gateway.SETTLE, str(gateway.SETTLE)),
           "gateway.SETTLE"),
+    # the configs' defaults (docs/config.md's examples) and the status command's options
+    Quote("docs/config.md", r"^  call_timeout: ([\d.]+) ",
+          number(_ETCD["call_timeout"].default), "config.common.EtcdSection.call_timeout"),
+    Quote("docs/config.md", r"^  hedge_after: ([\d.]+) ",
+          number(_ETCD["hedge_after"].default), "config.common.EtcdSection.hedge_after"),
+    Quote("docs/config.md", r"^  poll_interval: ([\d.]+) +# one turn",
+          f"{_DAEMON['poll_interval'].default:.1f}", "daemon TimingSection.poll_interval"),
+    Quote("docs/config.md", r"^  lease_ttl: (\d+) +# whole seconds",
+          number(_DAEMON["lease_ttl"].default), "daemon TimingSection.lease_ttl"),
+    Quote("docs/config.md", r"^  sick_polls: (\d+) +# bad observations in a row that",
+          number(_DAEMON["sick_polls"].default), "daemon TimingSection.sick_polls"),
+    Quote("docs/config.md", r"^  sick_polls: (\d+) +# bad observations in a row before",
+          number(_GW["sick_polls"].default), "gateway TimingSection.sick_polls"),
+    Quote("docs/operations.md", r"`--sample SECONDS` \| [^|]*\(default (\d+);",
+          _status_default("sample"), "awide-cluster status --sample"),
+    Quote("docs/operations.md", r"`--stale-after SECONDS` \| [^|]*\(default (\d+)\)",
+          _status_default("stale_after"), "awide-cluster status --stale-after"),
+    Quote("docs/operations.md", r"`--call-timeout SECONDS` \| [^|]*the config's, ([\d.]+)\)",
+          number(_ETCD["call_timeout"].default), "config.common.EtcdSection.call_timeout"),
+    Quote("docs/operations.md", r"pages of at most (\d+) keys",
+          count(bounded.MAX_PAGE_KEYS), "bounded.MAX_PAGE_KEYS"),
     # labels
     Quote("docs/metrics.md", r"`reason` = ((?:`\w+`\\?\|?)+) \|",
           "\\|".join(f"`{r}`" for r in WRITE_REFUSAL_REASONS),
