@@ -22,7 +22,7 @@ from awide_cluster.cli.main import cli
 from awide_cluster.config import common as common_config
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import bounds, keys, untrusted
-from awide_cluster.daemon import leader, reconcile, service
+from awide_cluster.daemon import cycles, leader, leader_watch, reconcile, service
 from awide_cluster.operator import clusters
 from awide_cluster.operator.judge import etcd as judge_etcd
 from awide_cluster.store import bounded, credentials, etcd, transport
@@ -212,7 +212,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/registry.md", r"A reason is at most (\d+) characters",
           count(untrusted.HISTORY_REASON_MAX), "untrusted.HISTORY_REASON_MAX"),
     Quote("docs/registry.md", r"a watch message over (\d+ \w+) is refused unread",
-          size(service.LEADER_WATCH_MESSAGE_BYTES), "service.LEADER_WATCH_MESSAGE_BYTES"),
+          size(leader_watch.LEADER_WATCH_MESSAGE_BYTES), "leader_watch.LEADER_WATCH_MESSAGE_BYTES"),
     Quote("docs/registry.md", r"over its size bound \(([^)]+)\)",
           size(bounds.REGISTRY_MAX_BYTES), "bounds.REGISTRY_MAX_BYTES"),
     Quote("docs/registry.md", r"over its size bound [^|]+\|[^|]+\| [^|]*\{found=\"(\w+)\"\}",
@@ -286,7 +286,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/gateway.md", r"TTL `lease_ttl`, (\d+) s by",
           number(_GW["lease_ttl"].default), "gateway TimingSection.lease_ttl"),
     Quote("docs/architecture.md", r"at least (\d+) % of a poll apart",
-          number(service.REPORT_CYCLE_GAP * 100), "service.REPORT_CYCLE_GAP"),
+          number(cycles.REPORT_CYCLE_GAP * 100), "cycles.REPORT_CYCLE_GAP"),
     Quote("docs/architecture.md", r"a strict majority \((\d+) or more\)",
           count(reconcile.STOPPED_TOGETHER), "reconcile.STOPPED_TOGETHER"),
     Quote("docs/security.md", r"unreadable, empty, over (\d+ \w+)",
@@ -315,7 +315,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/decisions.md", r"\(at most (\d+) kept\)",
           count(transport.RETIRED_POOLS), "store.transport.RETIRED_POOLS"),
     Quote("docs/decisions.md", r"Report cycles are at least (\d+) % of a poll apart",
-          number(service.REPORT_CYCLE_GAP * 100), "service.REPORT_CYCLE_GAP"),
+          number(cycles.REPORT_CYCLE_GAP * 100), "cycles.REPORT_CYCLE_GAP"),
     Quote("docs/decisions.md", r"### `etcd_db_near_quota` at (\d+) %",
           number(judge_etcd.NEAR_QUOTA * 100), "judge.etcd.NEAR_QUOTA"),
     Quote("docs/decisions.md", r"within ([\d.]+) poll intervals \(`PROOF_WINDOW`\)",
