@@ -44,8 +44,8 @@ from awide_cluster.config.common import (
     read_yaml,
 )
 from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.contract.target import InvalidTarget, validate_nqn
 from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
-from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
 __all__ = [
     "ConfigError", "GatewayConfig", "ModelSection", "NvmeSection", "TimingSection",

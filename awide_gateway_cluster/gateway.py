@@ -35,6 +35,7 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.store.build import store_from
 from awide_cluster.store.errors import (
     StoreError,
     TimelineChanged,
@@ -655,7 +656,7 @@ class ClusterGateway:
 
 
 def _make_store(config: GatewayConfig) -> EtcdStore:
-    return config.etcd.store(config.cluster)
+    return store_from(config.etcd, config.cluster)
 
 
 def _default_label_reader() -> Callable[..., Any] | None:

@@ -74,6 +74,7 @@ from awide_cluster.daemon.reporter import (
     observe_all,
 )
 from awide_cluster.nvme.runner import CommandRunner
+from awide_cluster.store.build import store_from
 from awide_cluster.store.errors import (
     StoreError,
     ValueTooLarge,
@@ -117,7 +118,7 @@ class ClusterTooSmall(RuntimeError):
 
 def store_for(cfg: DaemonConfig) -> EtcdStore:
     """The EtcdStore a config describes (keys relative to the cluster prefix)."""
-    return cfg.etcd.store(cfg.cluster)
+    return store_from(cfg.etcd, cfg.cluster)
 
 
 def policy_for(cfg: DaemonConfig) -> Policy:

@@ -26,8 +26,8 @@ from awide_cluster.cards.probes import (
 )
 from awide_cluster.cards.spec import StoreProbeSpec
 from awide_cluster.cards.units import ACTIVE_STATES, UnitStates, judge
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.runner import Completed, Runner
-from awide_cluster.nvme.target import NvmeTarget
 from awide_harness.fakes import install_python_program
 from awide_harness.ports import reserve_port
 from tests.timing import bound
