@@ -170,7 +170,7 @@ async def _authed_receive(store: EtcdStore, endpoint: str, stream: _Stream,
     async def call() -> None:
         await _receive(store, endpoint, stream)
 
-    await store._authed(call, deadline)     # the store's own token handling
+    await store.session.authed(call, deadline)     # the store's own token handling
 
 
 def _fsync_dir(path: Path) -> None:
