@@ -261,7 +261,7 @@ class ClusterGateway:
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
-        self._registration = Registration(store, self.id, ttl=self.config.timing.lease_ttl,
+        self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
         try:
