@@ -83,18 +83,18 @@ class Session:
 
     def note_revision(self, revision: int, cluster_id: int = 0) -> None:
         """Raise the floor to ``revision`` if it is of the history followed (never refuses)."""
-        new, verdict = timeline.judge(self.timeline, self.timeline, Claim(cluster_id, revision))
-        if verdict == "ok":
+        new, admission = timeline.admit(self.timeline, self.timeline, Claim(cluster_id, revision))
+        if admission == "ok":
             self.timeline = new
 
     def check_claim(self, claim: Claim, sent: Timeline, endpoint: str) -> int:
         """Refuse an answer of another cluster, or below the floor of ``sent`` (the history
         when the call was sent): ``RevisionWentBack``; the next call takes a census."""
-        new, verdict = timeline.judge(self.timeline, sent, claim)
-        if verdict != "ok":
+        new, admission = timeline.admit(self.timeline, sent, claim)
+        if admission != "ok":
             self._doubt = True
             raise RevisionWentBack(
-                f"{endpoint}: {timeline.why(verdict, self.timeline, sent, claim)}")
+                f"{endpoint}: {timeline.why(admission, self.timeline, sent, claim)}")
         self.timeline = new
         return claim.revision
 
@@ -103,8 +103,8 @@ class Session:
 
     async def reconsider_timeline(self, deadline: float) -> bool:
         """After a refused answer: the status of every member (concurrently, by ``deadline``)
-        judged by ``timeline.assess``. True when a new history was adopted (logged once; the
-        refusal memory forgotten, its revisions are of the old history)."""
+        judged by ``timeline.assess_census``. True when a new history was adopted (logged once;
+        the refusal memory forgotten, its revisions are of the old history)."""
         if not self._doubt:
             return False
         if self._census_lock is None:
@@ -122,18 +122,18 @@ class Session:
             self._census_at = loop.time()
             self._doubt = False
             claims = await self._census(left)
-            new, verdict = timeline.assess(self.timeline, claims)
-            if verdict.outcome != "adopted":
-                log.debug("etcd history kept: %s", verdict.reason)
+            new, census = timeline.assess_census(self.timeline, claims)
+            if census.outcome != "adopted":
+                log.debug("etcd history kept: %s", census.reason)
                 return False
             self.timeline = new
-            self.timeline_note = verdict.reason
+            self.timeline_note = census.reason
             self.refusals = bounded.RefusalMemory(self.refusals.limit)
             # tokens of the old history are void: a restored etcd rejects them only after a
             # check slower than a call's bound (seen: 0.4 s of 0.5), so the rejection never
             # arrived and nothing authenticated again; the next call authenticates first
             self.transport.token = None
-            log.warning("etcd history changed (epoch %d): %s", new.epoch, verdict.reason)
+            log.warning("etcd history changed (epoch %d): %s", new.epoch, census.reason)
             return True
 
     async def _census(self, timeout: float) -> list[tuple[str, Claim | None]]:
