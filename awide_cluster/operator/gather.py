@@ -11,7 +11,7 @@ ms). When the (linearizable) key read fails but some member answers, the keys ar
 serializably from any member, so a cluster that lost quorum still shows what its members hold
 (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
-``StatusReader`` keeps the observations between reads (report ages, see ``observe``):
+``StatusReader`` keeps the observations between reads (report ages, see ``record_read``):
 ``snapshot()`` for ``--watch`` and the demo, ``sample(interval)`` for one-shot status.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from awide_cluster.contract import bounds
+from awide_cluster.operator.freshness import Observations, record_read, saw_generation
 from awide_cluster.operator.model import ClusterStatus
-from awide_cluster.operator.observe import Observations, observe, saw_generation
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store.errors import StoreError
@@ -150,7 +150,7 @@ class StatusReader:
         raw = await read_raw(self.store, cluster=self.cluster, endpoints=self.endpoints,
                              bound=self.bound, wall=self._wall, mono=self._mono,
                              keys_timeout=self.keys_timeout)
-        self.seen = observe(self.seen, raw.kvs, raw.mono)
+        self.seen = record_read(self.seen, raw.kvs, raw.mono)
         self.last_raw = raw
         return raw
 
