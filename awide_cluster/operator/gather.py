@@ -28,17 +28,13 @@ from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store.errors import StoreError
-from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
+from awide_cluster.store.port import ClusterInspector, StoreReader
+from awide_cluster.store.types import EndpointStatus
 
 
-class StatusStore(Protocol):
-    async def read_prefix(self, prefix: str, *, max_keys: int, max_value_bytes: int,
-                          timeout: float | None = None,
-                          serializable: bool = False) -> PrefixRead: ...
-    async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
-    async def statuses(self, *, timeout: float | None = None
-                       ) -> dict[str, EndpointStatus | StoreError]: ...
-    async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
+class StatusStore(StoreReader, ClusterInspector, Protocol):
+    """What status reads: the keys, the cluster, and each member's backend quota."""
+
     async def quotas(self, *, timeout: float | None = None) -> dict[str, int | StoreError]: ...
 
 
