@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from awide_cluster.contract import bounds
 from awide_cluster.operator.freshness import Observations, record_read, saw_generation
@@ -29,7 +29,7 @@ from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusP
 from awide_cluster.operator.status import build_status
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import ClusterInspector, StoreReader
-from awide_cluster.store.types import EndpointStatus
+from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
 
 
 class StatusStore(StoreReader, ClusterInspector, Protocol):
@@ -51,18 +51,18 @@ async def read_raw(
     """One bounded read. Never raises a StoreError: failures are in the snapshot.
     ``keys_timeout``: the bound of each read of the prefix (None: the store's call bound)."""
 
-    def read_keys(serializable: bool = False) -> Any:
+    def read_keys(serializable: bool = False) -> Awaitable[PrefixRead]:
         return store.read_prefix("", max_keys=bounds.CLUSTER_MAX_KEYS,
                                  max_value_bytes=bounds.REGISTRY_MAX_BYTES,
                                  serializable=serializable, timeout=keys_timeout)
 
-    async def keys() -> tuple[Any, str]:
+    async def keys() -> tuple[PrefixRead | None, str]:
         try:
             return await read_keys(), ""
         except StoreError as e:
             return None, describe_error(e)
 
-    async def members() -> tuple[Any, str]:
+    async def members() -> tuple[tuple[Member, ...] | None, str]:
         try:
             return await store.members(), ""
         except StoreError as e:
@@ -71,7 +71,7 @@ async def read_raw(
     async def statuses() -> dict[str, EndpointStatus | StoreError]:
         return await store.statuses()
 
-    async def alarms() -> tuple[Any, str]:
+    async def alarms() -> tuple[tuple[Alarm, ...] | None, str]:
         try:
             return await store.alarms(), ""
         except StoreError as e:
