@@ -9,7 +9,7 @@ caller's bound: ``range(key, max_value_bytes=N)`` and ``read_prefix`` (see bound
 
 Every answer is judged against the etcd history the store follows (cluster id and revision
 floor, timeline.py): a refused answer makes the store take a census of every member
-(``reconsider_timeline``), which adopts a restored or rebuilt etcd only when a quorum of the
+(``Session.reconsider_timeline``), which adopts a restored or rebuilt etcd only when a quorum of the
 members, and every member that answers, are in the new history; ``timeline_epoch`` then grows,
 and a read refused for it is asked again once within its deadline.
 
