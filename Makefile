@@ -33,8 +33,7 @@ venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
 # ruff, mypy and lint-imports (the layers, configured in pyproject.toml) must be clean before
-# the tests run; plain
-# `pytest` from the root collects the suite (pyproject's pythonpath).
+# the tests run; plain `pytest` from the root collects the suite (pyproject's pythonpath).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
