@@ -32,11 +32,12 @@ venv: $(BIN)/python
 	@$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
 	$(BIN)/pip install -q -e '.[test]'
 
-# ruff and mypy (configured in pyproject.toml) must be clean before the tests run; plain
-# `pytest` from the root collects the suite (pyproject's pythonpath).
+# ruff, mypy and lint-imports (the layers, configured in pyproject.toml) must be clean before
+# the tests run; plain `pytest` from the root collects the suite (pyproject's pythonpath).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: deps venv lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs $(PYTEST_ARGS)

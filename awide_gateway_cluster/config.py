@@ -44,8 +44,8 @@ from awide_cluster.config.common import (
     read_yaml,
 )
 from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.contract.target import InvalidTarget, validate_nqn
 from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
-from awide_cluster.nvme.target import InvalidTarget, validate_nqn
 
 __all__ = [
     "ConfigError", "GatewayConfig", "ModelSection", "NvmeSection", "TimingSection",
@@ -70,8 +70,10 @@ class TimingSection(Section):
                             description="bad local observations in a row before a card goes out")
     healthy_polls: int = Field(default=1, ge=1, le=100,
                                description="good observations in a row before it comes back")
-    lease_ttl: int = Field(default=30, ge=2, le=600,
-                           description="TTL (s) of the lease gateways/<id> is bound to")
+    # ``lease_ttl`` in the file (the key users write); ``registration_ttl`` in the code, so
+    # that ``lease_ttl`` means the daemon's host lease only
+    registration_ttl: int = Field(default=30, ge=2, le=600, alias="lease_ttl",
+                                  description="TTL (s) of the lease gateways/<id> is bound to")
     linearizable_every: int = Field(
         default=10, ge=1, le=3600,
         description="every Nth registry poll is linearizable, the others serializable "
@@ -203,9 +205,9 @@ class GatewayConfig(Section):
             raise ValueError(
                 f"poll_interval ({t.poll_interval:g} s) must be longer than "
                 f"etcd.call_timeout ({call:g} s): a poll could not finish before the next")
-        if t.lease_ttl <= t.poll_interval + 2 * call:
+        if t.registration_ttl <= t.poll_interval + 2 * call:
             raise ValueError(
-                f"lease_ttl ({t.lease_ttl} s) must be longer than poll_interval + "
+                f"lease_ttl ({t.registration_ttl} s) must be longer than poll_interval + "
                 f"2 x etcd.call_timeout ({t.poll_interval + 2 * call:g} s)")
         return t
 

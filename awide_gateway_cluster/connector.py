@@ -32,12 +32,12 @@ from typing import Any, TypeVar
 
 from awide_cluster.cards.worker import ProbeWorker, StillStuck
 from awide_cluster.contract.registry import CardEntry
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget, validate_traddr
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, read_secret_file
 from awide_cluster.nvme.errors import AlreadyConnected, NvmeError
 from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Sysfs
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, validate_traddr
 from awide_gateway_cluster.cardpath import Probe
 from awide_gateway_cluster.view import CardPath
 

@@ -64,7 +64,7 @@ from awide_cluster.contract.registry import (
     went_back,
 )
 from awide_cluster.store.errors import StoreError, ValueTooLarge
-from awide_cluster.store.port import Store
+from awide_cluster.store.port import StoreReader
 from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
@@ -253,7 +253,7 @@ class Follower:
     view look fresh. A turn is one poll interval: its poll is made, or left out (``skip``)
     when ``skips`` says the watch proved the view fresh."""
 
-    def __init__(self, store: Store, *, cluster: str, call_timeout: float,
+    def __init__(self, store: StoreReader, *, cluster: str, call_timeout: float,
                  clock: Callable[[], float], linearizable_every: int = 10) -> None:
         if linearizable_every < 1:
             raise ValueError("linearizable_every must be >= 1")

@@ -35,7 +35,10 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.build import store_from
+from awide_cluster.store.errors import (
+    StoreError,
+)
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
@@ -227,7 +230,7 @@ class ClusterGateway:
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
-        self._registration = Registration(store, self.id, ttl=self.config.timing.lease_ttl,
+        self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
         try:
@@ -464,7 +467,7 @@ class ClusterGateway:
 
 
 def _make_store(config: GatewayConfig) -> EtcdStore:
-    return config.etcd.store(config.cluster)
+    return store_from(config.etcd, config.cluster)
 
 
 def _default_label_reader() -> Callable[..., Any] | None:

@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from awide_cluster import __version__
-from awide_cluster.api.metrics import CONTENT_TYPE, ConstantLabels
+from awide_cluster.telemetry import CONTENT_TYPE, ConstantLabels
 
 if TYPE_CHECKING:
     from awide_gateway_cluster.gateway import ClusterGateway

@@ -8,6 +8,7 @@ another gateway that differs from this one's refuses the start (``LayoutMismatch
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import (
@@ -17,13 +18,21 @@ from awide_cluster.contract.records import (
     decode_layout,
 )
 from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
-from awide_cluster.store.port import Store
+from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_gateway_cluster.layout import LayoutMismatch, compare
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
 
-async def check_layout(store: Store, mine: LayoutRecord, *,
+class LayoutStore(StoreReader, StoreWriter, Protocol):
+    """What ``check_layout`` uses of the store."""
+
+
+class RegistrationStore(LeaseKeeper, StoreWriter, Protocol):
+    """What ``Registration`` uses of the store: a lease, and a key written on it."""
+
+
+async def check_layout(store: LayoutStore, mine: LayoutRecord, *,
                        timeout: float) -> LayoutMismatch | None:
     """Record ``mine`` if no layout is recorded for its namespace; else compare.
 
@@ -55,7 +64,8 @@ class Registration:
     when the record changed or the lease is new, and sends a keepalive every ttl/3.
     """
 
-    def __init__(self, store: Store, gateway_id: str, *, ttl: int, call_timeout: float) -> None:
+    def __init__(self, store: RegistrationStore, gateway_id: str, *, ttl: int,
+                 call_timeout: float) -> None:
         self.store = store
         self.key = keys.gateway(gateway_id)
         self.ttl, self.call_timeout = ttl, call_timeout

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.gateway import ClusterGateway
 from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import ThreadSubscription
 from awide_gateway_cluster.view import SlotView
+
+T = TypeVar("T")
 
 
 class ThreadedClusterGateway:
@@ -63,7 +66,7 @@ class ThreadedClusterGateway:
         finally:
             self._halt()
 
-    def _call(self, coro: Any, timeout: float) -> Any:
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         assert self._loop is not None
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
@@ -96,12 +99,12 @@ class ThreadedClusterGateway:
     def report_io_error(self, card_id: str) -> None:
         self.gateway.report_io_error(card_id)
 
-    def _on_loop(self, fn: Any, *args: Any) -> Any:
+    def _on_loop(self, fn: Callable[..., T], *args: object) -> T:
         """Run a synchronous gateway method on its loop (it publishes events there)."""
         if self._loop is None:
             return fn(*args)
 
-        async def call() -> Any:
+        async def call() -> T:
             return fn(*args)
 
         return self._call(call(), 5.0)

@@ -21,7 +21,7 @@ from awide_gateway_cluster.config import TimingSection as GatewayTiming
 
 # a simulated gateway's registration lease, as the gateway library's at its defaults: its
 # keepalive every GATEWAY_LEASE_TTL / 3 s
-GATEWAY_LEASE_TTL: int = GatewayTiming().lease_ttl
+GATEWAY_LEASE_TTL: int = GatewayTiming().registration_ttl
 
 SOURCE = Path(__file__).with_name("leanload.c")
 FLAGS = ("-O2", "-std=c99", "-Wall")

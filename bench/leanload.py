@@ -332,7 +332,7 @@ class Fleet:
         first = int(spec.get("first", 0))
         self.first = first
         self.interval = float(spec.get("interval", 1.0))
-        self.lease_ttl = int(spec.get("lease_ttl", GatewayTiming().lease_ttl))
+        self.lease_ttl = int(spec.get("lease_ttl", GatewayTiming().registration_ttl))
         self.keepalive_every = self.lease_ttl / 3
         self.rng = random.Random(int(spec.get("seed", 1)))
         self.parts = parts_of(spec)

@@ -22,10 +22,10 @@ from awide_cluster.cli.main import cli
 from awide_cluster.config import common as common_config
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import bounds, keys, untrusted
-from awide_cluster.daemon import cycles, leader, leader_watch, reconcile, service
+from awide_cluster.daemon import cycles, leader, leader_watch, reconcile
 from awide_cluster.operator import clusters
 from awide_cluster.operator.judge import etcd as judge_etcd
-from awide_cluster.store import bounded, credentials, etcd, transport
+from awide_cluster.store import bounded, credentials, session, transport
 from awide_cluster.store import config as store_config
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, ValueTooLarge
 from awide_gateway_cluster import config as gateway_config
@@ -276,7 +276,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/deploy.md", r"proves its view fresh for ([\d.]+) polls",
           number(gateway.PROOF_WINDOW), "gateway.PROOF_WINDOW"),
     Quote("docs/config.md", r"lease_ttl: (\d+) +# TTL of the lease gateways/<id>",
-          number(_GW["lease_ttl"].default), "gateway TimingSection.lease_ttl"),
+          number(_GW["registration_ttl"].default), "gateway TimingSection.registration_ttl (file key lease_ttl)"),
     Quote("docs/config.md", r"linearizable_every: (\d+) ",
           number(_GW["linearizable_every"].default), "gateway TimingSection.linearizable_every"),
     Quote("docs/config.md", r"watch_stall_after: ([\d.]+) ",
@@ -284,7 +284,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/gateway.md", r"`watch_stall_after` \((\d+) s\)",
           number(_GW_TOP["watch_stall_after"].default), "GatewayConfig.watch_stall_after"),
     Quote("docs/gateway.md", r"TTL `lease_ttl`, (\d+) s by",
-          number(_GW["lease_ttl"].default), "gateway TimingSection.lease_ttl"),
+          number(_GW["registration_ttl"].default), "gateway TimingSection.registration_ttl (file key lease_ttl)"),
     Quote("docs/architecture.md", r"at least (\d+) % of a poll apart",
           number(cycles.REPORT_CYCLE_GAP * 100), "cycles.REPORT_CYCLE_GAP"),
     Quote("docs/architecture.md", r"a strict majority \((\d+) or more\)",
@@ -323,13 +323,13 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/decisions.md", r"`--experimental-watch-progress-notify-interval=(\d+)ms`",
           number(daemon_config.ETCD_PROGRESS_NOTIFY * 1000), "config.daemon.ETCD_PROGRESS_NOTIFY"),
     Quote("docs/decisions.md", r"\(bounded to (\d+ \w+), stopped at the\s*$",
-          size(etcd.QUOTA_SCAN_BYTES), "store.etcd.QUOTA_SCAN_BYTES"),
+          size(session.QUOTA_SCAN_BYTES), "store.session.QUOTA_SCAN_BYTES"),
     Quote("docs/decisions.md", r"`lease_ttl` (\d+) s \(keepalive",
-          number(_GW["lease_ttl"].default), "gateway TimingSection.lease_ttl"),
+          number(_GW["registration_ttl"].default), "gateway TimingSection.registration_ttl (file key lease_ttl)"),
     Quote("docs/decisions.md", r"a configurable bound, (\d+) s by default",
           number(_GW_TOP["watch_stall_after"].default), "GatewayConfig.watch_stall_after"),
     Quote("docs/decisions.md", r"at least (\d+) s, or the call bound",
-          number(etcd.AUTH_TIMEOUT_MIN), "store.etcd.AUTH_TIMEOUT_MIN"),
+          number(session.AUTH_TIMEOUT_MIN), "store.session.AUTH_TIMEOUT_MIN"),
     Quote("docs/decisions.md", r"less than `SETTLE` \(a (quarter) poll\)",
           {0.25: "quarter", 0.5: "half"}.get(gateway.SETTLE, str(gateway.SETTLE)),
           "gateway.SETTLE"),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class HealthAnswer:
     ok: bool
     reason: str
 
@@ -44,38 +44,38 @@ class HealthMarks:
     write_refused: str = ""            # the latest report write failed: why ("" when written)
 
 
-def liveness(m: HealthMarks, now: float, *, loop_stale_after: float) -> Verdict:
+def liveness(m: HealthMarks, now: float, *, loop_stale_after: float) -> HealthAnswer:
     if m.last_beat is None:
         waited = now - m.started
         if waited > loop_stale_after:
-            return Verdict(False, f"main loop has not turned once in {waited:.1f} s")
-        return Verdict(True, "starting: main loop not turned yet")
+            return HealthAnswer(False, f"main loop has not turned once in {waited:.1f} s")
+        return HealthAnswer(True, "starting: main loop not turned yet")
     return _by_age(now - m.last_beat, loop_stale_after,
                    stale="main loop stalled: last turn", fresh="main loop turning: last turn")
 
 
-def readiness(m: HealthMarks, now: float, *, report_stale_after: float) -> Verdict:
+def readiness(m: HealthMarks, now: float, *, report_stale_after: float) -> HealthAnswer:
     if m.write_refused:
-        return Verdict(False, f"writes fail: host report not written ({m.write_refused})")
+        return HealthAnswer(False, f"writes fail: host report not written ({m.write_refused})")
     if m.etcd_error:
-        return Verdict(False, f"etcd: {m.etcd_error}")
+        return HealthAnswer(False, f"etcd: {m.etcd_error}")
     if m.last_etcd_ok is None:
-        return Verdict(False, "etcd not reached yet")
+        return HealthAnswer(False, "etcd not reached yet")
     etcd_age = now - m.last_etcd_ok
     if etcd_age > report_stale_after:
-        return Verdict(False, f"no successful etcd call for {etcd_age:.1f} s")
+        return HealthAnswer(False, f"no successful etcd call for {etcd_age:.1f} s")
     if m.last_report is None:
-        return Verdict(False, "host report not written yet")
+        return HealthAnswer(False, "host report not written yet")
     return _by_age(now - m.last_report, report_stale_after,
                    stale="host report not current: written",
                    fresh="connected to etcd; host report written")
 
 
-def _by_age(age: float, bound: float, *, stale: str, fresh: str) -> Verdict:
+def _by_age(age: float, bound: float, *, stale: str, fresh: str) -> HealthAnswer:
     """Ok while ``age`` is within ``bound``; the text says how old it is either way."""
     if age > bound:
-        return Verdict(False, f"{stale} {age:.1f} s ago (bound {bound:g} s)")
-    return Verdict(True, f"{fresh} {age:.1f} s ago")
+        return HealthAnswer(False, f"{stale} {age:.1f} s ago (bound {bound:g} s)")
+    return HealthAnswer(True, f"{fresh} {age:.1f} s ago")
 
 
 class DaemonHealth:
@@ -137,8 +137,8 @@ class DaemonHealth:
         m = self._marks
         return self._clock() - (m.last_beat if m.last_beat is not None else m.started)
 
-    def liveness(self) -> Verdict:
+    def liveness(self) -> HealthAnswer:
         return liveness(self._marks, self._clock(), loop_stale_after=self.loop_stale_after)
 
-    def readiness(self) -> Verdict:
+    def readiness(self) -> HealthAnswer:
         return readiness(self._marks, self._clock(), report_stale_after=self.report_stale_after)

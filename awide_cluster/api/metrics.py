@@ -7,7 +7,7 @@ its loop; ``/metrics`` renders ``exposition()``. Every metric is listed in docs/
 Conventions (shared with the gateway's, ``awide_gateway_cluster.metrics``): wherever a card is
 meant, ``card`` is its id and ``card_name`` its name in its host's config, so the daemons' and
 the gateways' series join on ``card``; every series carries the constant label ``cluster``; no
-``_created`` series (prometheus-client's are switched off when this module is imported).
+``_created`` series (``awide_cluster.telemetry`` switches prometheus-client's off).
 """
 
 from __future__ import annotations
@@ -17,19 +17,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from awide_cluster.contract.registry import STATES, Registry
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS
-
-CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-# a counter's ``_created`` series is a timestamp nobody queries, one more series per label set
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+from awide_cluster.telemetry import ConstantLabels
 
 # etcd calls are bounded at 0.5 s by default: buckets resolve the interesting part below it.
 _ETCD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -44,21 +39,6 @@ def error_name(error: BaseException | str | None) -> str:
     if isinstance(error, BaseException):
         return type(error).__name__
     return error
-
-
-class ConstantLabels(Collector):
-    """A collector that yields ``source``'s families with ``labels`` added to every sample
-    (prometheus-client has no constant labels of its own)."""
-
-    def __init__(self, source: CollectorRegistry, labels: dict[str, str]) -> None:
-        self._source = source
-        self._labels = {k: v for k, v in labels.items() if v}    # "" is no label at all
-
-    def collect(self) -> Iterator[Metric]:
-        for fam in self._source.collect():
-            fam.samples = [s._replace(labels={**s.labels, **self._labels})
-                           for s in fam.samples]
-            yield fam
 
 
 class WatchReopens(Collector):

@@ -33,8 +33,10 @@ from typing import Any
 from aiohttp import web
 
 from awide_cluster.api.health import DaemonHealth
-from awide_cluster.api.metrics import CONTENT_TYPE, DaemonMetrics
+from awide_cluster.api.metrics import DaemonMetrics
 from awide_cluster.config.common import is_loopback_host
+from awide_cluster.config.listen import ListenError, parse_listen
+from awide_cluster.telemetry import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -68,24 +70,6 @@ class ApiTls:
     def context(self) -> ssl.SSLContext:
         from awide_cluster.store.credentials import server_context
         return server_context(*self.files())
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``"127.0.0.1:9700"`` / ``"[::1]:9700"`` / ``"localhost:0"`` -> (host, port)."""
-    text = listen.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-        if not sep:
-            raise ApiError(f"listen address {listen!r}: expected [IPv6]:PORT")
-    else:
-        host, sep, port = text.rpartition(":")
-        if not sep or ":" in host:
-            raise ApiError(f"listen address {listen!r}: expected HOST:PORT (IPv6 as [ADDR]:PORT)")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ApiError(f"listen address {listen!r}: port must be 0..65535")
-    if not host:
-        raise ApiError(f"listen address {listen!r}: host missing (use 0.0.0.0 to mean all)")
-    return host, int(port)
 
 
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -128,7 +112,10 @@ class DaemonApi:
         self.health = health
         self.metrics = metrics
         self._view = view
-        self._host, self._port = parse_listen(listen)
+        try:
+            self._host, self._port = parse_listen(listen)
+        except ListenError as e:
+            raise ApiError(str(e)) from None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self.bound: tuple[str, int] | None = None

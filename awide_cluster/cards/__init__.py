@@ -1,7 +1,7 @@
 """Local cards: config entries, discovery (NVMe by serial, directories by label), probes.
 See docs/cards.md. Public names::
 
-    from awide_cluster.cards import CardSpec, observe, CardObservation, LocalCard, ProbeResult
+    from awide_cluster.cards import CardSpec, observe_card, CardObservation, LocalCard, ProbeResult
 """
 
 from awide_cluster.cards.directory import (
@@ -28,12 +28,12 @@ from awide_cluster.cards.model import (
     ProbeResult,
     summarize,
 )
-from awide_cluster.cards.observe import observe
+from awide_cluster.cards.observe import observe_card
 from awide_cluster.cards.spec import CardSpec, StoreProbeSpec
 
 __all__ = [
     "CardLabel", "CardObservation", "CardSpec", "DEVICE", "DISCOVERY", "IDENTITY", "LABEL_FILE",
     "LabelCorrupt", "LabelError", "LabelExists", "LabelMissing", "LISTENER", "LocalCard",
-    "observe", "PROBE_ORDER", "ProbeResult", "read_label", "same_card", "STORE", "StoreProbeSpec",
-    "summarize", "WRITABLE", "write_label",
+    "observe_card", "PROBE_ORDER", "ProbeResult", "read_label", "same_card", "STORE",
+    "StoreProbeSpec", "summarize", "WRITABLE", "write_label",
 ]

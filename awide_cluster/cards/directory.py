@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from awide_cluster.cards.model import LocalCard
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, clean_model, clean_serial
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget, clean_model, clean_serial
 
 LABEL_FILE = ".awide-card.json"
 LABEL_VERSION = 1

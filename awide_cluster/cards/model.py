@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 
 # probe names, in the order observations list them (the first failing one gives the reason)
 DISCOVERY = "discovery"

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from awide_cluster.cards.model import LocalCard
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.errors import NvmeError
 from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 
 @dataclass(frozen=True, slots=True)

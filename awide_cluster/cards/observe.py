@@ -7,7 +7,7 @@ Probes per kind (their order in ``CardObservation.probes``):
   (namespace NGUID/UUID/EUI-64 == known), store, listener (if ``target``).
 - dir:  discovery (label read), identity (label == known), writable, store, listener.
 
-``observe`` never raises for a card's trouble: every failure is a probe with a reason.
+``observe_card`` never raises for a card's trouble: every failure is a probe with a reason.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from awide_cluster.nvme.sysfs import Sysfs
 log = logging.getLogger(__name__)
 
 
-async def observe(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
+async def observe_card(spec: CardSpec, runner: CommandRunner, sysfs: Sysfs,
                   known_identity: str | None, clock: Clock, *,
                   nvme_program: str = "nvme", systemctl: str = "systemctl",
                   worker: ProbeWorker | None = None,

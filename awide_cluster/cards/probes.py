@@ -37,8 +37,8 @@ from awide_cluster.cards.model import (
 from awide_cluster.cards.spec import StoreProbeSpec, parse_host_port
 from awide_cluster.cards.units import UnitStates
 from awide_cluster.cards.worker import ProbeWorker, shared_worker
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, RunnerError
-from awide_cluster.nvme.target import NvmeTarget
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

@@ -34,8 +34,8 @@ from pydantic import (
     model_validator,
 )
 
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget, clean_serial, validate_traddr
 from awide_cluster.contract.untrusted import FORBIDDEN
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget, clean_serial, validate_traddr
 
 # A directory card's path goes into every host report and the registry: at most this many
 # bytes (UTF-8) and no control character, so a report of 64 cards always fits its bound

@@ -34,7 +34,8 @@ class UnitState:
     reason: str
 
 
-def judge(units: tuple[str, ...], done: Completed, systemctl: str) -> dict[str, UnitState]:
+def parse_is_active(units: tuple[str, ...], done: Completed, systemctl: str
+                    ) -> dict[str, UnitState]:
     """Each unit's state from one ``systemctl is-active -- UNITS...`` (pure)."""
     lines = done.stdout.splitlines()
     if len(lines) != len(units):
@@ -88,7 +89,7 @@ class UnitStates:
         self.calls += 1
         try:
             done = await self.runner.run([self.systemctl, "is-active", "--", *units], bound)
-            states = judge(units, done, self.systemctl)
+            states = parse_is_active(units, done, self.systemctl)
         except ProgramNotFound:
             states = {u: UnitState(u, False, f"store unit {u}: {self.systemctl} not found")
                       for u in units}

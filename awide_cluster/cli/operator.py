@@ -34,7 +34,7 @@ from awide_cluster.cli.lookup import (
 )
 from awide_cluster.cli.main import cli
 from awide_cluster.operator.gather import StatusReader
-from awide_cluster.operator.history import Tail
+from awide_cluster.operator.history_query import Tail
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.render import FORMATS, render, render_cards
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy

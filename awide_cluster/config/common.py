@@ -26,9 +26,6 @@ from pydantic import (
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
-    from awide_cluster.store.config import StoreConfig
-    from awide_cluster.store.etcd import EtcdStore
-
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -224,26 +221,6 @@ class EtcdSection(Section):
         if self.password_file is not None:
             return self.password_file.read_text().strip()
         return self.password.get_secret_value() if self.password is not None else None
-
-    def store_config(self, cluster: str) -> StoreConfig:
-        """The store config of this section for ``cluster`` (keys under its prefix)."""
-        from awide_cluster.contract.keys import prefix
-        from awide_cluster.store.config import StoreConfig, TlsConfig
-        tls = None
-        if self.tls is not None:
-            tls = TlsConfig(ca_file=str(self.tls.ca_file),
-                            cert_file=str(self.tls.cert_file) if self.tls.cert_file else None,
-                            key_file=str(self.tls.key_file) if self.tls.key_file else None)
-        password = self.resolved_password()
-        return StoreConfig(
-            endpoints=tuple(self.endpoints), prefix=prefix(cluster),
-            call_timeout=self.call_timeout, hedge_after=self.hedge_after, tls=tls,
-            username=self.username if password is not None else None, password=password,
-            password_file=str(self.password_file) if self.password_file is not None else None)
-
-    def store(self, cluster: str) -> EtcdStore:
-        from awide_cluster.store.etcd import EtcdStore
-        return EtcdStore(self.store_config(cluster))
 
 
 def plaintext_problems(etcd: EtcdSection, *, dev_cluster: bool | None) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.config import common
 from awide_cluster.config.common import ConfigError, EtcdSection, Section, plaintext_problems
+from awide_cluster.config.listen import ListenError, parse_listen
 from awide_cluster.contract.keys import BadName, check_name
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
@@ -101,10 +102,9 @@ class ApiSection(Section):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
-        from awide_cluster.api.server import ApiError, parse_listen
         try:
             parse_listen(v)
-        except ApiError as e:
+        except ListenError as e:
             raise ValueError(str(e)) from None
         return v
 
@@ -215,7 +215,6 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
 def api_problems(api: ApiSection) -> list[tuple[str, str]]:
     """An API bound off loopback needs TLS with client certificates (``api.tls``), unless
     ``api.allow_insecure`` opts out."""
-    from awide_cluster.api.server import parse_listen
     host, _ = parse_listen(api.listen)
     if api.tls is not None or api.allow_insecure or common.is_loopback_host(host):
         return []

@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract import untrusted as u
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget
 from awide_cluster.contract.untrusted import Name
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 
 SCHEMA_VERSION = 1
 MAX_GENERATION = 2**53 - 1      # exact in every JSON reader; a lineage never gets there

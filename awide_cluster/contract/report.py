@@ -26,8 +26,8 @@ from awide_cluster.contract.registry import (  # the same wire types and checks
     card_target,
     validated,
 )
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.contract.untrusted import Name
-from awide_cluster.nvme.target import NvmeTarget
 
 SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)

@@ -70,7 +70,7 @@ REGISTRY_LIMITS = Limits(max_bytes=bounds.REGISTRY_MAX_BYTES, max_depth=16)
 # A host report: at most 64 cards (the daemon config's bound); the writer fits its report in
 # this bound whatever its probes say (daemon/reporter.py ``fit``).
 REPORT_LIMITS = Limits(max_bytes=bounds.REPORT_MAX_BYTES, max_depth=16)
-# The history ring: at most HISTORY_MAX_ENTRIES flat entries (contract/history.py).
+# The history ring: at most HISTORY_MAX_ENTRIES flat entries (contract/history_ring.py).
 HISTORY_LIMITS = Limits(max_bytes=bounds.HISTORY_MAX_BYTES, max_depth=4)
 # The leader, gateway, layout and intent records: a handful of short fields each.
 RECORD_LIMITS = Limits(max_bytes=bounds.RECORD_MAX_BYTES, max_depth=8)

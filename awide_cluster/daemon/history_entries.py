@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.history import Entry, Kind
+from awide_cluster.contract.history_ring import Entry, Kind
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.reconcile import Intent, describe
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys, records
-from awide_cluster.contract import history as histdoc
+from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import Registry

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from awide_cluster.contract import history as histdoc
+from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc

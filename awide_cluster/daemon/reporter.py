@@ -48,8 +48,8 @@ class LocalObserver:
         self.units = UnitStates(runner)  # every card's store unit of a turn, one systemctl
 
     async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
-        from awide_cluster.cards.observe import observe
-        return await observe(spec, self.runner, self.sysfs, known_identity,
+        from awide_cluster.cards.observe import observe_card
+        return await observe_card(spec, self.runner, self.sysfs, known_identity,
                              self.clock.monotonic, nvme_program=self.nvme_program,
                              worker=self.worker, units=self.units)
 

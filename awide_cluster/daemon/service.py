@@ -48,6 +48,7 @@ from awide_cluster.daemon.reports_watch import ReportsWatch
 from awide_cluster.daemon.shared import DaemonShared, policy_for
 from awide_cluster.daemon.turn import TurnLoop
 from awide_cluster.nvme.runner import CommandRunner
+from awide_cluster.store.build import store_from
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
 
@@ -62,7 +63,7 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
 
 def store_for(cfg: DaemonConfig) -> EtcdStore:
     """The EtcdStore a config describes (keys relative to the cluster prefix)."""
-    return cfg.etcd.store(cfg.cluster)
+    return store_from(cfg.etcd, cfg.cluster)
 
 
 class Daemon:

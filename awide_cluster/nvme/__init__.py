@@ -4,6 +4,20 @@ sysfs discovery. See docs/cards.md. Public names::
     from awide_cluster.nvme import NvmeTarget, InvalidTarget, Runner, NvmeCli, Sysfs
 """
 
+from awide_cluster.contract.target import (
+    InvalidDeviceName,
+    InvalidIdentityString,
+    InvalidTarget,
+    NvmeTarget,
+    clean_firmware,
+    clean_model,
+    clean_serial,
+    validate_device_name,
+    validate_nqn,
+    validate_traddr,
+    validate_transport,
+    validate_trsvcid,
+)
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.dhchap import BadSecret, DhchapSecret, parse_secret, read_secret_file
 from awide_cluster.nvme.errors import (
@@ -35,20 +49,6 @@ from awide_cluster.nvme.runner import (
     SecretArg,
 )
 from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs
-from awide_cluster.nvme.target import (
-    InvalidDeviceName,
-    InvalidIdentityString,
-    InvalidTarget,
-    NvmeTarget,
-    clean_firmware,
-    clean_model,
-    clean_serial,
-    validate_device_name,
-    validate_nqn,
-    validate_traddr,
-    validate_transport,
-    validate_trsvcid,
-)
 
 __all__ = [
     "Address", "AlreadyConnected", "BadSecret", "DhchapSecret", "parse_secret",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from awide_cluster.contract.target import NvmeTarget, validate_device_name, validate_nqn
 from awide_cluster.nvme import parse
 from awide_cluster.nvme.dhchap import DhchapSecret
 from awide_cluster.nvme.errors import (
@@ -24,7 +25,6 @@ from awide_cluster.nvme.errors import (
     NvmeCommandFailed,
 )
 from awide_cluster.nvme.runner import CommandRunner, Completed, RunnerError, SecretArg
-from awide_cluster.nvme.target import NvmeTarget, validate_device_name, validate_nqn
 
 log = logging.getLogger(__name__)
 

@@ -23,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from awide_cluster.nvme.errors import NvmeParseError
-from awide_cluster.nvme.target import (
+from awide_cluster.contract.target import (
     InvalidTarget,
     clean_firmware,
     clean_model,
     clean_serial,
     validate_device_name,
 )
+from awide_cluster.nvme.errors import NvmeParseError
 
 _ADDRESS_KEYS = ("traddr", "trsvcid", "src_addr", "host_traddr", "host_iface")
 _HEX32 = re.compile(r"[0-9a-fA-F]{32}")

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from awide_cluster.contract.target import InvalidTarget, clean_firmware, clean_model, clean_serial
 from awide_cluster.nvme.errors import NvmeParseError
 from awide_cluster.nvme.parse import Address, namespace_identity, parse_address
-from awide_cluster.nvme.target import InvalidTarget, clean_firmware, clean_model, clean_serial
 
 READ_CAP = 4096
 MAX_ENTRIES = 1024

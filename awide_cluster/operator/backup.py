@@ -38,7 +38,7 @@ class BackupError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class BackupFile:
     path: Path
     size: int                       # bytes of the file
     sha256: str                     # of the whole file (hex), as sha256sum prints it
@@ -120,7 +120,7 @@ async def _receive(store: EtcdStore, endpoint: str, stream: _Stream) -> None:
 
 async def take_snapshot(store: EtcdStore, out: Path, *, endpoint: str | None = None,
                         max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = DEFAULT_TIMEOUT,
-                        replace: bool = False) -> Snapshot:
+                        replace: bool = False) -> BackupFile:
     """Save a snapshot of ``endpoint`` (default: the first configured member that sends one)
     to ``out``; ``BackupError`` saying why when none was written."""
     out = Path(out)
@@ -148,7 +148,7 @@ async def take_snapshot(store: EtcdStore, out: Path, *, endpoint: str | None = N
                 os.fsync(f.fileno())
             os.replace(tmp, out)
             _fsync_dir(out.parent)
-            return Snapshot(path=out, size=stream.size, sha256=stream.file_hash.hexdigest(),
+            return BackupFile(path=out, size=stream.size, sha256=stream.file_hash.hexdigest(),
                             endpoint=ep, revision=stream.revision)
         except (Unavailable, BadResponse) as exc:
             failures.append(f"{type(exc).__name__}: {exc}")  # another member may send one
@@ -170,7 +170,7 @@ async def _authed_receive(store: EtcdStore, endpoint: str, stream: _Stream,
     async def call() -> None:
         await _receive(store, endpoint, stream)
 
-    await store._authed(call, deadline)     # the store's own token handling
+    await store.session.authed(call, deadline)     # the store's own token handling
 
 
 def _fsync_dir(path: Path) -> None:

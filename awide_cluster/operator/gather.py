@@ -11,7 +11,7 @@ ms). When the (linearizable) key read fails but some member answers, the keys ar
 serializably from any member, so a cluster that lost quorum still shows what its members hold
 (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
-``StatusReader`` keeps the observations between reads (report ages, see ``observe``):
+``StatusReader`` keeps the observations between reads (report ages, see ``record_read``):
 ``snapshot()`` for ``--watch`` and the demo, ``sample(interval)`` for one-shot status.
 """
 
@@ -19,26 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from awide_cluster.contract import bounds
+from awide_cluster.operator.freshness import Observations, record_read, saw_generation
 from awide_cluster.operator.model import ClusterStatus
-from awide_cluster.operator.observe import Observations, observe, saw_generation
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import ClusterInspector, StoreReader
 from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
 
 
-class StatusStore(Protocol):
-    async def read_prefix(self, prefix: str, *, max_keys: int, max_value_bytes: int,
-                          timeout: float | None = None,
-                          serializable: bool = False) -> PrefixRead: ...
-    async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
-    async def statuses(self, *, timeout: float | None = None
-                       ) -> dict[str, EndpointStatus | StoreError]: ...
-    async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
+class StatusStore(StoreReader, ClusterInspector, Protocol):
+    """What status reads: the keys, the cluster, and each member's backend quota."""
+
     async def quotas(self, *, timeout: float | None = None) -> dict[str, int | StoreError]: ...
 
 
@@ -55,18 +51,18 @@ async def read_raw(
     """One bounded read. Never raises a StoreError: failures are in the snapshot.
     ``keys_timeout``: the bound of each read of the prefix (None: the store's call bound)."""
 
-    def read_keys(serializable: bool = False) -> Any:
+    def read_keys(serializable: bool = False) -> Awaitable[PrefixRead]:
         return store.read_prefix("", max_keys=bounds.CLUSTER_MAX_KEYS,
                                  max_value_bytes=bounds.REGISTRY_MAX_BYTES,
                                  serializable=serializable, timeout=keys_timeout)
 
-    async def keys() -> tuple[Any, str]:
+    async def keys() -> tuple[PrefixRead | None, str]:
         try:
             return await read_keys(), ""
         except StoreError as e:
             return None, describe_error(e)
 
-    async def members() -> tuple[Any, str]:
+    async def members() -> tuple[tuple[Member, ...] | None, str]:
         try:
             return await store.members(), ""
         except StoreError as e:
@@ -75,7 +71,7 @@ async def read_raw(
     async def statuses() -> dict[str, EndpointStatus | StoreError]:
         return await store.statuses()
 
-    async def alarms() -> tuple[Any, str]:
+    async def alarms() -> tuple[tuple[Alarm, ...] | None, str]:
         try:
             return await store.alarms(), ""
         except StoreError as e:
@@ -150,7 +146,7 @@ class StatusReader:
         raw = await read_raw(self.store, cluster=self.cluster, endpoints=self.endpoints,
                              bound=self.bound, wall=self._wall, mono=self._mono,
                              keys_timeout=self.keys_timeout)
-        self.seen = observe(self.seen, raw.kvs, raw.mono)
+        self.seen = record_read(self.seen, raw.kvs, raw.mono)
         self.last_raw = raw
         return raw
 

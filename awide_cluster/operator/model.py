@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from awide_cluster.contract.history import History
-from awide_cluster.operator.observe import Age
+from awide_cluster.contract.history_ring import History
+from awide_cluster.operator.freshness import Age
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["healthy", "warn", "unhealthy"]

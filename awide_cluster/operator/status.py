@@ -22,6 +22,7 @@ from typing import TypeVar
 from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.operator.freshness import Observations
 from awide_cluster.operator.judge.cards import judge_cards
 from awide_cluster.operator.judge.daemons import (
     HostsRead,
@@ -50,7 +51,6 @@ from awide_cluster.operator.model import (
     Problem,
     RegistryView,
 )
-from awide_cluster.operator.observe import Observations
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
 from awide_cluster.store.types import KeyValue
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from awide_cluster.config.common import ConfigError, EtcdSection, config_kind, parse, read_yaml
 from awide_cluster.contract import keys
+from awide_cluster.store.build import store_config
 from awide_cluster.store.config import StoreConfig
 
 DEFAULT_CONFIG = "/etc/awide-cluster/cluster.yaml"
@@ -53,7 +54,7 @@ class ClusterTarget:
     hosts: tuple[str, ...] = ()         # a daemon file's hosts (the cluster's daemons)
 
     def store_config(self) -> StoreConfig:
-        return self.etcd.store_config(self.cluster)
+        return store_config(self.etcd, self.cluster)
 
     def with_call_timeout(self, call_timeout: float | None) -> ClusterTarget:
         if call_timeout is None:

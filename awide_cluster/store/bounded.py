@@ -29,15 +29,12 @@ import asyncio
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from awide_cluster.store import codec
 from awide_cluster.store.codec import b64, b64_size, prefix_end, range_body
 from awide_cluster.store.errors import BadResponse, Timeout, TooLarge, ValueTooLarge
 from awide_cluster.store.types import KeyValue, PrefixRead, RangeResult, Refusal
-
-if TYPE_CHECKING:
-    from awide_cluster.store.etcd import EtcdStore
 
 # JSON of one answer besides its kvs (header, count, more), and of one kv besides its key
 # and value (revisions, version, lease, field names): generous upper bounds
@@ -51,12 +48,28 @@ PAGE_SHARE = 0.5             # of the time left, a page may take before it is re
 Entry = KeyValue | Refusal
 
 
+class RangeSource(Protocol):
+    """What a bounded read needs of its store (``EtcdStore`` is one): the key codec, the
+    deadline of a call, the refusals remembered, and hedged reads (every read goes through
+    ``read``)."""
+
+    @property
+    def codec(self) -> codec.Codec: ...
+    @property
+    def refusals(self) -> RefusalMemory: ...
+
+    def deadline(self, timeout: float | None) -> float: ...
+
+    async def read(self, path: str, body: dict[str, Any], timeout: float | None, what: str, *,
+                   max_bytes: int | None = None) -> tuple[str, dict[str, Any]]: ...
+
+
 def encoded(size: int) -> int:
     """Bytes of the base64 text of ``size`` bytes."""
     return (size + 2) // 3 * 4
 
 
-def kv_bound(store: EtcdStore, max_value_bytes: int, max_key_bytes: int = MAX_KEY_BYTES) -> int:
+def kv_bound(store: RangeSource, max_value_bytes: int, max_key_bytes: int = MAX_KEY_BYTES) -> int:
     """The most one kv within the bounds takes in an answer."""
     key = len(store.codec.prefix.encode()) + max_key_bytes
     return encoded(max_value_bytes) + encoded(key) + KV_OVERHEAD
@@ -110,14 +123,14 @@ class _Answer:
     more: bool
 
 
-def _remaining(store: EtcdStore, deadline: float, what: str) -> float:
+def _remaining(store: RangeSource, deadline: float, what: str) -> float:
     left = deadline - asyncio.get_running_loop().time()
     if left <= 0:
         raise Timeout(f"{what}: no answer within the deadline")
     return left
 
 
-def _entries(store: EtcdStore, answer: dict[str, Any], max_value_bytes: int,
+def _entries(store: RangeSource, answer: dict[str, Any], max_value_bytes: int,
              max_key_bytes: int) -> tuple[Entry, ...]:
     """The kvs of an answer; a value over the bound is measured, not decoded."""
     raw = answer.get("kvs", [])
@@ -139,7 +152,7 @@ def _entries(store: EtcdStore, answer: dict[str, Any], max_value_bytes: int,
     return tuple(out)
 
 
-async def _call(store: EtcdStore, body: dict[str, Any], *, deadline: float, what: str,
+async def _call(store: RangeSource, body: dict[str, Any], *, deadline: float, what: str,
                 max_bytes: int | None, max_value_bytes: int, max_key_bytes: int) -> _Answer:
     _, answer = await store.read("/v3/kv/range", body, _remaining(store, deadline, what), what,
                                  max_bytes=max_bytes)
@@ -166,7 +179,7 @@ def refused_kv_head(head: bytes, key: bytes) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(3))
 
 
-async def get_one(store: EtcdStore, key: str, *, max_value_bytes: int, deadline: float,
+async def get_one(store: RangeSource, key: str, *, max_value_bytes: int, deadline: float,
                   min_mod_revision: int | None = None, revision: int | None = None,
                   serializable: bool = False,
                   max_key_bytes: int = MAX_KEY_BYTES) -> tuple[Entry | None, int, int]:
@@ -214,7 +227,7 @@ async def get_one(store: EtcdStore, key: str, *, max_value_bytes: int, deadline:
             listing.count, listing.revision)
 
 
-async def get_range(store: EtcdStore, key: str, *, max_value_bytes: int,
+async def get_range(store: RangeSource, key: str, *, max_value_bytes: int,
                     min_mod_revision: int | None = None, serializable: bool = False,
                     timeout: float | None = None) -> RangeResult:
     """``range(key)`` whose value is at most ``max_value_bytes``; ``ValueTooLarge`` otherwise.
@@ -247,7 +260,7 @@ def _too_large(r: Refusal) -> ValueTooLarge:
 
 # ---------------------------------------------------------------------- a prefix
 
-async def read_prefix(store: EtcdStore, prefix: str, *, max_keys: int, max_value_bytes: int,
+async def read_prefix(store: RangeSource, prefix: str, *, max_keys: int, max_value_bytes: int,
                       timeout: float | None = None, serializable: bool = False,
                       page_keys: int | None = None,
                       max_key_bytes: int = MAX_KEY_BYTES) -> PrefixRead:
@@ -331,7 +344,7 @@ def _pin(pin: int | None, first: int, rev: int, serializable: bool) -> tuple[int
     return pin, first
 
 
-async def _page(store: EtcdStore, pos: bytes, seg_end: bytes, limit: int, *, pin: int | None,
+async def _page(store: RangeSource, pos: bytes, seg_end: bytes, limit: int, *, pin: int | None,
                 deadline: float, what: str, serializable: bool, per_kv: int,
                 max_value_bytes: int, max_key_bytes: int) -> _Answer:
     """Up to ``limit`` keys of [pos, seg_end); a page over its bound, or not answered within

@@ -1,9 +1,11 @@
 """The store port: what the daemon, the leader, the gateway and the operator ask of etcd.
 
-``Store`` is a ``typing.Protocol``: ``EtcdStore`` satisfies it structurally, and so does the
-daemon's ``MeteredStore`` (every call timed, then passed on). Code that talks to etcd takes a
-``Store`` in its constructor; tests pass a real ``EtcdStore`` (or a subclass of it that holds
-or refuses one call) the same way, never by swapping an attribute after construction.
+Roles, each a ``typing.Protocol``: ``StoreReader``, ``StoreWriter``, ``LeaseKeeper``,
+``StoreWatcher`` and ``ClusterInspector``; ``Store`` is all of them (what the daemon uses).
+``EtcdStore`` satisfies them structurally, and so does the daemon's ``MeteredStore`` (every call
+timed, then passed on). Code that talks to etcd takes the roles it uses (or ``Store``) in its
+constructor; tests pass a real ``EtcdStore`` (or a subclass of it that holds or refuses one
+call) the same way, never by swapping an attribute after construction.
 """
 
 from __future__ import annotations
@@ -33,10 +35,17 @@ if TYPE_CHECKING:
 Op = Put | Delete | Get
 
 
-class Store(Protocol):
-    """etcd as the project uses it (see docs/store.md for what each call guarantees)."""
+class StoreReader(Protocol):
+    """Reads of keys, bounded (docs/store.md, "Bounded reads"), and the etcd history they are
+    of (timeline.py): the epoch grows when a restored or rebuilt etcd is adopted, so whoever
+    remembers a revision compares the epoch it remembered it in."""
 
-    # keys
+    @property
+    def timeline_epoch(self) -> int: ...
+
+    @property
+    def timeline_note(self) -> str: ...
+
     async def range(self, key: str, *, prefix: bool = False,
                     min_mod_revision: int | None = None, serializable: bool = False,
                     keys_only: bool = False, limit: int = 0, revision: int | None = None,
@@ -51,6 +60,10 @@ class Store(Protocol):
                           timeout: float | None = None, serializable: bool = False,
                           page_keys: int | None = None) -> PrefixRead: ...
 
+
+class StoreWriter(Protocol):
+    """Writes of keys: each sent once, never repeated once it may have been applied."""
+
     async def txn(self, compares: Iterable[Compare], success: Iterable[Op],
                   failure: Iterable[Op] = (), *, timeout: float | None = None) -> TxnResult: ...
 
@@ -63,7 +76,10 @@ class Store(Protocol):
     async def delete(self, key: str, *, prefix: bool = False,
                      timeout: float | None = None) -> int: ...
 
-    # leases
+
+class LeaseKeeper(Protocol):
+    """etcd leases: granted, kept alive, revoked."""
+
     async def grant(self, ttl: int, *, timeout: float | None = None) -> Lease: ...
 
     async def keepalive(self, lease_id: int, *, timeout: float | None = None) -> int: ...
@@ -72,7 +88,17 @@ class Store(Protocol):
 
     async def time_to_live(self, lease_id: int, *, timeout: float | None = None) -> int: ...
 
-    # cluster
+
+class StoreWatcher(Protocol):
+    """Watches of keys (every watch of an etcd history ends when the store adopts a new one)."""
+
+    def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,
+              stall_after: float = 3.0, max_message_bytes: int | None = None) -> Watch: ...
+
+
+class ClusterInspector(Protocol):
+    """The etcd cluster itself: members, alarms, each member's status."""
+
     async def members(self, *, timeout: float | None = None) -> tuple[Member, ...]: ...
 
     async def alarms(self, *, timeout: float | None = None) -> tuple[Alarm, ...]: ...
@@ -83,15 +109,9 @@ class Store(Protocol):
     async def statuses(self, *, timeout: float | None = None
                        ) -> dict[str, EndpointStatus | StoreError]: ...
 
-    # the etcd history followed (timeline.py): grows when a restored or rebuilt etcd is adopted
-    @property
-    def timeline_epoch(self) -> int: ...
 
-    @property
-    def timeline_note(self) -> str: ...
-
-    # watch, lifecycle
-    def watch(self, key: str, *, prefix: bool = False, start_revision: int | None = None,
-              stall_after: float = 3.0, max_message_bytes: int | None = None) -> Watch: ...
+class Store(StoreReader, StoreWriter, LeaseKeeper, StoreWatcher, ClusterInspector, Protocol):
+    """etcd as the daemon uses it: every role (see docs/store.md for what each call
+    guarantees). Code that needs less takes the roles it uses."""
 
     async def close(self) -> None: ...

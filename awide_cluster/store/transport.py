@@ -5,9 +5,10 @@ call): a declared Content-Length over it is refused before reading, a streamed b
 as it passes the bound (the connection is closed, the member stops sending). Stream frames
 (watch) are bounded the same way, per line.
 
-The session is created lazily inside the running event loop (one per store). Whether a request
-may have left this process is recorded in a ``SendState`` (an aiohttp trace marks the moment a
-connection is ready): a write whose connection was never established cannot have been applied.
+The aiohttp client (``http_client``) is created lazily inside the running event loop (one per
+store). Whether a request may have left this process is recorded in a ``SendState`` (an aiohttp
+trace marks the moment a connection is ready): a write whose connection was never established
+cannot have been applied.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Transport:
     def __init__(self, cfg: StoreConfig, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ssl = ssl_context if ssl_context is not None else \
             (cfg.tls.ssl_context() if cfg.tls else None)
-        self._session: aiohttp.ClientSession | None = None
+        self._http: aiohttp.ClientSession | None = None
         self._retired: list[aiohttp.ClientSession] = []     # pools of earlier credentials
         self._closing: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -64,23 +65,23 @@ class Transport:
         self.max_answer_bytes = cfg.max_answer_bytes
         self.bytes_read = 0          # answer bytes read by unary calls (watches not counted)
 
-    def session(self) -> aiohttp.ClientSession:
+    def http_client(self) -> aiohttp.ClientSession:
         if self._closed:
             raise Unavailable("the store is closed")
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
+        if self._http is None or self._http.closed or self._loop is not loop:
             trace = aiohttp.TraceConfig()
             trace.on_connection_create_end.append(_mark_connected)
             trace.on_connection_reuseconn.append(_mark_connected)
             connector = aiohttp.TCPConnector(limit=0, ssl=self._ssl if self._ssl else True)
-            self._session = aiohttp.ClientSession(
+            self._http = aiohttp.ClientSession(
                 connector=connector, trace_configs=[trace],
                 timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None,
                                               sock_connect=None),
                 skip_auto_headers=("User-Agent",),
             )
             self._loop = loop
-        return self._session
+        return self._http
 
     def use_ssl(self, ctx: ssl.SSLContext | None) -> None:
         """New connections use ``ctx`` from now on. The pool of the old context is retired, not
@@ -88,7 +89,7 @@ class Transport:
         connections close after aiohttp's keep-alive timeout; it is closed with the store (at
         most ``RETIRED_POOLS`` are kept, the oldest is closed beyond that)."""
         self._ssl = ctx
-        old, self._session = self._session, None
+        old, self._http = self._http, None
         if old is not None and not old.closed:
             self._retired.append(old)
         while len(self._retired) > RETIRED_POOLS:
@@ -117,7 +118,7 @@ class Transport:
 
         An answer over ``max_bytes`` (default and ceiling: ``max_answer_bytes``) raises
         ``TooLarge`` naming ``what`` (default: the path)."""
-        session = self.session()
+        session = self.http_client()
         data = json.dumps(body).encode()
         limit = self.cap(max_bytes)
         try:
@@ -136,7 +137,7 @@ class Transport:
     async def open_stream(self, endpoint: str, path: str,
                           body: dict[str, Any]) -> aiohttp.ClientResponse:
         """POST and return the open response of a streaming call; caller closes it."""
-        session = self.session()
+        session = self.http_client()
         try:
             resp = await session.post(endpoint + path, data=json.dumps(body).encode(),
                                       headers=self._headers())
@@ -157,7 +158,7 @@ class Transport:
 
     async def close(self) -> None:
         self._closed = True
-        session, self._session = self._session, None
+        session, self._http = self._http, None
         retired, self._retired = self._retired, []
         try:
             running = asyncio.get_running_loop()

@@ -55,7 +55,7 @@ from awide_cluster.store.transport import FrameTooLarge, LineReader
 from awide_cluster.store.types import WatchBatch
 
 if TYPE_CHECKING:
-    from awide_cluster.store.etcd import EtcdStore
+    from awide_cluster.store.session import Session
 
 
 class _Stalled(Exception):
@@ -63,12 +63,12 @@ class _Stalled(Exception):
 
 
 class Watch:
-    def __init__(self, store: EtcdStore, key: str, *, prefix: bool = False,
+    def __init__(self, session: Session, key: str, *, prefix: bool = False,
                  start_revision: int | None = None, stall_after: float = 3.0,
                  max_message_bytes: int | None = None) -> None:
         self.stall_after = stall_after          # checked by the setter
-        self._store = store
-        self.max_message_bytes = store.transport.cap(max_message_bytes)
+        self._session = session
+        self.max_message_bytes = session.transport.cap(max_message_bytes)
         self._key = key
         self._prefix = prefix
         self._next_rev = start_revision or None  # first revision not yet delivered
@@ -76,7 +76,7 @@ class Watch:
         self._reader: LineReader | None = None
         self._endpoint: str | None = None
         self._closed = False
-        self._epoch = store.timeline_epoch
+        self._epoch = session.timeline_epoch
         self.reconnects = 0   # streams re-opened after a stall or a broken stream
 
     # ------------------------------------------------------------------ public
@@ -133,10 +133,10 @@ class Watch:
                 return batch
 
     def _check_history(self) -> None:
-        if self._store.timeline_epoch != self._epoch:
+        if self._session.timeline_epoch != self._epoch:
             self._drop()
             self._closed = True
-            note = self._store.timeline_note or "a new etcd history"
+            note = self._session.timeline_note or "a new etcd history"
             raise TimelineChanged(f"watch {self._key!r}: {note}; re-read, then watch again")
 
     async def close(self) -> None:
@@ -145,7 +145,10 @@ class Watch:
 
     async def _skip_past(self, exc: FrameTooLarge) -> WatchMessageTooLarge:
         """After a refused message: go on after the current revision (its events are lost)."""
-        now = await self._store.range(self._key, keys_only=True, limit=1)
+        session = self._session
+        body = session.codec.range_request(self._key, keys_only=True, limit=1)
+        ep, answer = await session.read("/v3/kv/range", body, None, f"range {self._key!r}")
+        now = session.codec.range_result(answer, ep)
         skipped_to = max(now.revision, self.revision)
         self._next_rev = skipped_to + 1
         return WatchMessageTooLarge(
@@ -180,10 +183,10 @@ class Watch:
             self._drop()
             self._closed = True
             raise self._cancel_error(frame)
-        self._store.note_revision(frame.revision, frame.cluster_id)
+        self._session.note_revision(frame.revision, frame.cluster_id)
         if frame.created:
             return None
-        events = tuple(self._store.codec.event(e) for e in frame.events)
+        events = tuple(self._session.codec.event(e) for e in frame.events)
         floor = self._next_rev or 0
         events = tuple(e for e in events if e.kv.mod_revision >= floor)  # resumed: no repeats
         if events:
@@ -210,10 +213,10 @@ class Watch:
 
     async def _open(self) -> None:
         """Open a stream on the next member that says ``created`` within the call timeout."""
-        store = self._store
+        session = self._session
         errors: list[StoreError] = []
-        for ep in store.ring.order(after=self._endpoint):
-            deadline = store.deadline(None)
+        for ep in session.ring.order(after=self._endpoint):
+            deadline = session.deadline(None)
             try:
                 await self._open_on(ep, deadline)
                 return
@@ -223,18 +226,18 @@ class Watch:
             except StoreError as exc:
                 self._drop()
                 errors.append(exc)
-        if await store.reconsider_timeline(store.deadline(None)):
+        if await session.reconsider_timeline(session.deadline(None)):
             self._check_history()
         raise combine(errors, f"watch {self._key!r}")
 
     async def _open_on(self, ep: str, deadline: float) -> None:
-        store = self._store
-        body = store.codec.watch_request(self._key, self._prefix, self._next_rev)
+        session = self._session
+        body = session.codec.watch_request(self._key, self._prefix, self._next_rev)
 
         async def attempt() -> WatchFrame:
             self._drop()
             self._endpoint = ep
-            self._resp = await store.transport.open_stream(ep, "/v3/watch", body)
+            self._resp = await session.transport.open_stream(ep, "/v3/watch", body)
             self._reader = LineReader(self._resp, self.max_message_bytes,
                                       f"{ep}: watch {self._key!r}")
             line = await self._reader.next_line()
@@ -243,14 +246,14 @@ class Watch:
             frame = codec.watch_frame(line)
             reason = frame.cancel_reason.lower()
             if frame.canceled and ("invalid auth token" in reason or (
-                    store.config.username is not None and "permission denied" in reason)):
+                    session.config.username is not None and "permission denied" in reason)):
                 # an unknown token: "invalid auth token" (3.4) or "permission denied" (3.5)
                 raise TokenRejected(f"{ep}: watch {self._key!r}: {frame.cancel_reason}")
             return frame
 
         try:
             async with asyncio.timeout_at(deadline):
-                frame = await store._authed(attempt, deadline)
+                frame = await session.authed(attempt, deadline)
         except TimeoutError:
             raise Timeout(f"{ep}: watch not created within the deadline") from None
         if frame.canceled:
@@ -258,8 +261,8 @@ class Watch:
         if not frame.created:
             raise Unavailable(f"{ep}: watch stream did not start with 'created'")
         delivered = (self._next_rev or 1) - 1
-        sent = store.timeline
-        store.check_claim(codec.Claim(frame.cluster_id, frame.revision), sent, ep)
+        sent = session.timeline
+        session.check_claim(codec.Claim(frame.cluster_id, frame.revision), sent, ep)
         if frame.revision and frame.revision < delivered:
             raise RevisionWentBack(f"{ep}: watch created at revision {frame.revision}, below "
                                    f"revision {delivered} already delivered")

@@ -10,8 +10,9 @@ import pytest
 
 from awide_cluster.api.health import DaemonHealth
 from awide_cluster.api.metrics import DaemonMetrics
-from awide_cluster.api.server import ApiError, DaemonApi, parse_listen
+from awide_cluster.api.server import ApiError, DaemonApi
 from awide_cluster.api.view import host_view
+from awide_cluster.config.listen import ListenError, parse_listen
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.report import HostReport, ReportedCard
 from tests.timing import wait_until
@@ -218,7 +219,7 @@ def test_parse_listen():
     assert parse_listen("127.0.0.1:9700") == ("127.0.0.1", 9700)
     assert parse_listen("[::1]:9700") == ("::1", 9700)
     for bad in ("9700", "::1:9700", "host:port", "[::1]9700", ":9700"):
-        with pytest.raises(ApiError):
+        with pytest.raises(ListenError):
             parse_listen(bad)
 
 

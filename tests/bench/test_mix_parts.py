@@ -64,7 +64,7 @@ def test_c_generator_names_an_unknown_part(tmp_path: Path) -> None:
 def test_the_lease_ttl_is_the_gateway_configs_unless_given(tmp_path: Path) -> None:
     """The figure's keepalive period follows the gateway's default lease (every TTL/3): the
     spec carries it; the C generator has no default of its own and names what is missing."""
-    assert cgen.GATEWAY_LEASE_TTL == GatewayTiming().lease_ttl
+    assert cgen.GATEWAY_LEASE_TTL == GatewayTiming().registration_ttl
     assert cgen.spec(CLUSTER, 7)["lease_ttl"] == cgen.GATEWAY_LEASE_TTL
     assert cgen.spec(CLUSTER, 7, 10)["lease_ttl"] == 10
     assert "the spec has no lease_ttl" in _c_refuses(tmp_path, "")

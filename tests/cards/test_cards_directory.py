@@ -19,7 +19,7 @@ from awide_cluster.cards.directory import (
     same_card,
     write_label,
 )
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 
 
 def test_write_then_read(tmp_path):

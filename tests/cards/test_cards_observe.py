@@ -1,4 +1,4 @@
-"""observe(): discovery + probes of one card, concurrently and bounded."""
+"""observe_card(): discovery + probes of one card, concurrently and bounded."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from awide_cluster.cards.directory import write_label
 from awide_cluster.cards.model import LocalCard, ProbeResult, summarize
 from awide_cluster.cards.nvme import choose
-from awide_cluster.cards.observe import observe
+from awide_cluster.cards.observe import observe_card
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
@@ -78,7 +78,7 @@ def names(obs) -> list[str]:
 
 async def test_healthy_nvme_card(world, runner, listener):
     ctrl = local_card(world)
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
     assert obs.healthy and obs.reason == "ok", obs
     assert names(obs) == ["discovery", "device", "identity", "store", "listener"]
     assert obs.card == LocalCard(name="card0", kind="nvme", serial=SERIAL,
@@ -87,13 +87,14 @@ async def test_healthy_nvme_card(world, runner, listener):
                                  target=nvme_spec(listener).target)
     assert obs.spec_name == "card0"
     assert world.calls() == []                     # sysfs had the identity: nvme not run
-    again = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    again = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY,
+                               clock)
     assert again.healthy and "unchanged" in again.probe("identity").reason
 
 
 async def test_card_not_found(world, runner, listener):
     local_card(world, serial="SOMEONE-ELSE")
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     assert obs.card is None and not obs.healthy
     assert obs.reason.startswith("card not found") and SERIAL in obs.reason
     assert names(obs) == ["discovery", "store", "listener"]   # the others still report
@@ -101,7 +102,7 @@ async def test_card_not_found(world, runner, listener):
 
 async def test_controller_not_live(world, runner, listener):
     ctrl = local_card(world, state="resetting")
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     assert not obs.healthy and obs.card.controller_state == "resetting"
     assert obs.probe("device").ok is False
     assert "resetting" in obs.reason and ctrl in obs.reason
@@ -111,13 +112,13 @@ async def test_card_back_under_a_new_name_same_identity(world, runner, listener)
     first = local_card(world)
     world.sysfs.remove_controller(first)
     second = local_card(world)
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     assert obs.healthy and obs.card.device == f"{second}n1" != f"{first}n1"
 
 
 async def test_swapped_card_with_same_serial_other_identity(world, runner, listener):
     local_card(world, namespaces=[FakeNs(nsid=1, nguid="ff" * 16)])
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     assert not obs.healthy
     assert obs.probe("identity").ok is False
     assert "identity changed" in obs.reason and IDENTITY in obs.reason
@@ -126,7 +127,7 @@ async def test_swapped_card_with_same_serial_other_identity(world, runner, liste
 async def test_identity_from_nvme_id_ns_when_sysfs_has_none(world, runner, listener):
     world.add_target(NQN, serial=SERIAL, nguid=NGUID)
     ctrl = local_card(world, namespaces=[FakeNs(nsid=1)])
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
     assert obs.healthy, obs.reason
     assert obs.card.identity == IDENTITY
     assert world.calls() == [["id-ns", f"/dev/{ctrl}n1", "--output-format=json"]]
@@ -135,21 +136,21 @@ async def test_identity_from_nvme_id_ns_when_sysfs_has_none(world, runner, liste
 async def test_identity_unreadable_is_unhealthy(world, runner, listener):
     local_card(world, namespaces=[FakeNs(nsid=1)])
     world.fault("id-ns", "fail", rc=1, stderr="NVMe status: INVALID_NS\n")
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
     assert not obs.healthy and obs.card is not None and obs.card.identity is None
     assert "no on-card identity" in obs.reason and "id-ns" in obs.reason
 
 
 async def test_namespace_missing(world, runner, listener):
     ctrl = local_card(world, namespaces=[])
-    obs = await observe(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
+    obs = await observe_card(nvme_spec(listener), runner, Sysfs(world.sysfs_root), None, clock)
     assert not obs.healthy and f"{ctrl} shows no namespace" in obs.reason
 
 
 async def test_configured_nsid(world, runner, listener):
     ctrl = local_card(world, namespaces=[FakeNs(nsid=1, nguid=NGUID),
                                          FakeNs(nsid=2, nguid="22" * 16)])
-    obs = await observe(nvme_spec(listener, nsid=2), runner, Sysfs(world.sysfs_root), None,
+    obs = await observe_card(nvme_spec(listener, nsid=2), runner, Sysfs(world.sysfs_root), None,
                         clock)
     assert obs.healthy and obs.card.device == f"{ctrl}n2"
     assert obs.card.identity == "nguid:" + "22" * 16
@@ -158,7 +159,7 @@ async def test_configured_nsid(world, runner, listener):
 async def test_store_dead_and_listener_gone(world, runner):
     local_card(world)
     spec = nvme_spec(closed_port(), store={"command": ["store-check", "1"]})
-    obs = await observe(spec, runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(spec, runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     assert not obs.healthy
     assert obs.probe("store").ok is False and obs.probe("listener").ok is False
     assert obs.reason == obs.probe("store").reason            # first failing in order
@@ -176,7 +177,7 @@ async def test_everything_runs_concurrently_within_the_bound(world, runner):
         "target": {"transport": "tcp", "traddr": "192.0.2.1", "trsvcid": 4420, "subnqn": NQN},
         "store": {"command": ["store-check", "hang"]}})
     start = time.monotonic()
-    obs = await observe(spec, runner, Sysfs(world.sysfs_root), IDENTITY, clock)
+    obs = await observe_card(spec, runner, Sysfs(world.sysfs_root), IDENTITY, clock)
     took = time.monotonic() - start
     assert took < 2.5, took                                   # generous; 3 bounds would be 3 s
     assert not obs.healthy
@@ -203,7 +204,7 @@ async def test_healthy_dir_card(tmp_path, runner):
     card_dir = tmp_path / "dev0"
     card_dir.mkdir()
     label = write_label(card_dir, "DIR-0001", "awide dir card")
-    obs = await observe(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), None, clock)
+    obs = await observe_card(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), None, clock)
     assert obs.healthy, obs.reason
     assert names(obs) == ["discovery", "identity", "writable"]
     assert obs.card.identity == label.identity and obs.card.serial == "DIR-0001"
@@ -216,17 +217,17 @@ async def test_dir_swapped_for_other_storage(tmp_path, runner):
     first = write_label(card_dir, "DIR-0001", "m")
     shutil.rmtree(card_dir)
     card_dir.mkdir()
-    obs = await observe(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), first.identity,
+    obs = await observe_card(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), first.identity,
                         clock)
     assert obs.card is None and "card not found" in obs.reason and "no label" in obs.reason
     write_label(card_dir, "DIR-0001", "m")                     # relabelled: another card
-    obs = await observe(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), first.identity,
+    obs = await observe_card(dir_spec(card_dir), runner, Sysfs(tmp_path / "sys"), first.identity,
                         clock)
     assert not obs.healthy and "identity changed" in obs.reason
 
 
 async def test_dir_missing(tmp_path, runner):
-    obs = await observe(dir_spec(tmp_path / "absent"), runner, Sysfs(tmp_path / "sys"), None,
+    obs = await observe_card(dir_spec(tmp_path / "absent"), runner, Sysfs(tmp_path / "sys"), None,
                         clock)
     assert obs.card is None and not obs.healthy
     assert "does not exist" in obs.reason
@@ -238,7 +239,7 @@ async def test_dir_with_store_probe(tmp_path, world, runner):
     card_dir.mkdir()
     write_label(card_dir, "DIR-0001", "m")
     spec = dir_spec(card_dir, store={"command": ["store-check", "3"]})
-    obs = await observe(spec, runner, Sysfs(tmp_path / "sys"), None, clock)
+    obs = await observe_card(spec, runner, Sysfs(tmp_path / "sys"), None, clock)
     assert not obs.healthy and "exited 3" in obs.reason
 
 

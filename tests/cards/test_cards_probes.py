@@ -25,9 +25,9 @@ from awide_cluster.cards.probes import (
     space_left,
 )
 from awide_cluster.cards.spec import StoreProbeSpec
-from awide_cluster.cards.units import ACTIVE_STATES, UnitStates, judge
+from awide_cluster.cards.units import ACTIVE_STATES, UnitStates, parse_is_active
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.runner import Completed, Runner
-from awide_cluster.nvme.target import NvmeTarget
 from awide_harness.fakes import install_python_program
 from awide_harness.ports import reserve_port
 from tests.timing import bound
@@ -202,12 +202,12 @@ async def test_a_hung_systemctl_fails_every_unit_of_its_turn_within_the_bound(un
                 min_size=1, max_size=8))
 def test_judge_maps_each_line_to_its_unit(lines):
     names = tuple(f"u{i}.service" for i in range(len(lines)))
-    got = judge(names, Completed(0, "\n".join(lines) + "\n", ""), "systemctl")
+    got = parse_is_active(names, Completed(0, "\n".join(lines) + "\n", ""), "systemctl")
     assert list(got) == list(names)
     for name, line in zip(names, lines, strict=True):
         assert got[name].active == (line in ACTIVE_STATES)
         assert name in got[name].reason and len(got[name].reason) < 200
-    short = judge(names, Completed(3, "\n".join(lines[:-1]), "Failed to connect to bus"),
+    short = parse_is_active(names, Completed(3, "\n".join(lines[:-1]), "Failed to connect to bus"),
                   "systemctl")
     assert not any(u.active for u in short.values())
     assert all("Failed to connect to bus" in u.reason for u in short.values())

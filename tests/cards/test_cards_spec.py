@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from awide_cluster.cards.spec import CardSpec, StoreProbeSpec, parse_host_port
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 
 TARGET = {"transport": "tcp", "traddr": "10.200.0.11", "trsvcid": 4420,
           "subnqn": "nqn.2024-01.io.awide:sub1"}

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from awide_cluster.cards.directory import LABEL_FILE, write_label
-from awide_cluster.cards.observe import observe
+from awide_cluster.cards.observe import observe_card
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.cards.worker import ProbeWorker, StillStuck
 from awide_cluster.nvme.runner import Runner
@@ -109,7 +109,7 @@ async def test_cards_observed_together_share_one_submission_and_a_hung_label_cos
         d.mkdir()
         write_label(d, f"DIR-{i}", "m")
         specs.append(dir_spec(d, f"c{i}"))
-    obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+    obs = await asyncio.gather(*(observe_card(s, runner, sysfs, None, clock, worker=worker)
                                  for s in specs))
     assert [o.card.serial for o in obs] == [f"DIR-{i}" for i in range(4)]
     assert all(o.healthy for o in obs), [o.reason for o in obs]
@@ -124,13 +124,13 @@ async def test_cards_observed_together_share_one_submission_and_a_hung_label_cos
     specs.append(dir_spec(stuck, "stuck"))
     try:
         start = time.monotonic()
-        obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+        obs = await asyncio.gather(*(observe_card(s, runner, sysfs, None, clock, worker=worker)
                                      for s in specs))
         assert time.monotonic() - start < bound(1.5)
         assert all(o.healthy for o in obs[:4]), [o.reason for o in obs[:4]]
         assert obs[4].card is None and "did not finish within 1 s" in obs[4].reason
         # the next turn: that card fails at once, the others are as before
-        obs = await asyncio.gather(*(observe(s, runner, sysfs, None, clock, worker=worker)
+        obs = await asyncio.gather(*(observe_card(s, runner, sysfs, None, clock, worker=worker)
                                      for s in specs))
         assert all(o.healthy for o in obs[:4])
         assert obs[4].card is None and "still stuck" in obs[4].reason

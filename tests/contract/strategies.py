@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from awide_cluster.contract.registry import CardEntry, Registry, card_id, slot_table
 from awide_cluster.contract.slots import EMPTY
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 
 serials = st.sampled_from(["SN1", "SN2", "SN3", "SN4", "SN5", "SN6", "SN7", "SN8", "SN9",
                            "SN10", "SN11"])

@@ -1,6 +1,6 @@
-"""The history ring (contract/history.py) and what status and the history command make of it
-(operator/history.py): bounded on write, untrusted on read, a live tail that misses nothing and
-repeats nothing."""
+"""The history ring (contract/history_ring.py) and what status and the history command make
+of it (operator/history_query.py): bounded on write, untrusted on read, a live tail that misses
+nothing and repeats nothing."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.contract import history as h
-from awide_cluster.contract.history import Entry, History, HistoryError
-from awide_cluster.operator.history import BadSince, Tail, parse_since, select
+from awide_cluster.contract import history_ring as h
+from awide_cluster.contract.history_ring import Entry, History, HistoryError
+from awide_cluster.operator.history_query import BadSince, Tail, parse_since, select
 from tests.contract.strategies import names, printable
 
 texts = st.text(printable, max_size=120)

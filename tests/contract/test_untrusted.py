@@ -36,8 +36,8 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.report import HostReport, ProbeLine, ReportedCard
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.daemon import reporter
-from awide_cluster.nvme.target import NvmeTarget
 
 from .strategies import names, printable, registries
 

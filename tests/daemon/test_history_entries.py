@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.contract import history as histdoc
+from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract.registry import Registry, with_slots
 from awide_cluster.daemon.history_entries import entries
 from awide_cluster.daemon.reconcile import Intent

@@ -12,6 +12,7 @@ from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
+from awide_cluster.store.build import store_config
 
 from .conftest import TURN_CALL, TURNS, FakeClock, make_config, metrics_text, registry, store_of
 from .stores import HeldTxn, Severable
@@ -108,7 +109,7 @@ async def test_deposed_leader_write_is_refused_by_etcd(etcd, cluster_name, cards
     refuses the old leader's transaction (fencing on the leader key's create_revision)."""
     cards.make("c0", "SN1")
     cfg_a = make_config(etcd, cluster_name, "h1", [cards.spec("c0")])
-    held = HeldTxn(cfg_a.etcd.store_config(cluster_name))     # the old leader "freezes"
+    held = HeldTxn(store_config(cfg_a.etcd, cluster_name))     # the old leader "freezes"
     a = Daemon(cfg_a, store=held, serve_api=False)             # before its write
     b = daemon(etcd, cluster_name, "h2", [])
     store = store_of(etcd, cluster_name)
@@ -165,7 +166,7 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
     cards.make("c0", "SN1")
     cfg = make_config(etcd, cluster_name, "h1", [cards.spec("c0")], timing={
         "poll_interval": 0.2, "lease_ttl": 1, "sick_polls": 2, "healthy_polls": 1})
-    severable = Severable(cfg.etcd.store_config(cluster_name))
+    severable = Severable(store_config(cfg.etcd, cluster_name))
     d = Daemon(cfg, store=severable, serve_api=False)
     try:
         await d.turn()

@@ -24,7 +24,7 @@ from .test_leader_etcd import cid_of, daemon
 
 
 def forged_card(cid: str, host: str, slot_hint: str) -> CardEntry:
-    from awide_cluster.nvme.target import NvmeTarget
+    from awide_cluster.contract.target import NvmeTarget
     return CardEntry(
         id=cid, serial=f"FORGED-{slot_hint}", model="evil", identity="uuid:forged", host=host,
         name=f"x{slot_hint}", kind="nvme", state="in", health="ok", reason="", admitted=1,

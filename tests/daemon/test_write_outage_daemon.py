@@ -17,6 +17,7 @@ from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.build import store_config
 
 from .conftest import TURN_CALL, TURNS, make_config, metrics_text, registry, store_of
 from .stores import RefusingTxn
@@ -118,7 +119,7 @@ async def test_a_refused_registry_write_makes_the_next_cycle_an_outage(etcd, clu
                                                                       cards):
     cards.make("c0", "SN1")
     cfg = make_config(etcd, cluster_name, "h1", [cards.spec("c0")])
-    refusing = RefusingTxn(cfg.etcd.store_config(cluster_name))
+    refusing = RefusingTxn(store_config(cfg.etcd, cluster_name))
     d = Daemon(cfg, store=refusing, serve_api=False)
     try:
         await d.turn()

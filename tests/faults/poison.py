@@ -27,7 +27,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.registry import CardEntry, Registry
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 
 MARK = "POISON\nINJECTED"           # a newline: it must not forge a log line either
 BIG = 1_400_000                     # under etcd's default 1.5 MiB request limit

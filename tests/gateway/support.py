@@ -13,9 +13,9 @@ from typing import Any
 
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
-from awide_cluster.nvme.target import NvmeTarget
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig

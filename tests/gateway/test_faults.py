@@ -9,10 +9,10 @@ import pytest
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.health import Hysteresis
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
-from awide_cluster.nvme.target import NvmeTarget
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath

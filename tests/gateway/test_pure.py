@@ -49,7 +49,7 @@ def test_config_defaults():
     assert (c.timing.poll_interval, c.timing.sick_polls, c.timing.healthy_polls) == (1.0, 3, 1)
     assert c.etcd.call_timeout == 0.5
     assert c.timing.linearizable_every == 10 and c.watch_stall_after == 30.0
-    assert c.timing.lease_ttl == 30           # gateways/<id> outlives a crash by 30 s at most
+    assert c.timing.registration_ttl == 30    # gateways/<id> outlives a crash by 30 s at most
     # the deploy's progress notifications arrive within a gateway's proof window at its default
     # poll interval, with 0.1 s to spare for their delivery: each one stands in for a poll
     assert ETCD_PROGRESS_NOTIFY + 0.1 <= PROOF_WINDOW * c.timing.poll_interval

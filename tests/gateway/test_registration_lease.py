@@ -39,7 +39,7 @@ async def test_the_default_lease_is_kept_alive_every_third_of_its_ttl(etcd, stor
     cfg = parse_config({"mode": "cluster", "cluster": cluster_name, "host": "gpu1",
                         "pod": "p1", "etcd": {"endpoints": list(etcd.endpoints)},
                         "model": {"name": "m/x"}})
-    ttl = cfg.timing.lease_ttl
+    ttl = cfg.timing.registration_ttl
     assert ttl == 30
     counted = CountedKeepalives(store)
     reg = Registration(cast(Store, counted), cfg.id, ttl=ttl, call_timeout=bound(1.0))

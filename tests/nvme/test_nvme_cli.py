@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from awide_cluster.contract.target import InvalidTarget, NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.errors import (
     AlreadyConnected,
@@ -18,7 +19,6 @@ from awide_cluster.nvme.errors import (
 )
 from awide_cluster.nvme.runner import CommandTimeout, ProgramNotFound, Runner
 from awide_cluster.nvme.sysfs import Sysfs
-from awide_cluster.nvme.target import InvalidTarget, NvmeTarget
 from awide_harness.fakes import FakeNvmeWorld, pid_alive
 
 NQN = "nqn.2024-01.io.awide:sub1"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.nvme.target import (
+from awide_cluster.contract.target import (
     InvalidDeviceName,
     InvalidIdentityString,
     InvalidTarget,

@@ -21,7 +21,7 @@ from awide_cluster.contract.registry import (
     with_slots,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
-from awide_cluster.nvme.target import NvmeTarget
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.etcd import EtcdStore
 

@@ -4,8 +4,8 @@ else, it shows as a ``value_too_large`` problem naming the key."""
 from __future__ import annotations
 
 from awide_cluster.contract import bounds, keys
+from awide_cluster.operator.freshness import Observations, record_read
 from awide_cluster.operator.gather import StatusReader
-from awide_cluster.operator.observe import Observations, observe
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store import EtcdStore, StoreConfig
@@ -100,7 +100,7 @@ def test_refusals_and_values_over_their_folder_bound_are_problems():
     refused = [Refusal(keys.member("h2"), 5, 10**6, bounds.REGISTRY_MAX_BYTES),
                Refusal(keys.LEADER + "x" * 600, 6, 606, 512, kind="key")]
     raw = _raw(kvs, refused)
-    st = build_status(raw, observe(Observations(), raw.kvs, raw.mono), StatusPolicy())
+    st = build_status(raw, record_read(Observations(), raw.kvs, raw.mono), StatusPolicy())
     too_large = problems(st, "value_too_large")
     assert too_large[keys.member("h2")] == (
         f"key members/h2: value over {bounds.REPORT_MAX_BYTES} bytes (1000000 bytes), not read "

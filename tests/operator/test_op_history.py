@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from awide_cluster.contract import history as histdoc
+from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 from tests.operator.op_lab import CLI, Lab

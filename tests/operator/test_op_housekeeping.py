@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from awide_cluster.cli.main import cli
 from awide_cluster.contract import keys
-from awide_cluster.operator.backup import DEFAULT_MAX_BYTES, BackupError, Snapshot, take_snapshot
+from awide_cluster.operator.backup import DEFAULT_MAX_BYTES, BackupError, BackupFile, take_snapshot
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.store import EtcdStore, StoreConfig
@@ -229,7 +229,7 @@ def test_backup_writes_a_snapshot_etcd_reads_and_restores(etcd_cluster, cluster_
 def test_backup_is_bounded_and_moves_past_a_dead_member(etcd_cluster, tmp_path):
     out = tmp_path / "snap.db"
 
-    async def main(endpoints: tuple[str, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
+    async def main(endpoints: tuple[str, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> BackupFile:
         cfg = StoreConfig(endpoints=endpoints, prefix="", call_timeout=2.0)
         async with EtcdStore(cfg) as store:
             return await take_snapshot(store, out, max_bytes=max_bytes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from awide_cluster.operator.freshness import Age
 from awide_cluster.operator.judge.daemons import judge_writes
 from awide_cluster.operator.judge.etcd import (
     NEAR_QUOTA,
@@ -20,7 +21,6 @@ from awide_cluster.operator.judge.etcd import (
 )
 from awide_cluster.operator.judge.gateways import agreement
 from awide_cluster.operator.model import EtcdMemberView, EtcdView, GatewayRecordView, HostView
-from awide_cluster.operator.observe import Age
 from awide_cluster.operator.snapshot import EndpointAnswer, StatusPolicy
 from awide_cluster.store.types import Alarm, EndpointStatus, Member
 

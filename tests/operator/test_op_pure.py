@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 from awide_cluster.config.common import config_kind
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
-from awide_cluster.operator.model import OPERATOR_SET, Problem
-from awide_cluster.operator.observe import (
+from awide_cluster.operator.freshness import (
     PUBLISHED_KEPT,
     Age,
     Observations,
-    observe,
+    record_read,
     saw_generation,
 )
+from awide_cluster.operator.model import OPERATOR_SET, Problem
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store.types import EndpointStatus, KeyValue, Member
@@ -30,14 +30,14 @@ def kv(key, rev, value=b"x"):
 
 
 def test_ages_from_mod_revisions():
-    s = observe(Observations(), [kv("members/h1", 5), kv("members/h2", 6)], now=10.0)
+    s = record_read(Observations(), [kv("members/h1", 5), kv("members/h2", 6)], now=10.0)
     assert s.age("members/h1", 10.0) == Age(0.0, None)          # unknown after one read
-    s = observe(s, [kv("members/h1", 9), kv("members/h2", 6), kv("members/h3", 8)], now=11.0)
+    s = record_read(s, [kv("members/h1", 9), kv("members/h2", 6), kv("members/h3", 8)], now=11.0)
     assert s.age("members/h1", 11.0) == Age(0.0, 1.0)           # changed between the reads
     assert s.age("members/h3", 11.0) == Age(0.0, 1.0)           # appeared between the reads
     assert s.age("members/h2", 11.0) == Age(1.0, None)          # unchanged for >= 1 s
-    assert observe(s, None, now=12.0) is s                      # a failed read changes nothing
-    s = observe(s, [kv("members/h2", 6)], now=14.0)
+    assert record_read(s, None, now=12.0) is s                      # a failed read changes nothing
+    s = record_read(s, [kv("members/h2", 6)], now=14.0)
     assert s.age("members/h1", 14.0) is None                    # gone
     assert s.age("members/h2", 14.0).describe() == ">=4.0s"
     assert Age(0.0, 1.0).describe() == "<=1.0s" and Age(2.0, 3.0).describe() == "2.0-3.0s"
@@ -49,7 +49,7 @@ def _status(answers, members, kvs=(), endpoints=None):
     raw = RawSnapshot(cluster="c1", endpoints=eps, answers=tuple(answers), members=members,
                       members_error="", kvs=tuple(kvs), read_error="", revision=10,
                       wall=1_800_000_000.0, mono=100.0)
-    return build_status(raw, observe(Observations(), kvs, 100.0), StatusPolicy())
+    return build_status(raw, record_read(Observations(), kvs, 100.0), StatusPolicy())
 
 
 def _member(i):
@@ -118,7 +118,7 @@ def _seen(history):
     obs, now, first = Observations(), 0.0, {}
     for dt, gen in history:
         now += dt
-        obs = saw_generation(observe(obs, [], now), gen, now)
+        obs = saw_generation(record_read(obs, [], now), gen, now)
         if gen is not None:
             first = {g: t for g, t in first.items() if g <= gen}
             first.setdefault(gen, now)

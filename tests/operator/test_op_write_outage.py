@@ -4,7 +4,7 @@ that could not be read is never taken for "no alarm". Pure: built from known sna
 
 from __future__ import annotations
 
-from awide_cluster.operator.observe import Observations, observe
+from awide_cluster.operator.freshness import Observations, record_read
 from awide_cluster.operator.render import render
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
@@ -29,7 +29,7 @@ def status(alarms=(), *, alarms_error="", reads=((0.0, {}),), policy=DEFAULT_POL
     """``reads``: (monotonic time, {key: mod_revision}) of each read, the last one shown."""
     seen = Observations()
     for t, revs in reads:
-        seen = observe(seen, kvs(revs), t)
+        seen = record_read(seen, kvs(revs), t)
     t, revs = reads[-1]
     raw = RawSnapshot(cluster="c1", endpoints=tuple(m.client_urls[0] for m in MEMBERS),
                       answers=ANSWERS, members=MEMBERS, members_error="", kvs=kvs(revs),

@@ -54,7 +54,7 @@ async def test_one_member_of_another_history_is_refused_not_adopted(etcd_binary,
         for _ in range(3):
             with pytest.raises((RevisionWentBack, Unavailable)):
                 await store.get("k")
-            store._census_at = float("-inf")        # a census at every refusal, not once a gap
+            store.session._census_at = float("-inf")    # a census at each refusal, not once a gap
         assert store.timeline == followed and store.timeline_epoch == 0
         main.restart(0, wait=False)
         main.restart(1, wait=False)

@@ -23,7 +23,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.nvme.target import InvalidTarget, validate_nqn
+from awide_cluster.contract.target import InvalidTarget, validate_nqn
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"

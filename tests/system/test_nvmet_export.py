@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awide_cluster.nvme.target import InvalidTarget, validate_nqn
+from awide_cluster.contract.target import InvalidTarget, validate_nqn
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "systemd" / "awide-nvmet-export"

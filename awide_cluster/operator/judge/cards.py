@@ -12,7 +12,7 @@ from awide_cluster.operator.model import CardView, Problem
 
 
 @dataclass(frozen=True, slots=True)
-class Sighting:
+class SeenCard:
     """A card as a host reports it: where, what, and the observation shown."""
     host: str
     card: ReportedCard
@@ -21,7 +21,7 @@ class Sighting:
 
 def judge_cards(reg: Registry | None, reports: dict[str, HostReport]
                 ) -> tuple[tuple[CardView, ...], list[Problem]]:
-    sightings = sight_cards(reports)
+    sightings = seen_cards(reports)
     views: list[CardView] = []
     problems: list[Problem] = []
     if reg is not None:
@@ -42,18 +42,18 @@ def judge_cards(reg: Registry | None, reports: dict[str, HostReport]
     return tuple(views), problems
 
 
-def sight_cards(reports: dict[str, HostReport]) -> dict[str, Sighting]:
+def seen_cards(reports: dict[str, HostReport]) -> dict[str, SeenCard]:
     """Every card found by a host, by card id (a card two hosts report: the later host)."""
-    sightings: dict[str, Sighting] = {}
+    sightings: dict[str, SeenCard] = {}
     for host, report in reports.items():
         for c in report.cards:
             if c.found:
-                sightings[regdoc.card_id(c.serial, c.model, c.identity)] = Sighting(
+                sightings[regdoc.card_id(c.serial, c.model, c.identity)] = SeenCard(
                     host=host, card=c, observation="ok" if c.healthy else f"sick: {c.reason}")
     return sightings
 
 
-def registered_view(entry: CardEntry, reg: Registry, sight: Sighting | None,
+def registered_view(entry: CardEntry, reg: Registry, sight: SeenCard | None,
                     host_reported: bool) -> CardView:
     if sight is not None:
         observation = sight.observation
@@ -68,7 +68,7 @@ def registered_view(entry: CardEntry, reg: Registry, sight: Sighting | None,
         unplaced=dict(reg.slots.unplaced).get(entry.id, ""), reported=observation)
 
 
-def unregistered_view(cid: str, sight: Sighting) -> CardView:
+def unregistered_view(cid: str, sight: SeenCard) -> CardView:
     c = sight.card
     return CardView(
         id=cid, serial=c.serial, model=c.model, host=sight.host, name=c.name, kind=c.kind,

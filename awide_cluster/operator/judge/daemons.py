@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from awide_cluster.contract import history as histdoc
+from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
-from awide_cluster.contract.history import History
+from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.operator.freshness import Age, Observations
 from awide_cluster.operator.model import EtcdView, HostView, LeaderView, Problem, RegistryView
-from awide_cluster.operator.observe import Age, Observations
 from awide_cluster.operator.snapshot import StatusPolicy
 from awide_cluster.store.types import KeyValue
 

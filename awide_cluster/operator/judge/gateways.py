@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from awide_cluster.contract import keys, records
+from awide_cluster.operator.freshness import Age, Observations
 from awide_cluster.operator.model import GatewayRecordView, IntentView, Problem
-from awide_cluster.operator.observe import Age, Observations
 from awide_cluster.operator.snapshot import StatusPolicy
 from awide_cluster.store.types import KeyValue
 

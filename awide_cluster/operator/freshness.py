@@ -77,7 +77,7 @@ class Observations:
         return Age(at_least=max(0.0, now - s.first_seen), at_most=at_most)
 
 
-def observe(prev: Observations, kvs: Iterable[KeyValue] | None, now: float) -> Observations:
+def record_read(prev: Observations, kvs: Iterable[KeyValue] | None, now: float) -> Observations:
     """The observations after one read at ``now``; a failed read (None) changes nothing."""
     if kvs is None:
         return prev

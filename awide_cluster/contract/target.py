@@ -1,5 +1,8 @@
 """Validated NVMe names: NVMe-oF targets, NQNs, device names, serial/model strings.
 
+Part of the contract (a card's target is in the registry, its serial in a host's report), so
+it lives here, free of the ``nvme`` package that runs the commands; ``nvme`` imports it.
+
 These values come from etcd (the card registry) and from config files: they are treated as
 hostile until validated here, and only validated values ever reach an ``nvme`` argv.
 

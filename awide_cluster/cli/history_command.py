@@ -27,8 +27,8 @@ from awide_cluster.cli.lookup import (
 )
 from awide_cluster.cli.main import cli
 from awide_cluster.contract import bounds, keys
-from awide_cluster.contract import history as histdoc
-from awide_cluster.operator.history import BadSince, parse_since, select
+from awide_cluster.contract import history_ring as histdoc
+from awide_cluster.operator.history_query import BadSince, parse_since, select
 from awide_cluster.operator.target import ClusterTarget
 from awide_cluster.store.config import StoreConfig
 

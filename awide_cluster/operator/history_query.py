@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from awide_cluster.contract.history import Entry, History
+from awide_cluster.contract.history_ring import Entry, History
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
