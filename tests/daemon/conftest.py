@@ -9,7 +9,7 @@ import math
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness import EtcdCluster
-from tests.timing import bound, wait_until
+from tests.timing import bound
 
 if TYPE_CHECKING:
     from awide_cluster.daemon.service import Daemon
@@ -118,12 +118,6 @@ def store_of(etcd: EtcdCluster, cluster: str) -> EtcdStore:
 async def registry(store: EtcdStore) -> regdoc.Registry | None:
     kv = await store.get(keys.REGISTRY)
     return regdoc.decode(kv.value) if kv else None
-
-
-async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Poll an (async or plain) predicate until truthy; its value. Generous bound (scaled by
-    the tests' time factor: ``tests.timing.wait_until``)."""
-    return await wait_until(pred, timeout, what)
 
 
 async def card_state(store: EtcdStore, card_id: str) -> str | None:

@@ -8,9 +8,9 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
-from tests.timing import bound
+from tests.timing import bound, wait_until
 
-from .conftest import FAST, make_config, store_of, wait_for
+from .conftest import FAST, make_config, store_of
 
 # a poll the safety net cannot hide behind: 5 s (the lease must outlive poll + 2 calls)
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}
@@ -25,9 +25,9 @@ def leader_and_follower(etcd, cluster: str) -> tuple[Daemon, Daemon]:
 async def start(a: Daemon, b: Daemon) -> None:
     """``a`` leads; ``b`` has made its first turn (it holds a lease)."""
     await a.start()
-    await wait_for(lambda: a.is_leader, what="h1 leads")
+    await wait_until(lambda: a.is_leader, what="h1 leads")
     await b.start()
-    await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
+    await wait_until(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
     assert not b.leadership.has_key
 
 
@@ -44,7 +44,7 @@ async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, c
         a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
         await a.stop()
         # far below b's 5 s poll (bound() scales it by the machine's time factor)
-        await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's stop")
+        await wait_until(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's stop")
         assert bound(1.0) < SLOW_POLL["poll_interval"]
         assert b.key_wins == 1              # won on the watch event
         kv = await store.get(keys.LEADER)
@@ -52,7 +52,7 @@ async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, c
         rec = LeaderRecord.decode(kv.value)
         assert rec is not None and rec.host == "h2"
         # its first leader cycle ran at once too (a turn started early, as leader)
-        await wait_for(lambda: b.outcomes, timeout=1.0, what="h2's first leader cycle")
+        await wait_until(lambda: b.outcomes, timeout=1.0, what="h2's first leader cycle")
         assert b.turn_errors == 0
     finally:
         await a.stop()
@@ -73,7 +73,7 @@ async def test_a_revoked_lease_hands_the_key_over_on_the_watch(etcd, cluster_nam
         crashed = True
         await a.abort()
         await store.revoke(lease)
-        await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's lease ended")
+        await wait_until(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's lease ended")
         assert b.key_wins == 1
     finally:
         if not crashed:
@@ -94,7 +94,7 @@ async def test_an_expired_lease_hands_the_key_over_within_ttl(etcd, cluster_name
         assert ttl < SLOW_POLL["poll_interval"]
         crashed = True
         await a.abort()
-        await wait_for(lambda: b.is_leader, timeout=ttl + 1.0,
+        await wait_until(lambda: b.is_leader, timeout=ttl + 1.0,
                        what="h2 leads after h1's lease expired")
         assert b.key_wins == 1
     finally:
@@ -114,9 +114,9 @@ async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluste
     store = store_of(etcd, cluster_name)
     try:
         await a.start()
-        await wait_for(lambda: a.is_leader, what="h1 leads")
+        await wait_until(lambda: a.is_leader, what="h1 leads")
         await b.start()
-        await wait_for(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
+        await wait_until(lambda: b.turns >= 1 and b.lease.valid(), what="h2 made its first turn")
         token = a.leadership.revision
 
         async def repaired() -> bool:
@@ -126,7 +126,7 @@ async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluste
 
         for garbage in (b"\x00\xff not json", b'{"host": 7}', b"[]"):
             await store.put(keys.LEADER, garbage)
-            await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
+            await wait_until(repaired, timeout=3.0, what="h1 rewrote its leader record")
             assert a.is_leader and a.leadership.revision == token
             assert not b.leadership.has_key
         assert b.key_wins == 0 and "campaign" not in b.key_steps    # a put: the key is held
@@ -134,8 +134,8 @@ async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluste
         # a value over the watch's message bound: refused unread, the key read instead (the
         # follower's read finds it held: no campaign succeeds), repaired as before
         await store.put(keys.LEADER, b"x" * (LEADER_WATCH_MESSAGE_BYTES + 1024))
-        await wait_for(repaired, timeout=3.0, what="h1 rewrote its leader record")
-        await wait_for(lambda: b.key_steps.get("campaign", 0) >= 1, timeout=3.0,
+        await wait_until(repaired, timeout=3.0, what="h1 rewrote its leader record")
+        await wait_until(lambda: b.key_steps.get("campaign", 0) >= 1, timeout=3.0,
                        what="h2 read the key after the refused message")
         assert a.is_leader and a.leadership.revision == token
         assert not b.leadership.has_key and b.key_wins == 0
@@ -164,11 +164,11 @@ async def test_the_new_term_writes_before_its_hosts_probes_end(etcd, cluster_nam
         assert bound(3.0) < spec["probe_timeout"]
         a.request_stop()
         await a.stop()
-        await wait_for(lambda: b.is_leader, timeout=3.0, what="h2 leads after h1's stop")
+        await wait_until(lambda: b.is_leader, timeout=3.0, what="h2 leads after h1's stop")
 
         # its first cycle wrote (the new term's entry, fenced on its leader key) while its
         # turn is still held in the probes
-        await wait_for(lambda: Outcome.WROTE in b.outcomes, timeout=3.0,
+        await wait_until(lambda: Outcome.WROTE in b.outcomes, timeout=3.0,
                        what="h2's first fenced write")
         assert block.exists() and b.key_wins == 1
         assert b.metrics.leader_cycles.labels(trigger="term")._value.get() == 1

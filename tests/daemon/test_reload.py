@@ -58,8 +58,8 @@ async def test_status_api_shows_the_host_view(etcd, cluster_name, cards):
     d = Daemon(make_config(etcd, cluster_name, "h1", [cards.spec("c0")]))
     try:
         await d.start()
-        from .conftest import wait_for
-        await wait_for(lambda: d.registry is not None and d.registry.cards, 10, "registry")
+        from tests.timing import wait_until
+        await wait_until(lambda: d.registry is not None and d.registry.cards, 10, "registry")
         async with aiohttp.ClientSession() as s:
             async with s.get(d.api.url + "/v1/status") as r:
                 view = await r.json()

@@ -232,7 +232,7 @@ class _Exploding:
 
 
 async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name, cards):
-    from .conftest import wait_for
+    from tests.timing import wait_until
     cards.make("c0", "SN0")
     real = store_of(etcd, cluster_name)
     store = _Exploding(real)
@@ -240,16 +240,16 @@ async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name
                serve_api=False)
     await d.start()
     try:
-        await wait_for(lambda: d.is_leader, what="leading")
+        await wait_until(lambda: d.is_leader, what="leading")
         store.armed = True
-        await wait_for(lambda: d.turn_errors >= 3, what="turns that raised")
+        await wait_until(lambda: d.turn_errors >= 3, what="turns that raised")
         assert d.exit_code is None and not d._task.done()
         store.armed = False
         turns = d.turns
         cards.set_healthy("c0", False)           # and it still takes a card out
-        await wait_for(lambda: d.turns > turns + 4, what="turns after the errors")
+        await wait_until(lambda: d.turns > turns + 4, what="turns after the errors")
         reg = await registry(real)
-        await wait_for(lambda: d.registry is not None and d.registry.cards[0].state == "out",
+        await wait_until(lambda: d.registry is not None and d.registry.cards[0].state == "out",
                        what="card out after the errors")
         assert reg is not None
         text = metrics_text(d)

@@ -7,7 +7,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -119,12 +119,6 @@ def gateway(cfg: GatewayConfig, world: FakeNvmeWorld, **kw: Any) -> ClusterGatew
     return ClusterGateway(cfg, nvme=nvme, **kw)
 
 
-async def wait_for(pred: Callable[[], Any], timeout: float = 8.0, what: str = "") -> Any:
-    """Poll ``pred`` until it is truthy; fail after a generous bound (scaled by the tests'
-    time factor: ``tests.timing.wait_until``)."""
-    return await wait_until(pred, timeout, what)
-
-
 def in_service(gw: ClusterGateway, cid: str) -> bool:
     s = gw.snapshot().card(cid)
     return bool(s and s.in_service)
@@ -148,7 +142,7 @@ async def serving_gateway(etcd: Any, leader: RegistryWriter, world: FakeNvmeWorl
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id))
+        await wait_until(lambda: in_service(gw, a.id))
         yield gw, a
     finally:
         await gw.stop()

@@ -26,9 +26,8 @@ from tests.gateway.support import (
     in_service,
     make_card,
     serve,
-    wait_for,
 )
-from tests.timing import bound
+from tests.timing import bound, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -92,19 +91,19 @@ async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a
     gw = watching_gateway(etcd, world, cluster_name, store)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id), what="a in")
+        await wait_until(lambda: in_service(gw, a.id), what="a in")
         reads, st = len(store.registry_reads), gw.stats()
         assert reads == 1 and st.polls == 1 and st.generation == 1     # the start's poll
         for n in (2, 3):
             reg = await leader.publish([a, b] if n == 2 else [b])
-            await wait_for(lambda reg=reg: gw.snapshot().generation == reg.generation,
+            await wait_until(lambda reg=reg: gw.snapshot().generation == reg.generation,
                            what=f"generation {reg.generation} applied")
         # two changes applied, not one registry read for them (a watch event used to wake
         # one poll each: two reads)
         st = gw.stats()
         assert len(store.registry_reads) == reads and st.polls == 1
         assert st.watch_events == 2 and st.registries_rejected == 0 and not st.stale
-        await wait_for(lambda: in_service(gw, b.id) and gw.snapshot().card(a.id) is None,
+        await wait_until(lambda: in_service(gw, b.id) and gw.snapshot().card(a.id) is None,
                        what="b in, a forgotten")
     finally:
         await gw.stop()
@@ -124,7 +123,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
     await polled.start()
     try:
         for g in (watched, polled):
-            await wait_for(lambda g=g: in_service(g, a.id), what="a in")
+            await wait_until(lambda g=g: in_service(g, a.id), what="a in")
         reads = len(store.registry_reads)
         other = leader.doc([a])
         other["cluster"] = "elsewhere"
@@ -133,7 +132,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
                    (BIG, f"value over {bounds.REGISTRY_MAX_BYTES} bytes")]
         for n, (raw, why) in enumerate(hostile, 1):
             await leader.put_raw(raw)
-            await wait_for(lambda n=n: watched.stats().registries_rejected == n
+            await wait_until(lambda n=n: watched.stats().registries_rejected == n
                            and polled.stats().registries_rejected == n, what=f"{why} refused")
             w, p = watched.stats(), polled.stats()
             assert why in w.problem and w.problem == p.problem      # the same refusal
@@ -144,13 +143,13 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
         assert watched.stats().watch_events == 3
         # a value over a watch message's bound is refused unparsed; one bounded poll refuses it
         await leader.put_raw(HUGE)
-        await wait_for(lambda: watched.stats().registries_rejected == 4
+        await wait_until(lambda: watched.stats().registries_rejected == 4
                        and polled.stats().registries_rejected == 4, what="huge refused")
         assert watched.stats().polls == 2 and watched.stats().problem == polled.stats().problem
         assert in_service(watched, a.id)
         reg = await leader.publish([a])
         for g in (watched, polled):
-            await wait_for(lambda g=g: g.snapshot().generation == reg.generation
+            await wait_until(lambda g=g: g.snapshot().generation == reg.generation
                            and not g.stats().stale, what="a good registry again")
         assert watched.stats().polls == 2
     finally:
@@ -169,7 +168,7 @@ async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, w
     gw = gateway(cfg, world, store=store)
     await gw.start()
     try:
-        await wait_for(lambda: len(store.registry_reads) >= 8, what="8 polls")
+        await wait_until(lambda: len(store.registry_reads) >= 8, what="8 polls")
         sent = store.registry_reads[:7]
         flags = [bool(r.get("serializable")) for r in sent]
         # the first and every third are linearizable, and any one after a linearizable poll
@@ -199,23 +198,23 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
     gw = gateway(cfg, world, store=store)
     await gw.start()
     try:
-        await wait_for(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
+        await wait_until(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
                        what="polls answered")
         etcd.freeze(0)
         etcd.freeze(1)
-        await wait_for(lambda: gw.stats().stale, what="stale without quorum")
+        await wait_until(lambda: gw.stats().stale, what="stale without quorum")
         first = len(store.registry_reads)
         failed = gw.stats().failed_polls
-        await wait_for(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
+        await wait_until(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
         after = store.registry_reads[first:]
         assert len(after) >= 3 and not any(r.get("serializable") for r in after)
         assert gw.stats().stale and "registry not read" in gw.stats().problem
         assert in_service(gw, a.id) and gw.stats().generation == 1
         etcd.thaw(0)
         etcd.thaw(1)
-        await wait_for(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
+        await wait_until(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
         back = len(store.registry_reads)
-        await wait_for(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
+        await wait_until(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
         assert any(r.get("serializable") for r in store.registry_reads[back:])
     finally:
         await gw.stop()
@@ -237,13 +236,13 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
     gw = gateway(cfg, world, store=store)
     await gw.start()
     try:
-        await wait_for(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
+        await wait_until(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
                        what="two polls left out")
         st = gw.stats()
         assert st.watch_progress >= 1 and not st.stale and st.problem == ""
         assert st.staleness is not None and st.staleness < bound(2.5)
         linearizable = sum(not r.get("serializable") for r in store.registry_reads)
-        await wait_for(lambda: sum(not r.get("serializable") for r in store.registry_reads)
+        await wait_until(lambda: sum(not r.get("serializable") for r in store.registry_reads)
                        > linearizable, timeout=20.0, what="the next linearizable poll")
         st = gw.stats()
         # the left-out polls were not made: every read is a poll counted (one may be out)
@@ -276,7 +275,7 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
         gw = gateway(cfg, world, store=store)
         await gw.start()
         try:
-            await wait_for(lambda: len(store.registry_reads) >= 7, what="7 polls")
+            await wait_until(lambda: len(store.registry_reads) >= 7, what="7 polls")
             st = gw.stats()
             assert st.polls_skipped == 0 and st.watch_progress == 0 and not st.stale
             assert sum(bool(r.get("serializable")) for r in store.registry_reads[:7]) >= 2
