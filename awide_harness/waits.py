@@ -34,7 +34,7 @@ def _name(predicate: object, what: str) -> str:
     return what or getattr(predicate, "__qualname__", repr(predicate))
 
 
-def wait_until_sync(predicate: Callable[[], T], timeout: float, what: str = "", *,
+def wait_until_sync(predicate: Callable[[], T | None], timeout: float, what: str = "", *,
                     poll: float = POLL, ignore: tuple[type[BaseException], ...] = (),
                     check: Callable[[], object] | None = None) -> T:
     """``predicate``'s first truthy value; WaitTimeout after ``timeout`` seconds."""
@@ -57,11 +57,12 @@ def wait_until_sync(predicate: Callable[[], T], timeout: float, what: str = "", 
 
 
 @overload
-async def wait_until(predicate: Callable[[], Awaitable[T]], timeout: float, what: str = "", *,
+async def wait_until(predicate: Callable[[], Awaitable[T | None]], timeout: float,
+                     what: str = "", *,
                      poll: float = ..., ignore: tuple[type[BaseException], ...] = ...,
                      check: Callable[[], object] | None = ...) -> T: ...
 @overload
-async def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", *,
+async def wait_until(predicate: Callable[[], T | None], timeout: float, what: str = "", *,
                      poll: float = ..., ignore: tuple[type[BaseException], ...] = ...,
                      check: Callable[[], object] | None = ...) -> T: ...
 async def wait_until(predicate: Callable[[], Any], timeout: float, what: str = "", *,

@@ -34,16 +34,18 @@ def bound(seconds: float) -> float:
 
 
 @overload
-async def wait_until(condition: Callable[[], Awaitable[T]], timeout: float = ...,
+async def wait_until(condition: Callable[[], Awaitable[T | None]], timeout: float = ...,
                      what: str = "") -> T: ...
 @overload
-async def wait_until(condition: Callable[[], T], timeout: float = ..., what: str = "") -> T: ...
+async def wait_until(condition: Callable[[], T | None], timeout: float = ...,
+                     what: str = "") -> T: ...
 async def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
     """The condition's first truthy value; WaitTimeout (an AssertionError) naming ``what`` and
     the last value when it does not hold within ``bound(timeout)``. May be async."""
     return await waits.wait_until(condition, bound(timeout), what)
 
 
-def wait_until_sync(condition: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
+def wait_until_sync(condition: Callable[[], T | None], timeout: float = 10.0,
+                    what: str = "") -> T:
     """``wait_until`` for plain (non-async) tests."""
     return waits.wait_until_sync(condition, bound(timeout), what)

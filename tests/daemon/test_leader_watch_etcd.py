@@ -8,9 +8,10 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
+from awide_harness.presets import FAST
 from tests.timing import bound, wait_until
 
-from .conftest import FAST, make_config, store_of
+from .conftest import make_config, store_of
 
 # a poll the safety net cannot hide behind: 5 s (the lease must outlive poll + 2 calls)
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}

@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
+from awide_harness.presets import FAST
 from tests.timing import bound, wait_until
 
-from .conftest import FAST, make_config
+from .conftest import make_config
 
 NOTIFY = 4.0            # the members' --experimental-watch-progress-notify-interval, seconds
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}

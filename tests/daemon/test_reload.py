@@ -7,8 +7,9 @@ import aiohttp
 from awide_cluster.contract import keys
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import Daemon
+from awide_harness.presets import FAST
 
-from .conftest import FAST, make_config, registry, store_of
+from .conftest import make_config, registry, store_of
 
 
 async def test_reload_keeps_leadership_across_a_lease_ttl_change(etcd, cluster_name, cards):

@@ -9,10 +9,11 @@ import logging
 from awide_cluster.contract import keys
 from awide_cluster.contract.report import encode
 from awide_cluster.daemon.service import Daemon
+from awide_harness.presets import FAST
 from tests.timing import wait_until
 
 from .builders import card, report
-from .conftest import FAST, card_state, make_config, store_of
+from .conftest import card_state, make_config, store_of
 from .test_leader_watch_etcd import SLOW_POLL
 
 ARRIVAL = "(on a report's arrival)"

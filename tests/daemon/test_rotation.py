@@ -17,9 +17,10 @@ import yaml
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError, TlsConfig, Unavailable
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
+from awide_harness.presets import FAST
 from tests.timing import bound, wait_until
 
-from .conftest import FAST, config_dict
+from .conftest import config_dict
 from .test_daemon_process import RUN, Proc
 
 
