@@ -26,9 +26,10 @@ import time
 import uuid
 from typing import Any
 
+from awide_harness.registry_writer import RegistryWriter
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     cpu_seconds,
     latency_row,
@@ -47,7 +48,8 @@ async def published(ctx: Context, endpoints: tuple[str, ...], cluster: str) -> R
     """The bench as the leader: 8 directory cards' registry published; its store is the
     writer's (the caller closes it)."""
     writer = RegistryWriter(store_for(endpoints, cluster),
-                            cluster, make_dir_cards(ctx.work / "cards5", 8))
+                            cluster, make_dir_cards(ctx.work / "cards5", 8),
+                            written_at=WRITTEN_AT)
     await writer.publish()
     return writer
 

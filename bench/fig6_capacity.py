@@ -51,10 +51,11 @@ from typing import Any
 
 from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_cluster.contract import keys
+from awide_harness.registry_writer import RegistryWriter
 from bench import cgen
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     cpu_seconds,
     etcd_cpu,
@@ -83,7 +84,8 @@ GRPC_PARTS = ("poll", "watch")
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
     store = store_for(endpoints, cluster)
     try:
-        w = RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards6", 8))
+        w = RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards6", 8),
+                           written_at=WRITTEN_AT)
         await w.publish()
         assert w.reg is not None
         from awide_cluster.contract.registry import encode

@@ -19,9 +19,10 @@ import uuid
 from typing import Any
 
 from awide_gateway_cluster import ThreadedClusterGateway
+from awide_harness.registry_writer import RegistryWriter
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     etcd_cpu,
     etcd_settings,
@@ -39,7 +40,8 @@ from bench.loadset import LoadSet, sleep_until
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> None:
     store = store_for(endpoints, cluster)
     try:
-        await RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards7", 8)).publish()
+        await RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards7", 8),
+                             written_at=WRITTEN_AT).publish()
     finally:
         await store.close()
 

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from tests.faults.history import AccessObs, GatewayTable, PollObs, SlotObs
+from tests.faults.campaign_record import AccessObs, GatewayTable, PollObs, SlotObs
 
 ACCESS_PERIOD = 0.5
 ACCESS_EVERY = 0.01

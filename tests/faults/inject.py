@@ -23,7 +23,7 @@ from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
 from awide_harness.procs import REPO_ROOT
 from tests.faults import poison as hostile
 from tests.faults.burst import BurstWorker
-from tests.faults.history import FaultRecord, History, RunnerWrite, TruthChange
+from tests.faults.campaign_record import FaultRecord, History, RunnerWrite, TruthChange
 from tests.faults.schedule import Fault
 
 WATCHED = ("registry", "leader")     # the keys the recorder follows (history.KeyEvent)

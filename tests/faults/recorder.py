@@ -26,7 +26,7 @@ from dataclasses import replace
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import StoreError, WatchMessageTooLarge
-from tests.faults.history import KeyEvent, LogLine
+from tests.faults.campaign_record import KeyEvent, LogLine
 from tests.faults.invariants import registry_rev
 
 KEYS = ("registry", "leader")

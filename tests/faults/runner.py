@@ -28,8 +28,8 @@ from awide_cluster.store import StoreConfig
 from awide_harness import netns
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import CardPlan, ClusterSpec, Command, Network, Timing
+from tests.faults.campaign_record import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.gateway_probe import parse_line
-from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.inject import Ctx, inject
 from tests.faults.invariants import Bounds, agreed, bounds_for, check_all
 from tests.faults.recorder import Recorder, replay

@@ -13,8 +13,7 @@ from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from tests.faults import invariants as inv
 from tests.faults import poison as hostile
-from tests.faults.gateway_probe import parse_line
-from tests.faults.history import (
+from tests.faults.campaign_record import (
     AccessObs,
     FaultRecord,
     GatewayTable,
@@ -28,6 +27,7 @@ from tests.faults.history import (
     TruthChange,
     log_around,
 )
+from tests.faults.gateway_probe import parse_line
 from tests.faults.report import build, markdown, summary
 from tests.faults.schedule import KINDS, ScheduleError, kinds_missing, make_schedule
 

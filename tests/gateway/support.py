@@ -1,25 +1,23 @@
-"""Helpers of the gateway tests (no fixtures here: see conftest.py)."""
+"""Helpers of the gateway tests (no fixtures here: see conftest.py). ``RegistryWriter``
+(plays the leader) is the harness's, shared with the benchmarks."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.target import NvmeTarget
-from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
 from awide_harness.fakes import FakeNvmeWorld
+from awide_harness.registry_writer import RegistryWriter
 from tests.timing import wait_until
 
 MODEL = "AWIDE Fake NVMe Ctrl"
@@ -50,47 +48,6 @@ def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -
     world.add_target(card.target.subnqn, serial=serial or card.serial, model=card.model,
                      traddr=card.target.traddr, trsvcid=card.target.trsvcid,
                      nguid=card.identity.removeprefix("nguid:"))
-
-
-class RegistryWriter:
-    """Plays the leader: writes registry documents (generation + 1 each time)."""
-
-    def __init__(self, store: Store, cluster: str, *, after: Registry | None = None) -> None:
-        """``after``: the registry last published (another writer's), to continue from."""
-        self.store, self.cluster = store, cluster
-        self.reg: Registry | None = after
-
-    async def publish(self, cards: list[CardEntry]) -> Registry:
-        prev = self.reg
-        gen = (prev.generation if prev else 0) + 1
-        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
-        reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
-                       slots=table)
-        await self.put_raw(regdoc.encode(reg))
-        self.reg = reg
-        return reg
-
-    async def put_raw(self, raw: bytes | str) -> None:
-        """Put the document; the same put again if etcd is electing a leader (a test fault
-        may have frozen the raft leader): the put is idempotent, so retrying is safe here."""
-        from awide_cluster.store.errors import Timeout, Unavailable
-        deadline = time.monotonic() + 8.0
-        while True:
-            try:
-                await self.store.put("registry", raw, timeout=1.0)
-                return
-            except (Timeout, Unavailable):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-
-    def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
-        """The JSON document of the next generation, for tests that corrupt it."""
-        prev = self.reg
-        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
-        reg = Registry(cluster=self.cluster, generation=(prev.generation if prev else 0) + 1,
-                       leader="s1", cards=tuple(cards), slots=table)
-        return regdoc.to_dict(reg)
 
 
 def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,

@@ -125,7 +125,7 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
 
     from awide_cluster.contract import keys
     from awide_cluster.store import EtcdStore, StoreConfig
-    from tests.gateway.support import RegistryWriter
+    from awide_harness.registry_writer import RegistryWriter
 
     a, b = make_card(1), make_card(2, admitted=2)
     serve(world, a)

@@ -16,8 +16,8 @@ from awide_cluster.nvme.target import NvmeTarget
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
+from awide_harness.registry_writer import RegistryWriter
 from tests.gateway.support import (
-    RegistryWriter,
     argv_text,
     config,
     gateway,

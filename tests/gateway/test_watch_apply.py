@@ -19,8 +19,8 @@ from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.codec import b64
 from awide_gateway_cluster import ClusterGateway
 from awide_harness import EtcdCluster
+from awide_harness.registry_writer import RegistryWriter
 from tests.gateway.support import (
-    RegistryWriter,
     config,
     gateway,
     in_service,
