@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from awide_gateway_cluster import ThreadedClusterGateway
+from awide_harness.waits import wait_until_sync
 from tests.gateway.support import config, in_service, make_card, serve
 
 pytestmark = pytest.mark.timeout(60)
@@ -76,9 +77,7 @@ async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world
         tg.start()
         try:
             sub = tg.subscribe()
-            deadline = time.monotonic() + 8
-            while not in_service(tg, a.id) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until_sync(lambda: in_service(tg, a.id), 8, "the card in service")
             tg.attach_engine("engine-1")
             refused = ""
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -130,14 +129,11 @@ async def test_card_out_and_back_by_registry(etcd, leader, world, cluster_name):
 async def test_local_io_errors_take_a_card_out_after_sick_polls_and_back(
         etcd, leader, world, cluster_name):
     async with serving_gateway(etcd, leader, world, cluster_name) as (gw, a):
-        seen_out = False
-        for _ in range(200):                      # keep reporting until it goes out
+        def report_then_out() -> bool:            # keep reporting until it goes out
             gw.report_io_error(a.id)
-            if not in_service(gw, a.id):
-                seen_out = True
-                break
-            await asyncio.sleep(0.05)
-        assert seen_out
+            return not in_service(gw, a.id)
+
+        await wait_until(report_then_out, 10, "out after reported I/O errors")
         s = gw.snapshot().card(a.id)
         assert "I/O error" in s.why and "2 bad polls" in s.why
         await wait_until(lambda: in_service(gw, a.id), what="back once healthy")
