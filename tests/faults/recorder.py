@@ -73,7 +73,7 @@ async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
                 lost(f"watch of {key}: events up to revision {e.skipped_to} skipped: {e}")
             nxt = max(nxt, e.skipped_to + 1)
         except StoreError:
-            await asyncio.sleep(0.2)             # every member refused: etcd is down, retry
+            await asyncio.sleep(0.2)  # not a wait: the retry's back-off (every member refused)
     return nxt
 
 
