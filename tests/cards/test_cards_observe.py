@@ -17,6 +17,7 @@ from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from awide_harness.fakes import FakeNs, FakeNvmeWorld, pid_alive
+from tests.timing import wait_until
 
 NQN = "nqn.2024-01.io.awide:card0"
 SERIAL = "AWIDE0000SN0001"
@@ -185,11 +186,9 @@ async def test_everything_runs_concurrently_within_the_bound(world, runner):
     assert obs.probe("identity").ok is False                  # nvme id-ns hung: killed
     assert "id-ns" in obs.probe("identity").reason
     assert "no answer" in obs.probe("identity").reason
-    for _ in range(100):                                      # no process outlives it
-        if not any(pid_alive(p) for p in world.pids()):
-            break
-        await asyncio.sleep(0.05)
-    assert world.pids() and not any(pid_alive(p) for p in world.pids())
+    assert world.pids()
+    await wait_until(lambda: not any(pid_alive(p) for p in world.pids()), 5,
+                     "no process outlives it")
 
 
 # ------------------------------------------------------------------ dir
