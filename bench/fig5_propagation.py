@@ -89,7 +89,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
         ready = sum(r["ready"] for r in readies)
         ctx.say(f"  {gateways} gateways ({'watch' if watch else 'poll only'}) ready in "
                 f"{time.monotonic() - t0:.1f} s ({ready} with every card in service)")
-        await asyncio.sleep(1.5)         # let registrations and first probes settle
+        await asyncio.sleep(1.5)    # not a wait: a settled fleet before the idle measurement
         while not sink.empty():
             sink.get_nowait()
 
@@ -100,7 +100,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
 
         async def idle_cpu_rate() -> float:
             c0, i0 = fleet_cpu(), time.monotonic()
-            await asyncio.sleep(idle_window)
+            await asyncio.sleep(idle_window)    # not a wait: the idle CPU window
             return (fleet_cpu() - c0) / (time.monotonic() - i0)
 
         idle_before = await idle_cpu_rate()
@@ -119,7 +119,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
         for r in range(rounds):
             # changes are rare in a cluster: each one lands on a settled fleet (the gateways rewrite
             # their gateways/<id> record within a poll after each change)
-            await asyncio.sleep(rng.uniform(1.0, 1.5) if watch else rng.uniform(0.1, 0.4))
+            await asyncio.sleep(rng.uniform(1.0, 1.5) if watch else rng.uniform(0.1, 0.4))  # pacing
             gen, sent = await writer.toggle(r % len(cards))
             puts.append(time.monotonic() - sent)
             seen: dict[int, float] = {}
@@ -144,7 +144,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
             got = w.expect("lag", 10.0)
             lags.append(got["max_ms"])
             failed, polls = failed + got["failed_polls"], polls + got["polls"]
-        await asyncio.sleep(1.5)          # the last change's registration writes are done
+        await asyncio.sleep(1.5)    # not a wait: the last change's writes out of the idle window
         idle_after = await idle_cpu_rate()
         # a change's CPU: the rounds' CPU net of the idle rate (the mean of the windows before
         # and after them); the two windows' difference over the same span is its noise

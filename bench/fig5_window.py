@@ -79,7 +79,7 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
                               procs=procs, watch=True, shared_worker=True, name="fleet5t")
         for w in workers:
             w.expect("ready", 120.0)
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)    # not a wait: a settled fleet before the first round
         while not sink.empty():
             sink.get_nowait()
         fpids = [w.pid for w in workers]
@@ -90,9 +90,9 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
         each: list[float] = []
         rng = random.Random(5)
         for r in range(rounds):
-            await asyncio.sleep(rng.uniform(1.0, 1.5) - 0.2)
+            await asyncio.sleep(rng.uniform(1.0, 1.5) - 0.2)   # not a wait: pacing
             f0, e0 = cpu_ns(fpids), cpu_ns(epids)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)    # not a wait: the idle CPU window
             idle_fleet += (cpu_ns(fpids) - f0) / 0.2 / 1e9
             idle_etcd += (cpu_ns(epids) - e0) / 0.2 / 1e9
             samples: list[tuple[float, int, int]] = []
@@ -102,11 +102,11 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
                        stop: threading.Event = stop) -> None:
                 while not stop.is_set():
                     samples.append((time.monotonic(), cpu_ns(fpids), cpu_ns(epids)))
-                    time.sleep(SAMPLE)
+                    time.sleep(SAMPLE)      # not a wait: the sampling period
 
             sampler = threading.Thread(target=sample, name="fig5-window-sampler")
             sampler.start()
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # not a wait: the sampler's first sample
             gen, sent = await writer.toggle(r % len(cards))
             seen: dict[int, float] = {}
             while time.monotonic() < sent + EDGES[-1] + 0.05:

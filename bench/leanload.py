@@ -396,6 +396,7 @@ class Fleet:
 
     async def window(self, t0: float, t1: float) -> dict[str, Any]:
         """Polls that started in [t0, t1) (``time.monotonic()``, the loop's clock here)."""
+        # not a wait on a condition: every poll started before t1 ends within BOUND
         await asyncio.sleep(max(0.0, t1 - self.loop.time()) + BOUND + 0.2)
         got = [r for r in self.records if t0 <= r[0] < t1]
         self.records = [r for r in self.records if r[0] >= t1]

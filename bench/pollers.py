@@ -61,7 +61,7 @@ class Fleet:
         due = time.monotonic() + self.rng.uniform(0, self.interval)
         try:
             while True:
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await asyncio.sleep(max(0.0, due - time.monotonic()))   # pacing
                 start = time.monotonic()
                 ok = True
                 if self.kind == "follower":
@@ -83,6 +83,7 @@ class Fleet:
             await store.close()
 
     async def window(self, t0: float, t1: float) -> dict[str, Any]:
+        # not a wait on a condition: every poll started before t1 ends within its call bound
         await asyncio.sleep(max(0.0, t1 - time.monotonic()) + self.call * 1.2 + 0.2)
         got = [r for r in self.records if t0 <= r[0] < t1]
         self.records = [r for r in self.records if r[0] >= t1]
@@ -108,7 +109,7 @@ async def main(spec: dict[str, Any]) -> None:
         elif cmd.get("cmd") == "window":
             emit("window", **(await fleet.window(float(cmd["t0"]), float(cmd["t1"]))))
     fleet.set(0, fleet.kind)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)    # not a wait: the cancelled pollers close their stores
 
 
 if __name__ == "__main__":
