@@ -109,3 +109,8 @@ def metrics_text(d: Daemon) -> str:
     text = re.sub(r'\{cluster="[^"]*"\}', "", text)
     return re.sub(r',?cluster="[^"]*",?', lambda m: "," if m.group(0).startswith(",") and
                   m.group(0).endswith(",") else "", text)
+
+
+def metric_value(metric: Any) -> float:
+    """A label-less prometheus metric's value, read through its public ``collect()``."""
+    return next(s.value for s in metric.collect()[0].samples if not s.name.endswith("_created"))

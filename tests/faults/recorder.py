@@ -93,7 +93,8 @@ class Recorder:
         self._thread.start()
         return self
 
-    def _take(self, e: KeyEvent) -> None:
+    def take(self, e: KeyEvent) -> None:
+        """One watched event, as the watch delivers it (a test may feed it by hand)."""
         self.last[e.key] = max(self.last[e.key], e.revision)
         self.sink(e)
         names = self.names()
@@ -129,7 +130,7 @@ class Recorder:
 
     async def _main(self) -> None:
         async with EtcdStore(self.config) as store:
-            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self._take,
+            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self.take,
                                                  lost=self._lost)) for k in KEYS]
             await self._stop.wait()
             for t in tasks:
@@ -137,7 +138,11 @@ class Recorder:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def stop(self, bound: float = 5.0) -> None:
-        """Stop watching (what was delivered stays delivered; ``last`` is final after this)."""
+        """Stop watching (what was delivered stays delivered; ``last`` is final after this).
+        A recorder never started just releases its loop."""
+        if not self._thread.is_alive() and not self._done.is_set():
+            self._loop.close()
+            return
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._done.wait(bound)

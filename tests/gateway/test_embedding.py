@@ -94,7 +94,7 @@ async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world
     assert res["in"] and res["choice"].available and res["choice"].card_id == a.id
     assert "engine-1" in res["refused"]
     assert res["event"] is not None
-    assert tg._thread is None
+    assert not tg.running
 
 
 def test_check_config_exit_codes(tmp_path: Path):
