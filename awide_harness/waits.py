@@ -13,9 +13,11 @@ sleeps: a wait is a condition polled, never a fixed pause.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast, overload
 
 T = TypeVar("T")
 
@@ -30,30 +32,66 @@ class WaitTimeout(AssertionError):
         self.what, self.timeout, self.last = what, timeout, last
 
 
-def _name(predicate: object, what: str) -> str:
-    return what or getattr(predicate, "__qualname__", repr(predicate))
+@dataclass(frozen=True)
+class _Failed:
+    """The predicate raised an ``ignore``d error: a falsy round, the error its last value."""
+
+    error: BaseException
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class _Rounds:
+    """The bookkeeping both forms share: the deadline, the last value, ``check``."""
+
+    def __init__(self, predicate: object, timeout: float, what: str,
+                 check: Callable[[], object] | None) -> None:
+        self.what = what or getattr(predicate, "__qualname__", repr(predicate))
+        self.timeout, self.check = timeout, check
+        self.deadline = time.monotonic() + timeout
+        self.value: Any = None
+        self.before_round()
+
+    def before_round(self) -> None:
+        if self.check is not None:
+            self.check()
+
+    def over(self, value: object) -> bool:
+        """True when ``value`` ends the wait; WaitTimeout past the deadline."""
+        self.value = value
+        if value:
+            return True
+        if time.monotonic() > self.deadline:
+            last = value.error if isinstance(value, _Failed) else value
+            raise WaitTimeout(self.what, self.timeout, last)
+        self.before_round()
+        return False
+
+
+def _call(predicate: Callable[[], Any], ignore: tuple[type[BaseException], ...]) -> Any:
+    try:
+        return predicate()
+    except ignore as e:
+        return _Failed(e)
+
+
+async def _acall(predicate: Callable[[], Any], ignore: tuple[type[BaseException], ...]) -> Any:
+    try:
+        value = predicate()
+        return await value if inspect.isawaitable(value) else value
+    except ignore as e:
+        return _Failed(e)
 
 
 def wait_until_sync(predicate: Callable[[], T | None], timeout: float, what: str = "", *,
                     poll: float = POLL, ignore: tuple[type[BaseException], ...] = (),
                     check: Callable[[], object] | None = None) -> T:
     """``predicate``'s first truthy value; WaitTimeout after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        if check is not None:
-            check()
-        try:
-            value = predicate()
-        except ignore as e:
-            last = e
-        else:
-            if value:
-                return value
-            last = value
-        if time.monotonic() > deadline:
-            raise WaitTimeout(_name(predicate, what), timeout, last)
+    rounds = _Rounds(predicate, timeout, what, check)
+    while not rounds.over(_call(predicate, ignore)):
         time.sleep(poll)
+    return cast(T, rounds.value)
 
 
 @overload
@@ -69,21 +107,7 @@ async def wait_until(predicate: Callable[[], Any], timeout: float, what: str = "
                      poll: float = POLL, ignore: tuple[type[BaseException], ...] = (),
                      check: Callable[[], object] | None = None) -> Any:
     """``wait_until_sync`` for async code: ``predicate`` may return an awaitable."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        if check is not None:
-            check()
-        try:
-            value: Any = predicate()
-            if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-                value = await value
-        except ignore as e:
-            last = e
-        else:
-            if value:
-                return value
-            last = value
-        if time.monotonic() > deadline:
-            raise WaitTimeout(_name(predicate, what), timeout, last)
+    rounds = _Rounds(predicate, timeout, what, check)
+    while not rounds.over(await _acall(predicate, ignore)):
         await asyncio.sleep(poll)
+    return rounds.value
