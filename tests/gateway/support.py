@@ -50,6 +50,14 @@ def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -
                      nguid=card.identity.removeprefix("nguid:"))
 
 
+def served(world: FakeNvmeWorld, n: int) -> list[CardEntry]:
+    """Cards 1..n (card k admitted at generation k), each reachable through ``world``."""
+    cards = [make_card(k, admitted=k) for k in range(1, n + 1)]
+    for c in cards:
+        serve(world, c)
+    return cards
+
+
 def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,
            pod: str | None = None, **over: Any) -> GatewayConfig:
     doc: dict[str, Any] = {
@@ -93,8 +101,7 @@ def with_state(card: CardEntry, state: str) -> CardEntry:
 async def serving_gateway(etcd: Any, leader: RegistryWriter, world: FakeNvmeWorld,
                           cluster_name: str) -> AsyncIterator[tuple[ClusterGateway, CardEntry]]:
     """One served card published, a gateway started and the card in service; stopped after."""
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()

@@ -16,7 +16,7 @@ import yaml
 
 from awide_gateway_cluster import ThreadedClusterGateway
 from awide_harness.waits import wait_until_sync
-from tests.gateway.support import config, in_service, make_card, serve
+from tests.gateway.support import config, in_service, served
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +64,7 @@ def test_import_changes_no_process_state_and_pulls_no_grpc():
 
 async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world, cluster_name):
     import asyncio
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     from awide_cluster.nvme.cli import NvmeCli
     from awide_cluster.nvme.runner import Runner
@@ -126,9 +125,7 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
     from awide_cluster.store import EtcdStore, StoreConfig
     from awide_harness.registry_writer import RegistryWriter
 
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
 
     async def publish(cards, after=None):
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints,

@@ -23,7 +23,7 @@ from tests.gateway.support import (
     gateway,
     in_service,
     make_card,
-    serve,
+    served,
     serving_gateway,
 )
 from tests.timing import bound, wait_until
@@ -33,9 +33,7 @@ pytestmark = pytest.mark.timeout(60)
 
 async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a, b])
     cfg = config(cluster_name, etcd.endpoints, world, watch=True)
     gw = gateway(cfg, world)
@@ -83,8 +81,7 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
 
 
 async def test_etcd_frozen_during_stop_returns_within_bound(etcd, leader, world, cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world, watch=True), world)
     await gw.start()
@@ -101,9 +98,7 @@ async def test_etcd_frozen_during_stop_returns_within_bound(etcd, leader, world,
 
 
 async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()
@@ -126,9 +121,7 @@ async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, clust
 
 async def test_corrupt_unknown_and_skewed_registries_are_kept_out(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     good = await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     sub = gw.subscribe()

@@ -13,6 +13,7 @@ from tests.gateway.support import (
     in_service,
     make_card,
     serve,
+    served,
     serving_gateway,
 )
 from tests.timing import wait_until
@@ -21,9 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def test_connects_registry_cards_and_serves_them(etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a, b])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()
@@ -72,9 +71,7 @@ async def test_two_gateways_different_times_and_orders_get_identical_slots(
 
 
 async def test_new_card_connected_within_two_polls(etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.8}),
                  world)
@@ -97,9 +94,7 @@ async def test_new_card_connected_within_two_polls(etcd, leader, world, cluster_
 
 async def test_card_out_and_back_by_registry(etcd, leader, world, cluster_name):
     from tests.gateway.support import with_state
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a, b])
     gw = gateway(config(cluster_name, etcd.endpoints, world, watch=True), world)
     sub = gw.subscribe()

@@ -7,7 +7,7 @@ from typing import Any
 
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig
-from tests.gateway.support import config, gateway, in_service, make_card, serve
+from tests.gateway.support import config, gateway, in_service, served
 from tests.timing import wait_until
 
 
@@ -32,9 +32,7 @@ class Exploding:
 
 async def test_poll_survives_any_exception_and_a_dead_poll_is_stale(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     cfg = config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.4})
     real = EtcdStore(StoreConfig(endpoints=tuple(etcd.endpoints),

@@ -10,7 +10,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import decode_gateway
 from awide_gateway_cluster import EngineRefused, LayoutMismatch, WipeRefused
 from awide_gateway_cluster.layout import namespace
-from tests.gateway.support import config, gateway, in_service, make_card, serve
+from tests.gateway.support import config, gateway, in_service, served
 from tests.timing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,8 +48,7 @@ async def test_placement_mismatch_refused_naming_both(etcd, leader, store, world
 
 async def test_registration_on_lease_with_engine_and_generation(etcd, leader, store, world,
                                                                 cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     reg = await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world, pod="p1"), world)
     await gw.start()
@@ -102,8 +101,7 @@ async def test_wipe_refused_at_start_and_on_request(etcd, leader, world, cluster
 
 async def test_start_with_etcd_down_serves_nothing_then_catches_up(etcd, leader, world,
                                                                   cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     for i in range(3):
         etcd.freeze(i)

@@ -24,8 +24,8 @@ from tests.gateway.support import (
     config,
     gateway,
     in_service,
-    make_card,
     serve,
+    served,
 )
 from tests.timing import bound, wait_until
 
@@ -83,9 +83,7 @@ def watching_gateway(etcd: Any, world: Any, cluster_name: str,
 
 async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a_read(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     gw = watching_gateway(etcd, world, cluster_name, store)
@@ -112,8 +110,7 @@ async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a
 
 async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one(
         etcd, leader, world, world_b, cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     serve(world_b, a)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
@@ -160,8 +157,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
 
 async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, world,
                                                                   cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
@@ -190,8 +186,7 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
     """Two members frozen: the third still answers serializable reads, but not the
     linearizable one; from that failure on every poll is linearizable, so the view stays
     stale until a quorum answers again."""
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
@@ -227,8 +222,7 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
     notification proves the view fresh for 1.5 polls as a serializable poll would, so those
     polls are left out; the
     linearizable poll of every third turn is still made, and the view stays fresh."""
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     cfg = config(cluster_name, etcd.endpoints, world, watch=True,
@@ -263,8 +257,7 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
                      progress_notify_interval=60) as quiet:
         boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
                                      prefix=keys.prefix(cluster_name)))
-        a = make_card(1)
-        serve(world, a)
+        [a] = served(world, 1)
         try:
             await RegistryWriter(boot, cluster_name).publish([a])
         finally:
