@@ -63,12 +63,17 @@ class DirCards:
 def config_dict(endpoints: Iterable[str], cluster: str, host: str,
                 cards: Sequence[dict[str, Any]] = (), *, hosts: Iterable[str] = (),
                 role: str = "storage", timing: dict[str, Any] | None = None,
-                dev: bool = False, call: float = ETCD_CALL, **extra: Any) -> dict[str, Any]:
-    """A daemon config document: ``hosts`` the cluster's hosts (``host`` always one)."""
+                dev: bool = False, call: float = ETCD_CALL, product_timing: bool = False,
+                **extra: Any) -> dict[str, Any]:
+    """A daemon config document: ``hosts`` the cluster's hosts (``host`` always one).
+    ``product_timing``: no timing and no etcd call bound of its own, the product's defaults
+    (what a deployment runs: the benchmarks measure it)."""
     d: dict[str, Any] = {
         "cluster": cluster, "host": host, "hosts": sorted({host, *hosts}), "role": role,
         "dev_cluster": dev, "etcd": {"endpoints": list(endpoints), "call_timeout": call},
         "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
         "cards": list(cards)}
+    if product_timing:
+        del d["timing"], d["etcd"]["call_timeout"]
     d.update(extra)
     return d

@@ -35,6 +35,7 @@ import yaml
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import decode
+from awide_harness.presets import config_dict
 from awide_harness.waits import WaitTimeout, wait_until_sync
 from bench.common import (
     Context,
@@ -110,10 +111,9 @@ class Daemon:
 
 def daemon_config(endpoints: tuple[str, ...], cluster: str, host: str,
                   cards: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"cluster": cluster, "host": host, "hosts": ["h1", "h2", "h3"],
-            "role": "storage" if cards else "witness",
-            "etcd": {"endpoints": list(endpoints)}, "api": {"listen": "127.0.0.1:0"},
-            "cards": cards}
+    """A daemon of h1..h3 as deployed (the product's timing): storage with cards, else witness."""
+    return config_dict(endpoints, cluster, host, cards, hosts=("h1", "h2", "h3"),
+                       role="storage" if cards else "witness", product_timing=True)
 
 
 async def _leader_and_cards(endpoints: tuple[str, ...], cluster: str) -> tuple[str | None, int]:
