@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import time
@@ -40,14 +39,6 @@ def world(tmp_path):
 @pytest.fixture
 def runner(world):
     return Runner(env=world.env())
-
-
-@pytest.fixture
-async def listener():
-    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()
 
 
 def closed_port() -> int:
