@@ -4,10 +4,15 @@ counted as won on a watch event: ``key_wins``) is the watch's, not the poll's.""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.daemon.leader import Outcome
 from awide_cluster.daemon.service import LEADER_WATCH_MESSAGE_BYTES, Daemon
+from awide_cluster.store import EtcdStore
 from awide_harness.presets import FAST
 from tests.timing import bound, wait_until
 
@@ -21,6 +26,35 @@ def leader_and_follower(etcd, cluster: str) -> tuple[Daemon, Daemon]:
     """``a`` with fast timing, ``b`` polling every 5 s."""
     return (Daemon(make_config(etcd, cluster, "h1", timing=FAST)),
             Daemon(make_config(etcd, cluster, "h2", timing=SLOW_POLL)))
+
+
+@dataclass
+class Pair:
+    """``a`` leading, ``b`` following, the test's store; ``crash()`` aborts ``a``."""
+
+    a: Daemon
+    b: Daemon
+    store: EtcdStore
+    crashed: bool = False
+
+    async def crash(self) -> None:
+        self.crashed = True
+        await self.a.abort()
+
+
+@contextlib.asynccontextmanager
+async def running_pair(etcd, cluster: str) -> AsyncIterator[Pair]:
+    """``leader_and_follower`` started (``start``); both stopped and the store closed after."""
+    a, b = leader_and_follower(etcd, cluster)
+    pair = Pair(a, b, store_of(etcd, cluster))
+    try:
+        await start(a, b)
+        yield pair
+    finally:
+        if not pair.crashed:
+            await a.stop()
+        await b.stop()
+        await pair.store.close()
 
 
 async def start(a: Daemon, b: Daemon) -> None:
@@ -37,10 +71,8 @@ def alive(d: Daemon) -> bool:
 
 
 async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, cluster_name):
-    a, b = leader_and_follower(etcd, cluster_name)
-    store = store_of(etcd, cluster_name)
-    try:
-        await start(a, b)
+    async with running_pair(etcd, cluster_name) as pair:
+        a, b, store = pair.a, pair.b, pair.store
         assert alive(b)
         a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
         await a.stop()
@@ -55,54 +87,32 @@ async def test_a_clean_stop_hands_the_key_over_on_the_watch_not_the_poll(etcd, c
         # its first leader cycle ran at once too (a turn started early, as leader)
         await wait_until(lambda: b.outcomes, timeout=1.0, what="h2's first leader cycle")
         assert b.turn_errors == 0
-    finally:
-        await a.stop()
-        await b.stop()
-        await store.close()
 
 
 async def test_a_revoked_lease_hands_the_key_over_on_the_watch(etcd, cluster_name):
     """A crash (no revoke by the daemon) and the lease ended in etcd: etcd deletes the key,
     the follower's watch sees it."""
-    a, b = leader_and_follower(etcd, cluster_name)
-    store = store_of(etcd, cluster_name)
-    crashed = False
-    try:
-        await start(a, b)
+    async with running_pair(etcd, cluster_name) as pair:
+        a, b, store = pair.a, pair.b, pair.store
         lease = a.lease.id
         assert lease is not None
-        crashed = True
-        await a.abort()
+        await pair.crash()
         await store.revoke(lease)
         await wait_until(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's lease ended")
         assert b.key_wins == 1
-    finally:
-        if not crashed:
-            await a.stop()
-        await b.stop()
-        await store.close()
 
 
 async def test_an_expired_lease_hands_the_key_over_within_ttl(etcd, cluster_name):
     """A crash: nobody revokes; etcd deletes the key when the lease expires (its TTL, plus
     etcd's expiry granularity); the follower takes it at once, not at its 5 s poll."""
-    a, b = leader_and_follower(etcd, cluster_name)
-    store = store_of(etcd, cluster_name)
-    crashed = False
-    try:
-        await start(a, b)
+    async with running_pair(etcd, cluster_name) as pair:
+        a, b = pair.a, pair.b
         ttl = a.lease.granted_ttl
         assert ttl < SLOW_POLL["poll_interval"]
-        crashed = True
-        await a.abort()
+        await pair.crash()
         await wait_until(lambda: b.is_leader, timeout=ttl + 1.0,
                        what="h2 leads after h1's lease expired")
         assert b.key_wins == 1
-    finally:
-        if not crashed:
-            await a.stop()
-        await b.stop()
-        await store.close()
 
 
 async def test_garbage_in_the_leader_key_is_repaired_not_taken_over(etcd, cluster_name):
