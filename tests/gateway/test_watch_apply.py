@@ -8,8 +8,10 @@ the end of a long interval) gets a registry change only through its watch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -66,6 +68,24 @@ class LatePhase(random.Random):
 
     def uniform(self, a: float, b: float) -> float:
         return b
+
+
+@contextlib.asynccontextmanager
+async def counted_gateway(etcd: Any, leader: RegistryWriter, world: Any, cluster_name: str
+                          ) -> AsyncIterator[tuple[ClusterGateway, ReadCountingStore, Any]]:
+    """One served card published; a gateway on a read-counting store, every third poll
+    linearizable, started; (gateway, store, card); both stopped after."""
+    [a] = served(world, 1)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3}),
+                 world, store=store)
+    await gw.start()
+    try:
+        yield gw, store, a
+    finally:
+        await gw.stop()
+        await store.close()
 
 
 def counting_store(etcd: Any, cluster_name: str) -> ReadCountingStore:
@@ -157,13 +177,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
 
 async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, world,
                                                                   cluster_name):
-    [a] = served(world, 1)
-    await leader.publish([a])
-    store = counting_store(etcd, cluster_name)
-    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
-    gw = gateway(cfg, world, store=store)
-    await gw.start()
-    try:
+    async with counted_gateway(etcd, leader, world, cluster_name) as (gw, store, a):
         await wait_until(lambda: len(store.registry_reads) >= 8, what="8 polls")
         sent = store.registry_reads[:7]
         flags = [bool(r.get("serializable")) for r in sent]
@@ -175,9 +189,6 @@ async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, w
         # each one asks only for a newer value than the one it has
         assert all(int(r["min_mod_revision"]) >= 1 for r in sent[1:])
         assert gw.stats().generation == 1 and not gw.stats().stale
-    finally:
-        await gw.stop()
-        await store.close()
 
 
 
@@ -186,13 +197,7 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
     """Two members frozen: the third still answers serializable reads, but not the
     linearizable one; from that failure on every poll is linearizable, so the view stays
     stale until a quorum answers again."""
-    [a] = served(world, 1)
-    await leader.publish([a])
-    store = counting_store(etcd, cluster_name)
-    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
-    gw = gateway(cfg, world, store=store)
-    await gw.start()
-    try:
+    async with counted_gateway(etcd, leader, world, cluster_name) as (gw, store, a):
         await wait_until(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
                        what="polls answered")
         etcd.freeze(0)
@@ -211,9 +216,6 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
         back = len(store.registry_reads)
         await wait_until(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
         assert any(r.get("serializable") for r in store.registry_reads[back:])
-    finally:
-        await gw.stop()
-        await store.close()
 
 
 async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, leader, world,
