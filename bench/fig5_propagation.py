@@ -21,9 +21,11 @@ which the earlier runs of this figure used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from awide_harness.registry_writer import RegistryWriter
@@ -72,18 +74,34 @@ def start_fleet(ctx: Context, endpoints: tuple[str, ...], cluster: str, cards: i
     return workers
 
 
+@contextlib.asynccontextmanager
+async def fleet_on(ctx: Context, endpoints: tuple[str, ...], cluster: str, *, gateways: int,
+                   procs: int, watch: bool, shared_worker: bool, name: str
+                   ) -> AsyncIterator[tuple[RegistryWriter, queue.Queue[dict[str, Any] | None],
+                                            list[Worker]]]:
+    """The registry ``published``, a fleet started on it (``start_fleet``): (writer, the
+    fleet's sink, its workers); the workers closed and the writer's store after."""
+    writer = await published(ctx, endpoints, cluster)
+    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    workers: list[Worker] = []
+    try:
+        workers = start_fleet(ctx, endpoints, cluster, len(writer.cards), sink,
+                              gateways=gateways, procs=procs, watch=watch,
+                              shared_worker=shared_worker, name=name)
+        yield writer, sink, workers
+    finally:
+        close_all(workers, bound=15.0)
+        await writer.store.close()
+
+
 async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool,
                         gateways: int, procs: int, rounds: int,
                         shared_worker: bool = False) -> dict[str, Any]:
     cluster = f"p5{'w' if watch else 'p'}{uuid.uuid4().hex[:6]}"
-    writer = await published(ctx, endpoints, cluster)
-    store, cards = writer.store, writer.cards
-    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    workers: list[Worker] = []
-    try:
-        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
-                              procs=procs, watch=watch, shared_worker=shared_worker,
-                              name=f"fleet5-{'w' if watch else 'p'}")
+    async with fleet_on(ctx, endpoints, cluster, gateways=gateways, procs=procs, watch=watch,
+                        shared_worker=shared_worker, name=f"fleet5-{'w' if watch else 'p'}"
+                        ) as (writer, sink, workers):
+        cards = writer.cards
         t0 = time.monotonic()
         readies = [w.expect("ready", 120.0) for w in workers]
         ready = sum(r["ready"] for r in readies)
@@ -158,9 +176,6 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
                 "reaction_cpu_ms_per_gateway": round(spent / rounds / gateways * 1000, 3),
                 "reaction_cpu_noise_ms_per_gateway": round(noise / rounds / gateways * 1000,
                                                            3)}
-    finally:
-        close_all(workers, bound=15.0)
-        await store.close()
 
 
 def run(ctx: Context) -> list[Row]:

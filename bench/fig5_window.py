@@ -26,7 +26,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from bench.common import (
     Context,
@@ -35,8 +34,7 @@ from bench.common import (
     start_etcd,
     summary,
 )
-from bench.fig5_propagation import published, start_fleet
-from bench.proc import Worker, close_all
+from bench.fig5_propagation import fleet_on
 
 EDGES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.2, 0.4, 0.7, 1.0)
 SAMPLE = 0.002
@@ -70,13 +68,9 @@ def at(samples: list[tuple[float, int, int]], t: float, i: int) -> float:
 async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds: int,
               gateways: int, procs: int) -> None:
     cluster = f"p5t{uuid.uuid4().hex[:6]}"
-    writer = await published(ctx, endpoints, cluster)
-    store, cards = writer.store, writer.cards
-    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    workers: list[Worker] = []
-    try:
-        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
-                              procs=procs, watch=True, shared_worker=True, name="fleet5t")
+    async with fleet_on(ctx, endpoints, cluster, gateways=gateways, procs=procs, watch=True,
+                        shared_worker=True, name="fleet5t") as (writer, sink, workers):
+        cards = writer.cards
         for w in workers:
             w.expect("ready", 120.0)
         await asyncio.sleep(2.0)    # not a wait: a settled fleet before the first round
@@ -144,9 +138,6 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
                   f"              {e:8.2f}")
         print(f"a change, first second: fleet {tf:.1f} ms ({tf / gateways:.3f} ms per gateway), "
               f"etcd {te:.1f} ms")
-    finally:
-        close_all(workers, bound=15.0)
-        await store.close()
 
 
 def main() -> None:
