@@ -30,6 +30,11 @@ class ThreadedClusterGateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def running(self) -> bool:
+        """Its loop thread runs (between ``start`` and ``stop``)."""
+        return self._thread is not None
+
     def start(self, timeout: float | None = None) -> None:
         """Start the loop thread and the gateway; raises what ``ClusterGateway.start`` raises."""
         if self._thread is not None:

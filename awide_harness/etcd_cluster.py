@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import ssl
@@ -43,74 +42,22 @@ from pathlib import Path
 from typing import IO, Literal
 
 from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
-from awide_harness.ports import release, reserve_port
-
-_VERSION_RE = re.compile(rb"etcd Version:\s*([0-9]+\.[0-9]+\.[0-9]+)")
-
-# The housekeeping flags the ansible role writes (etcd.env.j2, docs/deploy.md): every member
-# gets them unless ``extra_args`` names the same flag.
-QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024
-HOUSEKEEPING: tuple[str, ...] = (
-    "--auto-compaction-mode=periodic",
-    "--auto-compaction-retention=1h",
-    f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
+from awide_harness.etcd_tools import (
+    HOUSEKEEPING,
+    QUOTA_BACKEND_BYTES,
+    EtcdClusterError,
+    etcd_version,
+    find_etcd,
+    restore_tool,
+    version_tuple,
+    with_housekeeping,
 )
+from awide_harness.ports import release, reserve_port
+from awide_harness.waits import WaitTimeout, wait_until_sync
 
-
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
-
-
-def with_housekeeping(extra_args: Sequence[str]) -> list[str]:
-    """``HOUSEKEEPING`` minus the flags ``extra_args`` sets itself, then ``extra_args``."""
-    overridden = {_flag_name(a) for a in extra_args if a.startswith("--")}
-    return [a for a in HOUSEKEEPING if _flag_name(a) not in overridden] + list(extra_args)
-
-
-class EtcdClusterError(RuntimeError):
-    """A member would not start, become healthy or stop within its bound."""
-
-
-def find_etcd() -> str | None:
-    """The ``etcd`` binary on PATH, or None."""
-    return shutil.which("etcd")
-
-
-def etcd_version(binary: str, *, timeout: float = 5.0) -> str:
-    """``"3.5.1"`` for the given etcd binary (runs ``binary --version``, bounded)."""
-    try:
-        done = subprocess.run([binary, "--version"], capture_output=True, timeout=timeout,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EtcdClusterError(f"cannot run {binary} --version: {exc}") from exc
-    match = _VERSION_RE.search(done.stdout + done.stderr)
-    if done.returncode != 0 or match is None:
-        raise EtcdClusterError(f"{binary} --version did not name a version: {done.stdout[:200]!r}")
-    return match.group(1).decode()
-
-
-def restore_tool(binary: str) -> list[str]:
-    """The command that restores a snapshot for ``binary``'s etcd: ``etcdutl`` beside it (etcd
-    3.5 and later) when it runs, else ``etcdctl`` beside it or on PATH (3.4, and 3.5's
-    deprecated one)."""
-    here = Path(binary).resolve().parent
-    for name in ("etcdutl", "etcdctl"):
-        for candidate in (Path(binary).parent / name, here / name, shutil.which(name)):
-            if candidate is None or not Path(candidate).is_file():
-                continue
-            try:
-                ok = subprocess.run([str(candidate), "version"], capture_output=True,
-                                    timeout=10, check=False).returncode == 0
-            except OSError:
-                ok = False
-            if ok:
-                return [str(candidate)]
-    raise EtcdClusterError(f"no etcdutl or etcdctl found for {binary}")
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
-
+__all__ = ["HOUSEKEEPING", "QUOTA_BACKEND_BYTES", "ClusterTls", "EtcdCluster", "EtcdClusterError",
+           "MemberInfo", "etcd_version", "find_etcd", "restore_tool", "version_tuple",
+           "with_housekeeping"]
 
 @dataclass(frozen=True)
 class ClusterTls:
@@ -382,17 +329,20 @@ class EtcdCluster:
         leader and term; raise EtcdClusterError after the bound."""
         deadline = time.monotonic() + (self.ready_timeout if timeout is None else timeout)
         self._wait_health(set(range(self.size) if indexes is None else indexes), deadline)
-        while True:
+
+        def one_leader() -> bool:
             views = {self._leader_view(m) for m in self._members
                      if m.proc is not None and m.proc.poll() is None and not m.frozen}
-            if len(views) == 1 and None not in views:
-                return
-            if time.monotonic() > deadline:
-                raise EtcdClusterError(f"etcd members do not agree on a leader: {views}")
-            time.sleep(0.05)
+            return len(views) == 1 and None not in views
+
+        try:
+            wait_until_sync(one_leader, max(0.0, deadline - time.monotonic()),
+                            "etcd members agree on one leader", poll=0.05)
+        except WaitTimeout as e:
+            raise EtcdClusterError(f"etcd members do not agree on a leader: {e}") from None
 
     def _wait_health(self, todo: set[int], deadline: float) -> None:
-        while todo:
+        def all_healthy() -> bool:
             for i in sorted(todo):
                 m = self._members[i]
                 if m.proc is None or m.proc.poll() is not None:
@@ -401,13 +351,16 @@ class EtcdCluster:
                         f"{self.log_tail(i)}")
                 if self._healthy(m):
                     todo.discard(i)
-            if not todo:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(self._members[i].name for i in sorted(todo))
-                tail = self.log_tail(min(todo))
-                raise EtcdClusterError(f"etcd members not healthy in time: {names}\n{tail}")
-            time.sleep(0.05)
+            return not todo
+
+        try:
+            wait_until_sync(all_healthy, max(0.0, deadline - time.monotonic()),
+                            "etcd members healthy", poll=0.05)
+        except WaitTimeout:
+            names = ", ".join(self._members[i].name for i in sorted(todo))
+            tail = self.log_tail(min(todo))
+            raise EtcdClusterError(f"etcd members not healthy in time: {names}\n{tail}") \
+                from None
 
     # ----------------------------------------------------------------- internals
 
@@ -421,17 +374,22 @@ class EtcdCluster:
         """Wait (bounded) until /proc shows member i stopped ("T") or not; no-op without /proc."""
         m = self._members[i]
         assert m.proc is not None
-        deadline = time.monotonic() + bound
-        while time.monotonic() < deadline:
+        pid = m.proc.pid
+
+        def reached() -> bool:
             try:
-                with open(f"/proc/{m.proc.pid}/stat", "rb") as f:
+                with open(f"/proc/{pid}/stat", "rb") as f:
                     state = f.read().rsplit(b")", 1)[1].split()[0]
             except (OSError, IndexError):
-                return
-            if (state in (b"T", b"t")) == stopped:
-                return
-            time.sleep(0.002)
-        raise EtcdClusterError(f"etcd member {m.name} did not {'stop' if stopped else 'resume'}")
+                return True                 # no /proc, or gone: nothing to wait for
+            return (state in (b"T", b"t")) == stopped
+
+        try:
+            wait_until_sync(reached, bound, f"etcd member {m.name} stopped={stopped}",
+                            poll=0.002)
+        except WaitTimeout:
+            raise EtcdClusterError(
+                f"etcd member {m.name} did not {'stop' if stopped else 'resume'}") from None
 
     def _layout(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)

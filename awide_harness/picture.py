@@ -157,9 +157,10 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
     every picture query's range (and the last values' instant query), the tour's events."""
     from awide_harness.cluster import EmbeddedCluster
     from awide_harness.ports import reserve_port
-    from awide_harness.prometheus import Prometheus, scrape_targets, wait_for
+    from awide_harness.prometheus import Prometheus, scrape_targets
     from awide_harness.scenario import Tour, tour_spec
     from awide_harness.spec import bounds as derive_bounds
+    from awide_harness.waits import wait_until_sync
 
     panels = picture_panels(load_dashboard())
     spec = tour_spec(quick, etcd_binary)
@@ -169,19 +170,19 @@ def record(work: Path, etcd_binary: str | None, prometheus: str, quick: bool,
         prom = Prometheus(work / "prometheus", targets, spec.cluster, prometheus, reserve_port(),
                           interval=SCRAPE)
         try:
-            wait_for(prom.ready, 30.0, "Prometheus scrapes every target")
+            wait_until_sync(prom.ready, 30.0, "Prometheus scrapes every target", poll=0.1)
             exprs = [for_cluster(q.expr, spec.cluster) for p in panels for q in p.queries]
-            wait_for(lambda: all(prom.query(e) for e in exprs), 30.0,
-                     "every picture query returns series")
+            wait_until_sync(lambda: all(prom.query(e) for e in exprs), 30.0,
+                            "every picture query returns series", poll=0.1)
             say(f"Prometheus {prom.url} scrapes {sum(map(len, targets.values()))} targets; "
                 f"leader {c.leader_host()}")
             start = time.time()
-            time.sleep(LEAD_IN)          # the quiet cluster before the tour, drawn
+            time.sleep(LEAD_IN)      # not a wait: the quiet cluster before the tour, drawn
             tour = Tour(c, derive_bounds(spec.timing), say)
             offset = time.time() - time.monotonic()
             began = tour.begin + offset
             outcomes = tour.run()
-            time.sleep(TAIL)             # the cluster after the tour, drawn
+            time.sleep(TAIL)         # not a wait: the cluster after the tour, drawn
             end = time.time()
             ranges: dict[str, Any] = {}
             last: dict[str, Any] = {}

@@ -60,7 +60,7 @@ def candidate_range(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]
     return best
 
 
-def _claim(directory: Path, port: int) -> int | None:
+def claim(directory: Path, port: int) -> int | None:
     path = directory / str(port)
     try:
         try:
@@ -77,7 +77,7 @@ def _claim(directory: Path, port: int) -> int | None:
     return fd
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,10 +109,10 @@ def reserve_port(host: str = "127.0.0.1") -> int:
         with _lock:
             if port in _held:
                 continue
-        fd = _claim(directory, port)
+        fd = claim(directory, port)
         if fd is None:
             continue
-        if not _bindable(host, port):
+        if not bindable(host, port):
             os.close(fd)
             continue
         with _lock:

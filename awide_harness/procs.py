@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from awide_harness.waits import WaitTimeout, wait_until_sync
+
 # the repository this harness is part of (awide_harness/ sits at its top)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,15 +61,14 @@ class LaunchError(RuntimeError):
 
 def wait_listening(host: str, port: int, bound: float) -> bool:
     """True once something accepts connections on host:port, False after ``bound`` seconds."""
-    deadline = time.monotonic() + bound
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return True
-        except OSError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
+    def accepts() -> bool:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+
+    try:
+        return wait_until_sync(accepts, bound, f"a listener on {host}:{port}", ignore=(OSError,))
+    except WaitTimeout:
+        return False
 
 
 def netns_prefix(netns: str | None) -> list[str]:

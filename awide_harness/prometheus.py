@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,11 +140,3 @@ class Prometheus:
             self.proc.wait(5)
         self.log.close()
 
-
-def wait_for(check: Callable[[], bool], bound: float, what: str) -> None:
-    """Poll ``check`` until true; PrometheusError naming ``what`` after ``bound`` s."""
-    deadline = time.monotonic() + bound
-    while not check():
-        if time.monotonic() > deadline:
-            raise PrometheusError(f"not within {bound:g} s: {what}")
-        time.sleep(0.1)

@@ -200,7 +200,7 @@ class Tour:
         member = c.etcd.member(idx).name
         t = time.monotonic()
         c.etcd.freeze(idx)
-        time.sleep(b.freeze_hold)
+        time.sleep(b.freeze_hold)      # not a wait: the member stays frozen this long
 
         def held(end: float) -> dict[str, bool]:
             out = self.kept(cards_in(all_cards), t, "kept every card in service")(end)

@@ -7,26 +7,22 @@ Nothing here asserts timings: a figure reports what it saw, with its goal and wh
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import random
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_cluster.contract import keys
-from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.errors import Timeout, Unavailable
 from awide_harness.etcd_cluster import EtcdCluster, etcd_version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,20 +223,6 @@ def store_for(endpoints: Sequence[str], cluster: str, *, call_timeout: float = 1
                                  call_timeout=call_timeout))
 
 
-async def put_retrying(store: EtcdStore, key: str, value: bytes, *, bound: float = 8.0) -> float:
-    """An idempotent put, repeated through an etcd election; the monotonic time it was sent."""
-    deadline = time.monotonic() + bound
-    while True:
-        sent = time.monotonic()
-        try:
-            await store.put(key, value, timeout=1.0)
-            return sent
-        except (Timeout, Unavailable):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
-
 async def current_revision(store: EtcdStore) -> int:
     return (await store.range(keys.REGISTRY, keys_only=True)).revision
 
@@ -248,6 +230,7 @@ async def current_revision(store: EtcdStore) -> int:
 # ---------------------------------------------------------------- registry documents
 
 MODEL = "bench-dir-card"
+WRITTEN_AT = "2026-01-01T00:00:00+00:00"     # the written_at of every registry a bench writes
 
 
 def make_dir_cards(root: Path, n: int = 8, host: str = "s1") -> list[CardEntry]:
@@ -266,37 +249,6 @@ def make_dir_cards(root: Path, n: int = 8, host: str = "s1") -> list[CardEntry]:
             kind="dir", state="in", health="ok", reason="", admitted=1,
             changed_generation=1, path=str(path)))
     return cards
-
-
-class RegistryWriter:
-    """Plays the leader in figures 5-7: writes registry documents, generation + 1 each time."""
-
-    def __init__(self, store: EtcdStore, cluster: str, cards: list[CardEntry]) -> None:
-        self.store, self.cluster, self.cards = store, cluster, list(cards)
-        self.reg: Registry | None = None
-
-    def document(self, cards: list[CardEntry]) -> tuple[Registry, bytes]:
-        prev = self.reg
-        gen = (prev.generation if prev else 0) + 1
-        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
-        reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
-                       slots=table, written_at="2026-01-01T00:00:00+00:00")
-        return reg, regdoc.encode(reg)
-
-    async def publish(self, cards: list[CardEntry] | None = None) -> tuple[int, float]:
-        """Write the next generation; (generation, monotonic time the put was sent)."""
-        reg, raw = self.document(self.cards if cards is None else cards)
-        sent = await put_retrying(self.store, keys.REGISTRY, raw)
-        self.reg = reg
-        return reg.generation, sent
-
-    async def toggle(self, index: int) -> tuple[int, float]:
-        """Flip card ``index`` between in and drained (every gateway sees an event)."""
-        c = self.cards[index]
-        state = "drained" if c.state == "in" else "in"
-        self.cards[index] = replace(c, state=state, health="ok",  # type: ignore[arg-type]
-                                    reason="" if state == "in" else "bench drain")
-        return await self.publish()
 
 
 def bench_python_env() -> dict[str, str]:

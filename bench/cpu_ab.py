@@ -93,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                 procs.append(start(work, tree, f"{label}-{h}",
                                    daemon_config(eps, cluster, h, []), logs))
             leaders[label] = p.pid
-        time.sleep(args.settle)
+        time.sleep(args.settle)     # not a wait: the leaders settle before the windows
         res: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
         for w in range(args.windows):
             c0 = {k: user_sys(p) for k, p in leaders.items()}
             t0 = time.monotonic()
-            time.sleep(args.window)
+            time.sleep(args.window)     # not a wait: the measurement window
             c1 = {k: user_sys(p) for k, p in leaders.items()}
             span = time.monotonic() - t0
             for k in leaders:

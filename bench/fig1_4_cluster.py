@@ -23,6 +23,7 @@ a run in which a gateway never showed it within the harness's bound is counted a
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import time
@@ -39,6 +40,7 @@ from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import ClusterSpec, Timing, bounds
 from awide_harness.store_thread import StoreThread
 from awide_harness.views import card_in, card_out, cards_in
+from awide_harness.waits import WaitTimeout, wait_until_sync
 from bench.common import Context, Row, latency_row
 
 
@@ -103,19 +105,20 @@ class RegistryWatch:
                                 return
                 except Exception:  # noqa: BLE001 - etcd trouble: resume the watch
                     self.errors += 1
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.05)   # not a wait: the watch's retry back-off
         finally:
             self._ready.set()
             await store.close()
 
     def first(self, since: float, pred: Any, bound: float) -> RegistryWrite | None:
-        deadline = time.monotonic() + bound
-        while True:
+        def hit() -> RegistryWrite | None:
             with self._lock:
-                hit = next((w for w in self.writes if w.t >= since and pred(w)), None)
-            if hit is not None or time.monotonic() > deadline:
-                return hit
-            time.sleep(0.005)
+                return next((w for w in self.writes if w.t >= since and pred(w)), None)
+
+        try:
+            return wait_until_sync(hit, bound, "a registry write", poll=0.005)
+        except WaitTimeout:
+            return None
 
     def close(self) -> None:
         self._stop.set()
@@ -146,7 +149,7 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
     for r in range(runs):
         key = keys_[r % len(keys_)]
         cid = c.card_id(key)
-        time.sleep(rng.uniform(0.0, t.poll_interval))   # the fault at a random phase
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # not a wait: the fault's random phase
         t0 = c.card_store_kill(key)
         d = _every(c.wait_until(card_out(cid), b.detection, since=t0), t0)
         if d is None:
@@ -155,7 +158,7 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
             det.append(d)
         # the store back at a random phase too: the card went out right after one of its host's
         # reports, so a fixed pause here would place every return at the same phase
-        time.sleep(rng.uniform(0.0, t.poll_interval))
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # not a wait: a random phase
         t1 = c.card_store_start(key)
         x = _every(c.wait_until(card_in(cid), b.return_, since=t1), t1)
         if x is None:
@@ -171,30 +174,34 @@ def _detect_return(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int
 def _wait_daemon_up(c: EmbeddedCluster, host: str, bound: float) -> bool:
     """True once the host's daemon API answers (its signal handlers are installed by then: a
     SIGHUP sent earlier would end a daemon still importing, SIGHUP's default action)."""
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if not c.daemon_alive(host):
-            return False
+            raise WaitTimeout(f"daemon {host}'s API", bound, "the daemon exited")
         try:
             with urllib.request.urlopen(c.api_url(host) + "/healthz", timeout=0.5):
                 return True
         except urllib.error.HTTPError:
             return True                      # it answered (e.g. 503 while not ready)
         except OSError:
-            time.sleep(0.05)
-    return False
+            return False
+
+    try:
+        return wait_until_sync(answers, bound, f"daemon {host}'s API answers", poll=0.05)
+    except WaitTimeout:
+        return False
+
+
+def _exited(c: EmbeddedCluster, host: str) -> bool:
+    return not c.daemon_alive(host)
 
 
 def _put(st: StoreThread, key: str, value: bytes) -> None:
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            st.call(lambda s: s.put(key, value, timeout=1.0), 2.0)
-            return
-        except Exception:  # noqa: BLE001 - etcd electing: the put is idempotent
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    def put() -> bool:
+        st.call(lambda s: s.put(key, value, timeout=1.0), 2.0)
+        return True
+
+    # etcd electing: the put is idempotent, so it is repeated
+    wait_until_sync(put, 5.0, f"etcd takes the put of {key}", poll=0.05, ignore=(Exception,))
 
 
 def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
@@ -213,7 +220,7 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
         # a card of another host takes the pending change (a drain intent)
         victim = next(k for k in c.cards if c.card_host(k) != old)
         cid = c.card_id(victim)
-        time.sleep(rng.uniform(0.0, t.poll_interval))   # the kill at a random phase
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # not a wait: the kill's random phase
         if how == "SIGKILL":
             t0 = c.kill_daemon(old)
             _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
@@ -237,9 +244,10 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
                     f"{w.t - t0:.3f} s")
         # undo: undrain, restart the old daemon, wait until everything is in again
         _put(st, keys.intent(cid), IntentRecord("undrain", by="bench").encode())
-        deadline = time.monotonic() + 10.0
-        while c.daemon_alive(old) and time.monotonic() < deadline:   # SIGTERM: let it exit
-            time.sleep(0.02)
+        try:                                                        # SIGTERM: let it exit
+            wait_until_sync(functools.partial(_exited, c, old), 10.0, f"daemon {old} exits")
+        except WaitTimeout:
+            pass
         c.restart_daemon(old)
         _wait_daemon_up(c, old, 20.0)
         _settle(c, b.restart + b.handover)
@@ -253,7 +261,7 @@ def _joins(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int) -> tuple[list
     hosts = list(c.storage_hosts)
     rng = ctx.rng(3)
     for r in range(runs):
-        time.sleep(rng.uniform(0.0, t.poll_interval))
+        time.sleep(rng.uniform(0.0, t.poll_interval))   # not a wait: the join's random phase
         key = c.add_card(hosts[r % len(hosts)])
         t0 = c.last_fault_at
         assert t0 is not None

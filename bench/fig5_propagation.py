@@ -21,14 +21,17 @@ which the earlier runs of this figure used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
+from awide_harness.registry_writer import RegistryWriter
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     cpu_seconds,
     latency_row,
@@ -47,7 +50,8 @@ async def published(ctx: Context, endpoints: tuple[str, ...], cluster: str) -> R
     """The bench as the leader: 8 directory cards' registry published; its store is the
     writer's (the caller closes it)."""
     writer = RegistryWriter(store_for(endpoints, cluster),
-                            cluster, make_dir_cards(ctx.work / "cards5", 8))
+                            cluster, make_dir_cards(ctx.work / "cards5", 8),
+                            written_at=WRITTEN_AT)
     await writer.publish()
     return writer
 
@@ -70,24 +74,40 @@ def start_fleet(ctx: Context, endpoints: tuple[str, ...], cluster: str, cards: i
     return workers
 
 
+@contextlib.asynccontextmanager
+async def fleet_on(ctx: Context, endpoints: tuple[str, ...], cluster: str, *, gateways: int,
+                   procs: int, watch: bool, shared_worker: bool, name: str
+                   ) -> AsyncIterator[tuple[RegistryWriter, queue.Queue[dict[str, Any] | None],
+                                            list[Worker]]]:
+    """The registry ``published``, a fleet started on it (``start_fleet``): (writer, the
+    fleet's sink, its workers); the workers closed and the writer's store after."""
+    writer = await published(ctx, endpoints, cluster)
+    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    workers: list[Worker] = []
+    try:
+        workers = start_fleet(ctx, endpoints, cluster, len(writer.cards), sink,
+                              gateways=gateways, procs=procs, watch=watch,
+                              shared_worker=shared_worker, name=name)
+        yield writer, sink, workers
+    finally:
+        close_all(workers, bound=15.0)
+        await writer.store.close()
+
+
 async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool,
                         gateways: int, procs: int, rounds: int,
                         shared_worker: bool = False) -> dict[str, Any]:
     cluster = f"p5{'w' if watch else 'p'}{uuid.uuid4().hex[:6]}"
-    writer = await published(ctx, endpoints, cluster)
-    store, cards = writer.store, writer.cards
-    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    workers: list[Worker] = []
-    try:
-        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
-                              procs=procs, watch=watch, shared_worker=shared_worker,
-                              name=f"fleet5-{'w' if watch else 'p'}")
+    async with fleet_on(ctx, endpoints, cluster, gateways=gateways, procs=procs, watch=watch,
+                        shared_worker=shared_worker, name=f"fleet5-{'w' if watch else 'p'}"
+                        ) as (writer, sink, workers):
+        cards = writer.cards
         t0 = time.monotonic()
         readies = [w.expect("ready", 120.0) for w in workers]
         ready = sum(r["ready"] for r in readies)
         ctx.say(f"  {gateways} gateways ({'watch' if watch else 'poll only'}) ready in "
                 f"{time.monotonic() - t0:.1f} s ({ready} with every card in service)")
-        await asyncio.sleep(1.5)         # let registrations and first probes settle
+        await asyncio.sleep(1.5)    # not a wait: a settled fleet before the idle measurement
         while not sink.empty():
             sink.get_nowait()
 
@@ -98,7 +118,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
 
         async def idle_cpu_rate() -> float:
             c0, i0 = fleet_cpu(), time.monotonic()
-            await asyncio.sleep(idle_window)
+            await asyncio.sleep(idle_window)    # not a wait: the idle CPU window
             return (fleet_cpu() - c0) / (time.monotonic() - i0)
 
         idle_before = await idle_cpu_rate()
@@ -117,7 +137,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
         for r in range(rounds):
             # changes are rare in a cluster: each one lands on a settled fleet (the gateways rewrite
             # their gateways/<id> record within a poll after each change)
-            await asyncio.sleep(rng.uniform(1.0, 1.5) if watch else rng.uniform(0.1, 0.4))
+            await asyncio.sleep(rng.uniform(1.0, 1.5) if watch else rng.uniform(0.1, 0.4))  # pacing
             gen, sent = await writer.toggle(r % len(cards))
             puts.append(time.monotonic() - sent)
             seen: dict[int, float] = {}
@@ -142,7 +162,7 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
             got = w.expect("lag", 10.0)
             lags.append(got["max_ms"])
             failed, polls = failed + got["failed_polls"], polls + got["polls"]
-        await asyncio.sleep(1.5)          # the last change's registration writes are done
+        await asyncio.sleep(1.5)    # not a wait: the last change's writes out of the idle window
         idle_after = await idle_cpu_rate()
         # a change's CPU: the rounds' CPU net of the idle rate (the mean of the windows before
         # and after them); the two windows' difference over the same span is its noise
@@ -156,9 +176,6 @@ async def _fleet_rounds(ctx: Context, endpoints: tuple[str, ...], *, watch: bool
                 "reaction_cpu_ms_per_gateway": round(spent / rounds / gateways * 1000, 3),
                 "reaction_cpu_noise_ms_per_gateway": round(noise / rounds / gateways * 1000,
                                                            3)}
-    finally:
-        close_all(workers, bound=15.0)
-        await store.close()
 
 
 def run(ctx: Context) -> list[Row]:

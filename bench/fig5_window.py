@@ -26,7 +26,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from bench.common import (
     Context,
@@ -35,8 +34,7 @@ from bench.common import (
     start_etcd,
     summary,
 )
-from bench.fig5_propagation import published, start_fleet
-from bench.proc import Worker, close_all
+from bench.fig5_propagation import fleet_on
 
 EDGES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.2, 0.4, 0.7, 1.0)
 SAMPLE = 0.002
@@ -70,16 +68,12 @@ def at(samples: list[tuple[float, int, int]], t: float, i: int) -> float:
 async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds: int,
               gateways: int, procs: int) -> None:
     cluster = f"p5t{uuid.uuid4().hex[:6]}"
-    writer = await published(ctx, endpoints, cluster)
-    store, cards = writer.store, writer.cards
-    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    workers: list[Worker] = []
-    try:
-        workers = start_fleet(ctx, endpoints, cluster, len(cards), sink, gateways=gateways,
-                              procs=procs, watch=True, shared_worker=True, name="fleet5t")
+    async with fleet_on(ctx, endpoints, cluster, gateways=gateways, procs=procs, watch=True,
+                        shared_worker=True, name="fleet5t") as (writer, sink, workers):
+        cards = writer.cards
         for w in workers:
             w.expect("ready", 120.0)
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)    # not a wait: a settled fleet before the first round
         while not sink.empty():
             sink.get_nowait()
         fpids = [w.pid for w in workers]
@@ -90,9 +84,9 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
         each: list[float] = []
         rng = random.Random(5)
         for r in range(rounds):
-            await asyncio.sleep(rng.uniform(1.0, 1.5) - 0.2)
+            await asyncio.sleep(rng.uniform(1.0, 1.5) - 0.2)   # not a wait: pacing
             f0, e0 = cpu_ns(fpids), cpu_ns(epids)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)    # not a wait: the idle CPU window
             idle_fleet += (cpu_ns(fpids) - f0) / 0.2 / 1e9
             idle_etcd += (cpu_ns(epids) - e0) / 0.2 / 1e9
             samples: list[tuple[float, int, int]] = []
@@ -102,11 +96,11 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
                        stop: threading.Event = stop) -> None:
                 while not stop.is_set():
                     samples.append((time.monotonic(), cpu_ns(fpids), cpu_ns(epids)))
-                    time.sleep(SAMPLE)
+                    time.sleep(SAMPLE)      # not a wait: the sampling period
 
             sampler = threading.Thread(target=sample, name="fig5-window-sampler")
             sampler.start()
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # not a wait: the sampler's first sample
             gen, sent = await writer.toggle(r % len(cards))
             seen: dict[int, float] = {}
             while time.monotonic() < sent + EDGES[-1] + 0.05:
@@ -144,9 +138,6 @@ async def run(ctx: Context, endpoints: tuple[str, ...], epids: list[int], rounds
                   f"              {e:8.2f}")
         print(f"a change, first second: fleet {tf:.1f} ms ({tf / gateways:.3f} ms per gateway), "
               f"etcd {te:.1f} ms")
-    finally:
-        close_all(workers, bound=15.0)
-        await store.close()
 
 
 def main() -> None:

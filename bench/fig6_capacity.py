@@ -51,10 +51,11 @@ from typing import Any
 
 from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
 from awide_cluster.contract import keys
+from awide_harness.registry_writer import RegistryWriter
 from bench import cgen
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     cpu_seconds,
     etcd_cpu,
@@ -83,7 +84,8 @@ GRPC_PARTS = ("poll", "watch")
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
     store = store_for(endpoints, cluster)
     try:
-        w = RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards6", 8))
+        w = RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards6", 8),
+                           written_at=WRITTEN_AT)
         await w.publish()
         assert w.reg is not None
         from awide_cluster.contract.registry import encode
@@ -110,7 +112,7 @@ def _gen_us(records: list[dict[str, Any]]) -> float | None:
 
 
 def _measure(load: LoadSet, etcd: Any, warmup: float, measure: float) -> tuple[Window, float]:
-    time.sleep(warmup)
+    time.sleep(warmup)              # not a wait: the load warms up
     load.mark()
     t0 = time.monotonic()
     c0, e0 = load.cpu(), etcd_cpu(etcd)
@@ -175,7 +177,7 @@ def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, di
     size in bytes, etcd's idle cores, the generator and its spec."""
     doc_bytes = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
     e0 = etcd_cpu(etcd)
-    time.sleep(2.0)
+    time.sleep(2.0)                 # not a wait: the idle CPU window
     idle_rate = (etcd_cpu(etcd) - e0) / 2.0
     rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
     gen = cgen.choose(ctx.work / "cgen")
@@ -272,7 +274,7 @@ def _grpc_window(etcd: Any, idle_rate: float, gspec: dict[str, Any], warmup: flo
             line = proc.stdout.readline()
             if not line or time.monotonic() > start_by:
                 raise RuntimeError(f"gRPC generator did not start: {line!r}")
-        time.sleep(warmup)
+        time.sleep(warmup)          # not a wait: the load warms up
         for _ in range(windows):
             t0 = time.monotonic()
             e0, g0 = etcd_cpu(etcd), cpu_seconds(proc.pid)

@@ -19,9 +19,11 @@ import uuid
 from typing import Any
 
 from awide_gateway_cluster import ThreadedClusterGateway
+from awide_harness.registry_writer import RegistryWriter
+from awide_harness.waits import WaitTimeout, wait_until_sync
 from bench.common import (
+    WRITTEN_AT,
     Context,
-    RegistryWriter,
     Row,
     etcd_cpu,
     etcd_settings,
@@ -39,7 +41,8 @@ from bench.loadset import LoadSet, sleep_until
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> None:
     store = store_for(endpoints, cluster)
     try:
-        await RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards7", 8)).publish()
+        await RegistryWriter(store, cluster, make_dir_cards(ctx.work / "cards7", 8),
+                             written_at=WRITTEN_AT).publish()
     finally:
         await store.close()
 
@@ -71,7 +74,7 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
                    rotate=False)
     try:
         load.set(count, "follower")
-        time.sleep(2.5)
+        time.sleep(2.5)             # not a wait: the load runs a while before the window
         t0 = time.monotonic()
         c0, e0 = load.cpu(), etcd_cpu(etcd)
         etcd.freeze(victim)
@@ -85,7 +88,7 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
     finally:
         load.close()
     etcd.wait_healthy()
-    time.sleep(1.0)
+    time.sleep(1.0)                 # not a wait: a quiet second between measurements
     lat = win.seconds
     p99, mx = pct(lat, 99), (max(lat) if lat else None)
     row = latency_row(7, f"one etcd member frozen ({which}, listed first): poll time", lat,
@@ -119,7 +122,7 @@ def _hot_path(gw: ThreadedClusterGateway, seconds: float
         cpu.append(time.thread_time() - c)
         n += 1
         if n % 16 == 0:
-            time.sleep(0.001)
+            time.sleep(0.001)       # not a wait: yields the GIL to the gateway's thread
     return wall, cpu, view
 
 
@@ -129,11 +132,13 @@ def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
     gw = ThreadedClusterGateway(cfg)
     gw.start()
     try:
-        deadline = time.monotonic() + 15.0
-        while len(gw.snapshot().in_service) < 8 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        try:
+            wait_until_sync(lambda: len(gw.snapshot().in_service) >= 8, 15.0,
+                            "8 cards in service", poll=0.05)
+        except WaitTimeout:
+            pass                        # measured with what is in service (``before``)
         before = len(gw.snapshot().in_service)
-        time.sleep(1.0)
+        time.sleep(1.0)             # not a wait: a quiet second before measuring
         healthy, _, _ = _hot_path(gw, frozen_s)           # the same calls, etcd healthy
         for i in range(etcd.size):
             etcd.freeze(i)

@@ -35,6 +35,8 @@ import yaml
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import decode
+from awide_harness.presets import config_dict
+from awide_harness.waits import WaitTimeout, wait_until_sync
 from bench.common import (
     Context,
     Row,
@@ -109,10 +111,9 @@ class Daemon:
 
 def daemon_config(endpoints: tuple[str, ...], cluster: str, host: str,
                   cards: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"cluster": cluster, "host": host, "hosts": ["h1", "h2", "h3"],
-            "role": "storage" if cards else "witness",
-            "etcd": {"endpoints": list(endpoints)}, "api": {"listen": "127.0.0.1:0"},
-            "cards": cards}
+    """A daemon of h1..h3 as deployed (the product's timing): storage with cards, else witness."""
+    return config_dict(endpoints, cluster, host, cards, hosts=("h1", "h2", "h3"),
+                       role="storage" if cards else "witness", product_timing=True)
 
 
 async def _leader_and_cards(endpoints: tuple[str, ...], cluster: str) -> tuple[str | None, int]:
@@ -137,11 +138,10 @@ async def _revision(endpoints: tuple[str, ...], cluster: str) -> int:
 
 
 def _wait(pred: Any, bound: float, what: str) -> None:
-    deadline = time.monotonic() + bound
-    while not pred():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {bound:g} s: {what}")
-        time.sleep(0.2)
+    try:
+        wait_until_sync(pred, bound, what, poll=0.2)
+    except WaitTimeout as e:
+        raise RuntimeError(str(e)) from None
 
 
 def run(ctx: Context) -> list[Row]:
@@ -167,7 +167,7 @@ def run(ctx: Context) -> list[Row]:
         base = gw.expect("base", 30.0)["rss"]
         imported = gw.expect("imported", 30.0)["rss"]
         gw.expect("ready", 60.0)
-        time.sleep(settle)
+        time.sleep(settle)          # not a wait: the footprint is measured on a settled fleet
         h1 = daemons[0].p.pid
         pids = {"daemon": h1, "witness": daemons[1].p.pid, "gateway": gw.pid}
         c0 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
@@ -176,7 +176,7 @@ def run(ctx: Context) -> list[Row]:
         while time.monotonic() < t0 + window:
             for k, p in pids.items():
                 peak[k] = max(peak[k], rss_bytes(p))
-            time.sleep(0.5)
+            time.sleep(0.5)         # not a wait: the RSS sampling period
         r1, t1 = asyncio.run(_revision(eps, cluster)), time.monotonic()
         c1 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
         span = t1 - t0

@@ -93,7 +93,7 @@ class Fleet:
                                             response_deserializer=lambda b: b)
         req = range_request(self.key, self.min_rev)
         first = True
-        await asyncio.sleep(self.rng.uniform(0, self.interval))
+        await asyncio.sleep(self.rng.uniform(0, self.interval))    # pacing: a random phase
         while True:
             t = time.monotonic()
             try:
@@ -105,7 +105,7 @@ class Fleet:
             if first:
                 first = False
                 self._one_started(ready)
-            await asyncio.sleep(max(0.0, t + self.interval - time.monotonic()))
+            await asyncio.sleep(max(0.0, t + self.interval - time.monotonic()))    # pacing
 
     async def _watcher(self, i: int, ready: asyncio.Event) -> None:
         call = self._channel(i).stream_stream("/etcdserverpb.Watch/Watch",
@@ -139,7 +139,7 @@ class Fleet:
         await ready.wait()
         print("ready", flush=True)
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)    # not a wait: the status line's period
             recent = sorted(self.latencies[-5000:])
             p99 = recent[max(0, -(-99 * len(recent) // 100) - 1)] if recent else None
             print(json.dumps({"answers": self.answers, "failed": self.failed,

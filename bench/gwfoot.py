@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -33,16 +32,17 @@ def emit(kind: str, **fields: Any) -> None:
 async def main(spec: dict[str, Any]) -> None:
     emit("base", rss=rss())
     from awide_gateway_cluster import ClusterGateway  # noqa: PLC0415 - measured on purpose
+    from awide_harness.waits import WaitTimeout, wait_until
     from bench.fleet import gateway_config
     from bench.proc import stdin_lines
     emit("imported", rss=rss())
     gw = ClusterGateway(gateway_config({**spec, "watch": True}, 0))
     await gw.start()
-    deadline = time.monotonic() + 20.0
-    while len(gw.snapshot().in_service) < int(spec.get("expect_in", 8)):
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    try:
+        await wait_until(lambda: len(gw.snapshot().in_service) >= int(spec.get("expect_in", 8)),
+                         20.0, "the cards in service", poll=0.05)
+    except WaitTimeout:
+        pass                            # reported: ``in_service`` says how many
     emit("ready", rss=rss(), in_service=len(gw.snapshot().in_service))
     async for cmd in stdin_lines():
         if cmd.get("cmd") == "rss":

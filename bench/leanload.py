@@ -61,7 +61,7 @@ import uvloop
 from awide_cluster.contract import keys
 from awide_gateway_cluster.config import TimingSection as GatewayTiming
 from awide_gateway_cluster.gateway import PROOF_WINDOW
-from bench.proc import emit, stdin_lines
+from bench.proc import emit, poll_window, stdin_lines
 
 BOUND = 0.5          # a poll over this is "over the bound" and the connection is dropped
 SWEEP = 0.05
@@ -396,20 +396,15 @@ class Fleet:
 
     async def window(self, t0: float, t1: float) -> dict[str, Any]:
         """Polls that started in [t0, t1) (``time.monotonic()``, the loop's clock here)."""
+        # not a wait on a condition: every poll started before t1 ends within BOUND
         await asyncio.sleep(max(0.0, t1 - self.loop.time()) + BOUND + 0.2)
-        got = [r for r in self.records if t0 <= r[0] < t1]
-        self.records = [r for r in self.records if r[0] >= t1]
+        summary, self.records = poll_window(self.records, t0, t1, BOUND)
         proven = sum(1 for d in self.proven if t0 <= d < t1)
         self.proven = [d for d in self.proven if d >= t1]
         behind = sum(1 for d in self.behind if t0 <= d < t1)
         self.behind = [d for d in self.behind if d >= t1]
         return {
-            "polls": len(got),
-            "lat_ms": [round(r[1] * 1000, 3) for r in got],
-            "failed": sum(1 for r in got if not r[2]),
-            "over": sum(1 for r in got if r[1] > BOUND),
-            "late_ms_max": round(max((r[3] for r in got), default=0.0) * 1000, 1),
-            "late_over_100ms": sum(1 for r in got if r[3] > 0.1),
+            **summary,
             # since the last mark: requests answered and this process's CPU
             "requests": self.requests - self.marked[0], "gen_cpu_s": _cpu() - self.marked[1],
             "gen_sys_s": os.times().system - self.marked[2],     # of which in the kernel

@@ -119,4 +119,4 @@ class LoadSet:
 def sleep_until(t: float) -> None:
     left = t - time.monotonic()
     if left > 0:
-        time.sleep(left)
+        time.sleep(left)    # pacing: a schedule, not a synchronisation

@@ -31,7 +31,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.registry import decode
 from awide_gateway_cluster.follower import Follower
 from bench.common import store_for
-from bench.proc import emit, stdin_lines
+from bench.proc import emit, poll_window, stdin_lines
 
 
 class Fleet:
@@ -61,7 +61,7 @@ class Fleet:
         due = time.monotonic() + self.rng.uniform(0, self.interval)
         try:
             while True:
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await asyncio.sleep(max(0.0, due - time.monotonic()))   # pacing
                 start = time.monotonic()
                 ok = True
                 if self.kind == "follower":
@@ -83,18 +83,10 @@ class Fleet:
             await store.close()
 
     async def window(self, t0: float, t1: float) -> dict[str, Any]:
+        # not a wait on a condition: every poll started before t1 ends within its call bound
         await asyncio.sleep(max(0.0, t1 - time.monotonic()) + self.call * 1.2 + 0.2)
-        got = [r for r in self.records if t0 <= r[0] < t1]
-        self.records = [r for r in self.records if r[0] >= t1]
-        bound = self.call
-        return {
-            "polls": len(got),
-            "lat_ms": [round(r[1] * 1000, 3) for r in got],
-            "failed": sum(1 for r in got if not r[2]),
-            "over": sum(1 for r in got if r[1] > bound),
-            "late_ms_max": round(max((r[3] for r in got), default=0.0) * 1000, 1),
-            "late_over_100ms": sum(1 for r in got if r[3] > 0.1),
-        }
+        summary, self.records = poll_window(self.records, t0, t1, self.call)
+        return summary
 
 
 async def main(spec: dict[str, Any]) -> None:
@@ -108,7 +100,7 @@ async def main(spec: dict[str, Any]) -> None:
         elif cmd.get("cmd") == "window":
             emit("window", **(await fleet.window(float(cmd["t0"]), float(cmd["t1"]))))
     fleet.set(0, fleet.kind)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)    # not a wait: the cancelled pollers close their stores
 
 
 if __name__ == "__main__":

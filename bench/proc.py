@@ -157,3 +157,18 @@ async def stdin_lines() -> AsyncIterator[dict[str, Any]]:
             yield json.loads(line)
         except ValueError:
             continue
+
+
+def poll_window(records: list[tuple[float, float, bool, float]], t0: float, t1: float,
+                bound: float) -> tuple[dict[str, Any], list[tuple[float, float, bool, float]]]:
+    """The polls (start, latency, ok, lateness) that started in [t0, t1), summed up, and the
+    records left for later windows."""
+    got = [r for r in records if t0 <= r[0] < t1]
+    return {
+        "polls": len(got),
+        "lat_ms": [round(r[1] * 1000, 3) for r in got],
+        "failed": sum(1 for r in got if not r[2]),
+        "over": sum(1 for r in got if r[1] > bound),
+        "late_ms_max": round(max((r[3] for r in got), default=0.0) * 1000, 1),
+        "late_over_100ms": sum(1 for r in got if r[3] > 0.1),
+    }, [r for r in records if r[0] >= t1]

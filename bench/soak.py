@@ -136,7 +136,7 @@ async def _writer(store: EtcdStore, naive: EtcdStore, km: KeyMix, rate: float, u
     while nxt < until:
         delay = nxt - time.monotonic()
         if delay > 0:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay)      # pacing: the write schedule
         try:
             await asyncio.gather(store.put(km.key, km.last_value),
                                  naive.put(km.key, km.last_value))
@@ -161,7 +161,7 @@ async def _sampler(store: EtcdStore, naive: EtcdStore, started: float, until: fl
                 db_size=max(s.db_size for s in good),
                 in_use=max(in_use) if in_use else None,
                 naive_db_size=max(s.db_size for s in ngood) if ngood else None))
-        await asyncio.sleep(SAMPLE_EVERY)
+        await asyncio.sleep(SAMPLE_EVERY)   # not a wait: the sampling period
 
 
 def soak(work: Path, mix: Mix, hours: float, accel: float, etcd_binary: str

@@ -8,21 +8,24 @@ make test``), a quiet one may lower it to 1 to see the design bounds themselves.
 measured in bench/, never asserted tightly here; a bound that still fails under the factor
 is a hang, not a slow machine.
 
-Tests synchronise on conditions (``wait_until``), never on sleeps.
+Tests synchronise on conditions (``wait_until``: the harness's one wait loop,
+``awide_harness.waits``, with the bound scaled), never on sleeps.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
+
+from awide_harness import waits
+from awide_harness.waits import POLL, WaitTimeout
+
+__all__ = ["FACTOR", "POLL", "WaitTimeout", "bound", "wait_until", "wait_until_sync"]
 
 T = TypeVar("T")
 
 FACTOR = float(os.environ.get("AWIDE_TEST_TIME_FACTOR", "2"))
-POLL = 0.02         # how often a condition is checked, seconds
 
 
 def bound(seconds: float) -> float:
@@ -30,29 +33,19 @@ def bound(seconds: float) -> float:
     return seconds * FACTOR
 
 
-async def wait_until(condition: Callable[[], T | Awaitable[T]], within: float,
-                     what: str = "") -> T:
-    """The condition's first truthy value, checked every ``POLL`` s; AssertionError naming
-    ``what`` when it does not hold within ``bound(within)``. ``condition`` may be async."""
-    deadline = time.monotonic() + bound(within)
-    while True:
-        value = condition()
-        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-            value = await value
-        if value:
-            return value        # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {bound(within):g} s: {what or condition}")
-        await asyncio.sleep(POLL)
+@overload
+async def wait_until(condition: Callable[[], Awaitable[T | None]], timeout: float = ...,
+                     what: str = "") -> T: ...
+@overload
+async def wait_until(condition: Callable[[], T | None], timeout: float = ...,
+                     what: str = "") -> T: ...
+async def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """The condition's first truthy value; WaitTimeout (an AssertionError) naming ``what`` and
+    the last value when it does not hold within ``bound(timeout)``. May be async."""
+    return await waits.wait_until(condition, bound(timeout), what)
 
 
-def wait_until_sync(condition: Callable[[], T], within: float, what: str = "") -> T:
+def wait_until_sync(condition: Callable[[], T | None], timeout: float = 10.0,
+                    what: str = "") -> T:
     """``wait_until`` for plain (non-async) tests."""
-    deadline = time.monotonic() + bound(within)
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {bound(within):g} s: {what or condition}")
-        time.sleep(POLL)
+    return waits.wait_until_sync(condition, bound(timeout), what)

@@ -67,7 +67,7 @@ async def test_a_secured_cluster_forms_and_serves(tmp_path):
         assert reg is not None and all(x.state == "in" for x in reg.cards)
 
         def store(user: str | None) -> EtcdStore:
-            creds = {"username": user, "password": c._passwords[user]} if user else {}
+            creds = {"username": user, "password": c.password(user)} if user else {}
             return EtcdStore(StoreConfig(c.etcd.endpoints, prefix=keys.prefix(SPEC.cluster),
                                          tls=TlsConfig(c.pki.ca_file), call_timeout=5.0,
                                          **creds))

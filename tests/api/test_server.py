@@ -74,7 +74,7 @@ async def test_healthz_turns_503_when_the_loop_stalls(api):
             if stall.is_set():
                 await asyncio.Event().wait()     # stuck: the process and its API live on
             health.beat()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)    # not a wait: the fake main loop's period
 
     task = asyncio.create_task(main_loop())
     try:
@@ -197,10 +197,10 @@ async def test_etcd_timer_records_errors_and_reraises():
 
     with pytest.raises(Timeout):
         with m.etcd_timer("range"):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)      # not a wait: an await inside the timed call
             raise Timeout()
     with m.etcd_timer("range"):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)          # not a wait: an await inside the timed call
     text = m.exposition().decode()
     assert 'awide_etcd_call_errors_total{error="Timeout",op="range"} 1.0' in text
     assert 'awide_etcd_call_duration_seconds_count{op="range"} 2.0' in text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from awide_harness import waits
 from bench.__main__ import select, table
 from bench.common import Row, latency_row, pct
 
@@ -99,7 +100,6 @@ async def test_fleet_reports_a_generation_in_one_line(capsys: pytest.CaptureFixt
     """A fleet process sends a generation's applies once all its gateways applied it, each
     with the time it was taken; a gateway that never applies it does not hold the rest back
     beyond ``BATCH_BOUND``."""
-    import asyncio
 
     from bench.fleet import BATCH_BOUND, Applied
 
@@ -112,10 +112,7 @@ async def test_fleet_reports_a_generation_in_one_line(capsys: pytest.CaptureFixt
         {"kind": "applied", "gw": 0, "gen": 5, "t": 1.25},
         {"kind": "applied", "gw": 1, "gen": 5, "t": 1.5}]}]
     applied.add(1, 6, 2.0)                      # gateway 0 never applies generation 6
-    out = ""
-    async with asyncio.timeout(BATCH_BOUND * 20):
-        while not out:
-            await asyncio.sleep(0.01)
-            out = capsys.readouterr().out
+    out = await waits.wait_until(lambda: capsys.readouterr().out, BATCH_BOUND * 20,
+                                 "the batch flushed", poll=0.01)
     got = [json.loads(x) for x in out.splitlines()]
     assert [a["gw"] for a in got[0]["applied"]] == [1]

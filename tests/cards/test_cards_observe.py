@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import time
@@ -17,6 +16,7 @@ from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from awide_harness.fakes import FakeNs, FakeNvmeWorld, pid_alive
+from tests.timing import wait_until
 
 NQN = "nqn.2024-01.io.awide:card0"
 SERIAL = "AWIDE0000SN0001"
@@ -39,14 +39,6 @@ def world(tmp_path):
 @pytest.fixture
 def runner(world):
     return Runner(env=world.env())
-
-
-@pytest.fixture
-async def listener():
-    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()
 
 
 def closed_port() -> int:
@@ -186,11 +178,9 @@ async def test_everything_runs_concurrently_within_the_bound(world, runner):
     assert obs.probe("identity").ok is False                  # nvme id-ns hung: killed
     assert "id-ns" in obs.probe("identity").reason
     assert "no answer" in obs.probe("identity").reason
-    for _ in range(100):                                      # no process outlives it
-        if not any(pid_alive(p) for p in world.pids()):
-            break
-        await asyncio.sleep(0.05)
-    assert world.pids() and not any(pid_alive(p) for p in world.pids())
+    assert world.pids()
+    await wait_until(lambda: not any(pid_alive(p) for p in world.pids()), 5,
+                     "no process outlives it")
 
 
 # ------------------------------------------------------------------ dir

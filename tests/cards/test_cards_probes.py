@@ -98,14 +98,6 @@ async def http_url():
     await runner.cleanup()
 
 
-@pytest.fixture
-async def listening_port():
-    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()
-
-
 clock = time.monotonic
 
 
@@ -244,15 +236,15 @@ async def test_http_probe(http_url):
          "store", f"127.0.0.1:{port}")
 
 
-async def test_tcp_probe(listening_port):
-    _ok(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5, clock),
+async def test_tcp_probe(listener):
+    _ok(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listener}"), None, 5, clock),
         "store", "accepts connections")
     port = reserve_port()
     _bad(await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{port}"), None, 5, clock),
          "store", "refused")
     # a name goes through asyncio's resolution and connection (an IP literal does not)
-    _ok(await probe_store(StoreProbeSpec(tcp=f"localhost:{listening_port}"), None, 5, clock),
-        "store", f"localhost:{listening_port} accepts connections")
+    _ok(await probe_store(StoreProbeSpec(tcp=f"localhost:{listener}"), None, 5, clock),
+        "store", f"localhost:{listener} accepts connections")
     _bad(await probe_store(StoreProbeSpec(tcp=f"localhost:{port}"), None, 5, clock),
          "store", f"localhost:{port}", "refused")
 
@@ -277,11 +269,11 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def test_tcp_probe_leaves_no_socket_open(listening_port):
+async def test_tcp_probe_leaves_no_socket_open(listener):
     refused = reserve_port()
     before = _open_fds()
     for _ in range(20):
-        assert (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listening_port}"), None, 5,
+        assert (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{listener}"), None, 5,
                                   clock)).ok
         assert not (await probe_store(StoreProbeSpec(tcp=f"127.0.0.1:{refused}"), None, 5,
                                       clock)).ok
@@ -293,9 +285,9 @@ async def test_tcp_probe_leaves_no_socket_open(listening_port):
 
 # ------------------------------------------------------------------ listener
 
-async def test_listener_probe(listening_port):
-    t = NvmeTarget("tcp", "127.0.0.1", listening_port, "nqn.2024-01.io.awide:sub1")
-    _ok(await probe_listener(t, 5, clock), "listener", f"127.0.0.1:{listening_port}")
+async def test_listener_probe(listener):
+    t = NvmeTarget("tcp", "127.0.0.1", listener, "nqn.2024-01.io.awide:sub1")
+    _ok(await probe_listener(t, 5, clock), "listener", f"127.0.0.1:{listener}")
     t = NvmeTarget("tcp", "127.0.0.1", reserve_port(), "nqn.2024-01.io.awide:sub1")
     _bad(await probe_listener(t, 5, clock), "listener", "NVMe-oF listener", "refused")
 

@@ -7,31 +7,24 @@ import asyncio
 import itertools
 import math
 import re
-import shutil
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_harness import EtcdCluster
-from tests.timing import bound, wait_until
+from awide_harness import EtcdCluster, presets
+from awide_harness.presets import FAST, DirCards
+from tests.timing import bound
 
 if TYPE_CHECKING:
     from awide_cluster.daemon.service import Daemon
 
 _names = itertools.count()
-TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
-
-# poll 0.1 s, lease 1 s (> 0.1 + 2 x 0.3), 3 sick polls
-FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
-ETCD_CALL = 0.3
 # tests that drive Daemon.turn without its loop wait on nothing but their own turns: their
 # etcd calls get a bound scaled like the waits (a turn whose read a loaded machine answered
 # late would count nothing, and the test would see a registry it did not expect), and a
@@ -53,55 +46,18 @@ def cluster_name() -> str:
     return f"t{next(_names)}-{int(time.time() * 1000) % 100000}"
 
 
-class Cards:
-    """Directory cards under tmp: labelled dirs, and a store probe each (a command that
-    succeeds while ``<dir>.ok`` exists)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def make(self, name: str, serial: str, *, model: str = "dir-card") -> Path:
-        path = self.root / name
-        path.mkdir(parents=True, exist_ok=True)
-        write_label(path, serial, model)
-        self.set_healthy(name, True)
-        return path
-
-    def relabel(self, name: str, serial: str, *, model: str = "dir-card") -> None:
-        write_label(self.root / name, serial, model, force=True)
-
-    def set_healthy(self, name: str, ok: bool) -> None:
-        flag = self.root / f"{name}.ok"
-        if ok:
-            flag.write_text("ok")
-        else:
-            flag.unlink(missing_ok=True)
-
-    def spec(self, name: str, probe_timeout: float = 0.25) -> dict[str, Any]:
-        return {"name": name, "kind": "dir", "path": str(self.root / name),
-                "probe_timeout": probe_timeout,
-                "store": {"command": [TEST_PROGRAM, "-e", str(self.root / f"{name}.ok")]}}
-
-
 @pytest.fixture
-def cards(tmp_path) -> Cards:
-    return Cards(tmp_path / "cards")
+def cards(tmp_path) -> DirCards:
+    return DirCards(tmp_path / "cards")
 
 
 TEST_HOSTS = ("h1", "h2", "h3")
 
 
-def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: Sequence[dict] = (), *,
-                role: str = "storage", timing: dict | None = None, dev: bool = False,
-                call: float = ETCD_CALL, **extra: Any) -> dict[str, Any]:
-    # the cluster's hosts: the test host names in use (h1..h3, the ones named here)
-    d = {"cluster": cluster, "host": host, "hosts": sorted({host, *TEST_HOSTS}),
-         "role": role, "dev_cluster": dev,
-         "etcd": {"endpoints": list(etcd.client_urls), "call_timeout": call},
-         "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
-         "cards": list(cards)}
-    d.update(extra)
-    return d
+def config_dict(etcd: EtcdCluster, cluster: str, host: str, cards: Sequence[dict] = (),
+                **kw: Any) -> dict[str, Any]:
+    """``presets.config_dict`` on the test etcd; the cluster's hosts: h1..h3 and ``host``."""
+    return presets.config_dict(etcd.client_urls, cluster, host, cards, hosts=TEST_HOSTS, **kw)
 
 
 def make_config(*args, **kwargs) -> daemon_config.DaemonConfig:
@@ -118,12 +74,6 @@ def store_of(etcd: EtcdCluster, cluster: str) -> EtcdStore:
 async def registry(store: EtcdStore) -> regdoc.Registry | None:
     kv = await store.get(keys.REGISTRY)
     return regdoc.decode(kv.value) if kv else None
-
-
-async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Poll an (async or plain) predicate until truthy; its value. Generous bound (scaled by
-    the tests' time factor: ``tests.timing.wait_until``)."""
-    return await wait_until(pred, timeout, what)
 
 
 async def card_state(store: EtcdStore, card_id: str) -> str | None:
@@ -159,3 +109,8 @@ def metrics_text(d: Daemon) -> str:
     text = re.sub(r'\{cluster="[^"]*"\}', "", text)
     return re.sub(r',?cluster="[^"]*",?', lambda m: "," if m.group(0).startswith(",") and
                   m.group(0).endswith(",") else "", text)
+
+
+def metric_value(metric: Any) -> float:
+    """A label-less prometheus metric's value, read through its public ``collect()``."""
+    return next(s.value for s in metric.collect()[0].samples if not s.name.endswith("_created"))

@@ -7,8 +7,9 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.service import Daemon
+from tests.timing import wait_until
 
-from .conftest import make_config, registry, store_of, wait_for
+from .conftest import make_config, registry, store_of
 
 
 def cid_of(path) -> str:
@@ -29,7 +30,7 @@ async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, c
     try:
         for d in daemons:
             await d.start()
-        reg = await wait_for(lambda: _reg_with(store, 2), what="2 cards registered")
+        reg = await wait_until(lambda: _reg_with(store, 2), what="2 cards registered")
         assert {c.host for c in reg.cards} == {"h1", "h2"}
         assert all(c.state == "in" for c in reg.cards)
         assert set(reg.slots.slots[:2]) == {cid_of(paths["h1"]), cid_of(paths["h2"])}
@@ -42,7 +43,7 @@ async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, c
             members = await store.range(keys.MEMBERS, prefix=True)
             return {reportdoc.decode(kv.value).host for kv in members.kvs}
 
-        reports = await wait_for(lambda: _all_three(reporting), what="three host reports")
+        reports = await wait_until(lambda: _all_three(reporting), what="three host reports")
         assert reports == {"h1", "h2", "w1"}
         leader_kv = await store.get(keys.LEADER)
         assert leader_kv.lease == leaders[0].lease.id
@@ -51,7 +52,7 @@ async def test_three_daemons_elect_one_leader_and_register_cards(etcd_cluster, c
         await old.stop()
         assert await store.get(keys.member(old.config.host)) is None
         rest = [d for d in daemons if d is not old]
-        await wait_for(lambda: any(d.is_leader for d in rest), timeout=3,
+        await wait_until(lambda: any(d.is_leader for d in rest), timeout=3,
                        what="a new leader after a clean stop")
     finally:
         for d in daemons:

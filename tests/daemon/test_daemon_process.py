@@ -15,8 +15,9 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.service import Daemon
+from tests.timing import wait_until
 
-from .conftest import config_dict, make_config, registry, store_of, wait_for
+from .conftest import config_dict, make_config, registry, store_of
 
 RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
 
@@ -65,26 +66,26 @@ async def test_frozen_daemon_loses_its_cards_then_reload_and_clean_stop(
     proc = None
     try:
         await h1.start()
-        await wait_for(lambda: h1.is_leader, 5, "h1 leads")
+        await wait_until(lambda: h1.is_leader, 5, "h1 leads")
         proc = Proc(tmp_path, "h2", cfg)
         A = cid_of(p0)
-        await wait_for(lambda: _is(store, A, "in"), 15, "h2's card in")
+        await wait_until(lambda: _is(store, A, "in"), 15, "h2's card in")
         # SIGSTOP: its report stops advancing (the card goes out after 3 polls), then its
         # lease expires and the report vanishes
         proc.signal(signal.SIGSTOP)
-        await wait_for(lambda: _is(store, A, "out"), 10, "frozen host's card out")
+        await wait_until(lambda: _is(store, A, "out"), 10, "frozen host's card out")
         assert "report of h2 did not advance" in (await registry(store)).card(A).reason
-        await wait_for(lambda: _gone(store, keys.member("h2")), 10, "frozen host's lease gone")
-        await wait_for(lambda: _reason_has(store, A, "no report from h2"), 5, "reason updated")
+        await wait_until(lambda: _gone(store, keys.member("h2")), 10, "frozen host's lease gone")
+        await wait_until(lambda: _reason_has(store, A, "no report from h2"), 5, "reason updated")
         assert (await registry(store)).card(A).state == "out"
         # SIGCONT: it grants a new lease, reports again, the card comes back
         proc.signal(signal.SIGCONT)
-        await wait_for(lambda: _is(store, A, "in"), 10, "card back in after thaw")
+        await wait_until(lambda: _is(store, A, "in"), 10, "card back in after thaw")
         # SIGHUP: reload with a second card
         cfg["cards"].append(cards.spec("c1"))
         proc.write(cfg)
         proc.signal(signal.SIGHUP)
-        await wait_for(lambda: _is(store, cid_of(p1), "in"), 10, "reloaded card admitted")
+        await wait_until(lambda: _is(store, cid_of(p1), "in"), 10, "reloaded card admitted")
         assert proc.p.poll() is None
         # SIGTERM: exit 0, report gone at once (lease revoked)
         proc.signal(signal.SIGTERM)
@@ -102,14 +103,14 @@ async def test_sigkilled_leader_is_replaced_after_its_lease(etcd, cluster_name, 
     proc = Proc(tmp_path, "h2", config_dict(etcd, cluster_name, "h2", []))
     h1 = Daemon(make_config(etcd, cluster_name, "h1", []), serve_api=False)
     try:
-        await wait_for(lambda: _leader_is(store, "h2"), 15, "h2 leads")
+        await wait_until(lambda: _leader_is(store, "h2"), 15, "h2 leads")
         await h1.start()
-        await wait_for(lambda: h1.turns >= 3, 5, "h1 polling")
+        await wait_until(lambda: h1.turns >= 3, 5, "h1 polling")
         assert not h1.is_leader
         old = await store.get(keys.LEADER)
         proc.signal(signal.SIGKILL)
         killed = time.monotonic()
-        await wait_for(lambda: h1.is_leader, 10, "h1 leads after the kill")
+        await wait_until(lambda: h1.is_leader, 10, "h1 leads after the kill")
         # not before the dead leader's lease could expire (TTL 1 s; generous slack)
         assert time.monotonic() - killed > 0.3
         new = await store.get(keys.LEADER)
@@ -135,7 +136,7 @@ async def test_refuses_a_small_etcd_cluster_unless_dev(etcd_binaries, tmp_path, 
         dev = Daemon(make_config(one, cluster_name, "h1", [], dev=True))
         try:
             await dev.start()
-            kv = await wait_for(lambda: store.get(keys.member("h1")), 5, "dev report")
+            kv = await wait_until(lambda: store.get(keys.member("h1")), 5, "dev report")
             assert json.loads(kv.value)["dev_cluster"] is True
             view = dev.view()
             assert view["dev_cluster"] is True and "DEVELOPMENT CLUSTER" in view["warning"]

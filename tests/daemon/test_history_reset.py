@@ -13,7 +13,7 @@ from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
 
-from .conftest import TURN_CALL, TURNS, FakeClock, make_config, registry, store_of
+from .conftest import TURN_CALL, TURNS, FakeClock, make_config, metric_value, registry, store_of
 
 
 async def test_leader_republishes_after_etcd_was_rebuilt_from_nothing(etcd_binaries, tmp_path,
@@ -35,7 +35,7 @@ async def test_leader_republishes_after_etcd_was_rebuilt_from_nothing(etcd_binar
             etcd.rebuild(None, new_token=True)
 
             await d.turn()                  # notices, campaigns again, holds the republish
-            assert d.history_resets == 1 and d.metrics.etcd_history_resets._value.get() == 1
+            assert d.history_resets == 1 and metric_value(d.metrics.etcd_history_resets) == 1
             assert d.view()["etcd_history_reset"]["count"] == 1
             assert d.is_leader and d.outcomes[-1] is CycleOutcome.UNCHANGED
             assert await registry(store) is None

@@ -16,8 +16,9 @@ from awide_cluster.contract.slots import EMPTY
 from awide_cluster.daemon.clock import SystemClock
 from awide_cluster.daemon.intents import AmbiguousCard, NotApplied, UnknownCard, resolve, submit
 from awide_cluster.daemon.service import Daemon
+from tests.timing import wait_until
 
-from .conftest import config_dict, make_config, registry, store_of, wait_for
+from .conftest import config_dict, make_config, registry, store_of
 
 
 def cid_of(path) -> str:
@@ -56,7 +57,7 @@ async def test_drain_undrain_forget(etcd, cluster_name, cards, tmp_path):
     kw = dict(clock=clock, wait=5.0, poll=0.05, call_timeout=0.5, by="test")
     try:
         await d.start()
-        await wait_for(lambda: _n_in(store, 2), 10, "two cards in")
+        await wait_until(lambda: _n_in(store, 2), 10, "two cards in")
         slots = (await registry(store)).slots
         sa, sb = slots.slot_of(A), slots.slot_of(B)
         assert {sa, sb} == {0, 1}
@@ -77,7 +78,7 @@ async def test_drain_undrain_forget(etcd, cluster_name, cards, tmp_path):
         assert f"card {A} (SN0 on h1): drained -> in" in out.decode()
         # forget a card its host no longer reports: its slot is freed, the move printed
         d.request_reload(make_config(etcd, cluster_name, "h1", [cards.spec("c0")]))
-        await wait_for(lambda: _state(store, B, "out"), 10, "removed card out")
+        await wait_until(lambda: _state(store, B, "out"), 10, "removed card out")
         res = await submit(store, "forget", B, **kw)
         assert res.after.card(B) is None and res.after.slots.slots[sb] is None
         assert f"card {B} (SN1 on h1): slot {sb} -> no slot" in res.lines

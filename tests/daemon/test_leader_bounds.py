@@ -9,8 +9,9 @@ from awide_cluster.contract import bounds, keys
 from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError
+from awide_harness.presets import FAST
 
-from .conftest import FAST, TURN_CALL, make_config, metrics_text, registry
+from .conftest import TURN_CALL, make_config, metrics_text, registry
 from .test_leader_etcd import cid_of
 
 NEAR_LIMIT = 1536 * 1024 - 8 * 1024     # just under etcd's default --max-request-bytes

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from awide_cluster.cards.directory import read_label
 from awide_cluster.contract import keys
@@ -12,6 +14,7 @@ from awide_cluster.contract.records import IntentRecord
 from awide_cluster.contract.registry import card_id
 from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
+from awide_cluster.store import EtcdStore
 from awide_cluster.store.build import store_config
 
 from .conftest import TURN_CALL, TURNS, FakeClock, make_config, metrics_text, registry, store_of
@@ -30,12 +33,22 @@ def daemon(etcd, cluster, host, specs, **kw) -> Daemon:
     return Daemon(make_config(etcd, cluster, host, specs, **kw), serve_api=False)
 
 
+@contextlib.asynccontextmanager
+async def driven(etcd, cluster, host, specs, **kw) -> AsyncIterator[tuple[Daemon, EtcdStore]]:
+    """``daemon(...)`` and the test's store; the daemon stopped and the store closed after."""
+    d = daemon(etcd, cluster, host, specs, **kw)
+    store = store_of(etcd, cluster)
+    try:
+        yield d, store
+    finally:
+        await d.stop()
+        await store.close()
+
+
 async def test_out_after_exactly_n_bad_polls_and_back_after_one(etcd, cluster_name, cards):
     p = cards.make("c0", "SN1")
     A = cid_of(p)
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         assert d.is_leader and d.outcomes[-1] is CycleOutcome.WROTE
         reg = await registry(store)
@@ -51,16 +64,11 @@ async def test_out_after_exactly_n_bad_polls_and_back_after_one(etcd, cluster_na
         cards.set_healthy("c0", True)
         await d.turn()
         assert (await registry(store)).card(A).state == "in"
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_registry_written_only_on_change(etcd, cluster_name, cards):
     cards.make("c0", "SN1")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         first = await store.get(keys.REGISTRY)
         for _ in range(5):
@@ -78,9 +86,6 @@ async def test_registry_written_only_on_change(etcd, cluster_name, cards):
         await d.turn()
         assert d.leader_loop.registry_decodes == decodes + 1
         assert regdoc.decode((await store.get(keys.REGISTRY)).value).generation > 0  # repaired
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_an_out_of_turn_cycle_names_its_occasion(etcd, cluster_name, cards, caplog):
@@ -191,9 +196,7 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
 
 async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, cards):
     p = cards.make("c0", "SN1")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         await store.put(keys.member("h2"), b"{not json")
         await store.put(keys.member("h3"), b'{"schema": 1, "host": "h3", "role": "storage"}')
@@ -209,17 +212,12 @@ async def test_corrupt_host_report_is_ignored_and_counted(etcd, cluster_name, ca
         assert 'host="hz"' not in text          # no label from a key nobody configured
         reg = await registry(store)
         assert [c.id for c in reg.cards] == [cid_of(p)] and reg.card(cid_of(p)).state == "in"
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_swapped_directory_label_is_not_the_old_card(etcd, cluster_name, cards):
     p = cards.make("c0", "SN1")
     old = cid_of(p)
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         cards.relabel("c0", "SN9")               # other storage mounted in its place
         new = cid_of(p)
@@ -239,17 +237,12 @@ async def test_swapped_directory_label_is_not_the_old_card(etcd, cluster_name, c
         await d.turn()
         reg = await registry(store)
         assert reg.card(new).state == "in" and reg.card(old).state == "out"
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_ninth_card_is_kept_without_a_slot(etcd, cluster_name, cards):
     paths = [cards.make(f"c{i}", f"SN{i}") for i in range(9)]
     specs = [cards.spec(f"c{i}") for i in range(9)]
-    d = daemon(etcd, cluster_name, "h1", specs[:8])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", specs[:8]) as (d, store):
         await d.turn()
         before = (await registry(store)).slots
         d.request_reload(make_config(etcd, cluster_name, "h1", specs, timing=TURNS,
@@ -261,9 +254,6 @@ async def test_ninth_card_is_kept_without_a_slot(etcd, cluster_name, cards):
         assert dict(reg.slots.unplaced)[ninth].startswith("no free slot")
         assert reg.slots.slots == before.slots          # nobody moved
         assert regdoc.check_slots(reg) is None
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_duplicate_serial_on_two_hosts_is_a_conflict(etcd, cluster_name, cards):

@@ -15,8 +15,9 @@ from awide_cluster.daemon.service import Daemon
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.codec import member
 from awide_harness import EtcdCluster
+from tests.timing import wait_until
 
-from .conftest import make_config, wait_for
+from .conftest import make_config, metric_value
 
 
 def _post(endpoint: str, path: str, body: dict) -> dict:
@@ -47,35 +48,35 @@ async def test_a_shrunk_cluster_is_shown_and_a_learner_does_not_count(
         d.members_recheck = 0.2
         try:
             await d.start()
-            await wait_for(lambda: d.cluster_size == 3 and d.turns >= 1, what="3 voters")
+            await wait_until(lambda: d.cluster_size == 3 and d.turns >= 1, what="3 voters")
             ep = etcd.endpoints[0]
             # a learner (never started): listed as a member, not a voter
-            added = await wait_for(lambda: _change(ep, "/v3/cluster/member/add", {
+            added = await wait_until(lambda: _change(ep, "/v3/cluster/member/add", {
                 "peerURLs": ["http://127.0.0.1:1"], "isLearner": True}), timeout=20.0,
                 what="a learner added")
             assert member(added["member"]).is_learner
             listed = _post(ep, "/v3/cluster/member/list", {})["members"]
             assert len(listed) == 4
             turns = d.turns
-            await wait_for(lambda: d.turns >= turns + 3, what="turns after the learner")
+            await wait_until(lambda: d.turns >= turns + 3, what="turns after the learner")
             assert d.cluster_size == 3 and not d.view()["etcd_too_small"]
             # remove the learner and one voter (not the one the test talks to): 2 voters
             gone = next(m for m in map(member, listed)
                         if not m.is_learner and ep not in m.client_urls)
             for mid in (int(added["member"]["ID"]), gone.id):
-                await wait_for(lambda m=mid: _change(ep, "/v3/cluster/member/remove",
+                await wait_until(lambda m=mid: _change(ep, "/v3/cluster/member/remove",
                                                      {"ID": m}), timeout=20.0,
                                what=f"member {mid:x} removed")
-            await wait_for(lambda: d.cluster_size == 2, what="the daemon sees 2 voters")
+            await wait_until(lambda: d.cluster_size == 2, what="the daemon sees 2 voters")
             assert d.view()["etcd_too_small"] is True
-            assert d.metrics.etcd_voting_members._value.get() == 2
+            assert metric_value(d.metrics.etcd_voting_members) == 2
             assert any("now has 2 voting member(s)" in r.getMessage()
                        and r.levelno == logging.WARNING for r in caplog.records)
             # and keeps running: its report still advances
             async with EtcdStore(StoreConfig(endpoints=(ep,), prefix=keys.prefix("m1"),
                                              call_timeout=2.0)) as s:
                 seq = d.seq
-                await wait_for(lambda: d.seq > seq + 2, what="reports go on")
+                await wait_until(lambda: d.seq > seq + 2, what="reports go on")
                 assert await s.get(keys.MEMBERS + "h1") is not None
             assert d.fatal == "" and d.turn_errors == 0
         finally:

@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from awide_cluster.daemon.service import Daemon
 from awide_harness import EtcdCluster
-from tests.timing import bound
+from awide_harness.presets import FAST
+from tests.timing import bound, wait_until
 
-from .conftest import FAST, make_config, wait_for
+from .conftest import make_config
 
 NOTIFY = 4.0            # the members' --experimental-watch-progress-notify-interval, seconds
 SLOW_POLL = {"poll_interval": 5.0, "lease_ttl": 6, "sick_polls": 3, "healthy_polls": 1}
@@ -51,16 +52,16 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
     stopped = []
     try:
         await a.start()
-        await wait_for(lambda: a.is_leader, what="h1 leads")
+        await wait_until(lambda: a.is_leader, what="h1 leads")
         for d in (b, control):
             await d.start()
-            await wait_for(lambda d=d: d.turns >= 1 and d.lease.valid(),
+            await wait_until(lambda d=d: d.turns >= 1 and d.lease.valid(),
                            what=f"{d.config.host} made its first turn")
             assert not d.leadership.has_key
         # the control's watch, silent for 3 s each time before etcd's first notification
         # at 4 s, is re-opened again and again: three times is over 9 s of watching, at
         # least two of the members' notifications
-        await wait_for(lambda: control.leader_watch_reopens >= 3, timeout=3 * NOTIFY + 3,
+        await wait_until(lambda: control.leader_watch_reopens >= 3, timeout=3 * NOTIFY + 3,
                        what="the control re-opened its leader watch three times")
         assert b.leader_watch_reopens == 0
         assert a.leader_watch_reopens == 0
@@ -74,7 +75,7 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
         a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
         await a.stop()
         stopped.append(a)
-        await wait_for(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's stop")
+        await wait_until(lambda: b.is_leader, timeout=1.0, what="h2 leads after h1's stop")
         assert bound(1.0) < SLOW_POLL["poll_interval"]
         assert b.key_wins == 1              # won on the watch event
         assert b.leader_watch_reopens == 0
@@ -95,18 +96,18 @@ async def test_a_reload_of_the_interval_retunes_the_open_leader_watch(slow_etcd,
     control = Daemon(make_config(slow_etcd, cluster_name, "h3", timing=told_1s))
     try:
         await a.start()
-        await wait_for(lambda: a.is_leader, what="h1 leads")
+        await wait_until(lambda: a.is_leader, what="h1 leads")
         for f in (d, control):
             await f.start()
-        await wait_for(lambda: d.leader_watch_reopens >= 1, timeout=NOTIFY + 3,
+        await wait_until(lambda: d.leader_watch_reopens >= 1, timeout=NOTIFY + 3,
                        what="h2 re-opened its leader watch at the 3 s bound")
         d.request_reload(make_config(slow_etcd, cluster_name, "h2",
                                      timing=dict(FAST, etcd_progress_notify=NOTIFY)))
-        await wait_for(lambda: d.config.timing.etcd_progress_notify == NOTIFY,
+        await wait_until(lambda: d.config.timing.etcd_progress_notify == NOTIFY,
                        what="h2 applied the reload")
         assert d.leader_watch.watch is not None and d.leader_watch.watch.stall_after == 3 * NOTIFY
         reopened, seen = d.leader_watch_reopens, control.leader_watch_reopens
-        await wait_for(lambda: control.leader_watch_reopens >= seen + 3,
+        await wait_until(lambda: control.leader_watch_reopens >= seen + 3,
                        timeout=3 * NOTIFY + 3,
                        what="the control re-opened its leader watch three more times")
         assert d.leader_watch_reopens <= reopened + 1

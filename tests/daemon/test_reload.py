@@ -7,8 +7,9 @@ import aiohttp
 from awide_cluster.contract import keys
 from awide_cluster.daemon.leader import CycleOutcome
 from awide_cluster.daemon.service import Daemon
+from awide_harness.presets import FAST
 
-from .conftest import FAST, make_config, registry, store_of
+from .conftest import make_config, registry, store_of
 
 
 async def test_reload_keeps_leadership_across_a_lease_ttl_change(etcd, cluster_name, cards):
@@ -58,8 +59,8 @@ async def test_status_api_shows_the_host_view(etcd, cluster_name, cards):
     d = Daemon(make_config(etcd, cluster_name, "h1", [cards.spec("c0")]))
     try:
         await d.start()
-        from .conftest import wait_for
-        await wait_for(lambda: d.registry is not None and d.registry.cards, 10, "registry")
+        from tests.timing import wait_until
+        await wait_until(lambda: d.registry is not None and d.registry.cards, 10, "registry")
         async with aiohttp.ClientSession() as s:
             async with s.get(d.api.url + "/v1/status") as r:
                 view = await r.json()

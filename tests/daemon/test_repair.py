@@ -20,7 +20,7 @@ from awide_cluster.contract.registry import CardEntry, with_slots
 from awide_cluster.daemon.service import Daemon
 
 from .conftest import FakeClock, make_config, metrics_text, registry, store_of
-from .test_leader_etcd import cid_of, daemon
+from .test_leader_etcd import cid_of, driven
 
 
 def forged_card(cid: str, host: str, slot_hint: str) -> CardEntry:
@@ -59,9 +59,8 @@ async def test_leader_repairs_poisoned_registry_without_moving_a_slot(
         etcd, cluster_name, cards, kind):
     paths = [cards.make(f"c{i}", f"SN{i}") for i in range(3)]
     ids = [cid_of(p) for p in paths]
-    d = daemon(etcd, cluster_name, "h1", [cards.spec(f"c{i}") for i in range(3)])
-    store = store_of(etcd, cluster_name)
-    try:
+    specs = [cards.spec(f"c{i}") for i in range(3)]
+    async with driven(etcd, cluster_name, "h1", specs) as (d, store):
         await d.turn()
         good = await registry(store)
         assert good is not None and good.lineage and set(good.by_id) == set(ids)
@@ -94,16 +93,11 @@ async def test_leader_repairs_poisoned_registry_without_moving_a_slot(
         out = await registry(store)
         assert out.card(ids[1]).state == "out" and out.slots.slots == good.slots.slots
         assert out.card(ids[0]).state == "in" and out.card(ids[2]).state == "in"
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_repaired_generation_is_above_every_gateway(etcd, cluster_name, cards):
     cards.make("c0", "SN0")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         good = await registry(store)
         rec = {"schema": 1, "id": "gw1", "host": "gpu1", "pod": "p", "namespace": "n",
@@ -116,9 +110,6 @@ async def test_repaired_generation_is_above_every_gateway(etcd, cluster_name, ca
         fixed = await registry(store)
         assert fixed.generation == 58 and fixed.slots == good.slots
         assert fixed.lineage == good.lineage
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_new_leader_repairs_from_the_registry_it_followed(etcd, cluster_name, cards):
@@ -156,9 +147,7 @@ async def test_report_from_a_host_outside_the_cluster_is_never_admitted(
         etcd, cluster_name, cards):
     from awide_cluster.contract import report as reportdoc
     cards.make("c0", "SN0")
-    d = daemon(etcd, cluster_name, "h1", [cards.spec("c0")])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", [cards.spec("c0")]) as (d, store):
         await d.turn()
         mine = reportdoc.decode((await store.get(keys.member("h1"))).value)
         # a well-formed report of another host, listing a card nobody configured
@@ -171,15 +160,10 @@ async def test_report_from_a_host_outside_the_cluster_is_never_admitted(
         assert [c.serial for c in reg.cards] == ["SN0"]
         assert "members/intruder" in d.leader_loop._refusals
         assert reg.hosts == ("h1", "h2", "h3")
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_leader_rewrites_its_tampered_key(etcd, cluster_name):
-    d = daemon(etcd, cluster_name, "h1", [])
-    store = store_of(etcd, cluster_name)
-    try:
+    async with driven(etcd, cluster_name, "h1", []) as (d, store):
         await d.turn()
         before = await store.get(keys.LEADER)
         assert d.is_leader and before.lease == d.lease.id
@@ -189,9 +173,6 @@ async def test_leader_rewrites_its_tampered_key(etcd, cluster_name):
         after = await store.get(keys.LEADER)
         assert d.is_leader and after.create_revision == before.create_revision
         assert after.lease == d.lease.id and after.value == before.value
-    finally:
-        await d.stop()
-        await store.close()
 
 
 async def test_a_leader_key_on_no_lease_is_cleared_after_a_ttl(etcd, cluster_name):
@@ -232,7 +213,7 @@ class _Exploding:
 
 
 async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name, cards):
-    from .conftest import wait_for
+    from tests.timing import wait_until
     cards.make("c0", "SN0")
     real = store_of(etcd, cluster_name)
     store = _Exploding(real)
@@ -240,16 +221,16 @@ async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name
                serve_api=False)
     await d.start()
     try:
-        await wait_for(lambda: d.is_leader, what="leading")
+        await wait_until(lambda: d.is_leader, what="leading")
         store.armed = True
-        await wait_for(lambda: d.turn_errors >= 3, what="turns that raised")
+        await wait_until(lambda: d.turn_errors >= 3, what="turns that raised")
         assert d.exit_code is None and d.running
         store.armed = False
         turns = d.turns
         cards.set_healthy("c0", False)           # and it still takes a card out
-        await wait_for(lambda: d.turns > turns + 4, what="turns after the errors")
+        await wait_until(lambda: d.turns > turns + 4, what="turns after the errors")
         reg = await registry(real)
-        await wait_for(lambda: d.registry is not None and d.registry.cards[0].state == "out",
+        await wait_until(lambda: d.registry is not None and d.registry.cards[0].state == "out",
                        what="card out after the errors")
         assert reg is not None
         text = metrics_text(d)

@@ -9,9 +9,11 @@ import logging
 from awide_cluster.contract import keys
 from awide_cluster.contract.report import encode
 from awide_cluster.daemon.service import Daemon
+from awide_harness.presets import FAST
+from tests.timing import wait_until
 
 from .builders import card, report
-from .conftest import FAST, card_state, make_config, store_of, wait_for
+from .conftest import card_state, make_config, store_of
 from .test_leader_watch_etcd import SLOW_POLL
 
 ARRIVAL = "(on a report's arrival)"
@@ -26,16 +28,16 @@ async def test_a_card_goes_out_and_back_on_its_hosts_reports_not_the_leaders_pol
     store = store_of(etcd, cluster_name)
     try:
         await lead.start()
-        await wait_for(lambda: lead.is_leader, timeout=12.0, what="h1 leads")
+        await wait_until(lambda: lead.is_leader, timeout=12.0, what="h1 leads")
         await host.start()
         # admitted on its first report's arrival, not at h1's next poll
-        cid = await wait_for(lambda: _card_id(lead), what="the card admitted")
+        cid = await wait_until(lambda: _card_id(lead), what="the card admitted")
         assert await card_state(store, cid) == "in"
         for healthy, state in ((False, "out"), (True, "in")):
             cards.set_healthy("h2c0", healthy)
-            await wait_for(lambda s=state: _is(store, cid, s), what=f"the card {state}")
+            await wait_until(lambda s=state: _is(store, cid, s), what=f"the card {state}")
             # the leader logs its decision once etcd answered the commit: wait for the line
-            said = await wait_for(lambda s=state: [
+            said = await wait_until(lambda s=state: [
                 r.getMessage() for r in caplog.records
                 if f"card {cid}" in r.getMessage() and f"{s}:" in r.getMessage()],
                 what=f"the leader's line for the card {state}")
@@ -57,8 +59,9 @@ async def test_hostile_reports_on_the_watch_start_nothing_and_stop_nothing(
     store = store_of(etcd, cluster_name)
     try:
         await lead.start()
-        await wait_for(lambda: lead.is_leader, timeout=12.0, what="h1 leads")
-        await wait_for(lambda: lead.shared.term.is_set() and lead.leader_loop.registry is not None,
+        await wait_until(lambda: lead.is_leader, timeout=12.0, what="h1 leads")
+        await wait_until(lambda: (lead.shared.term.is_set()
+                                  and lead.leader_loop.registry is not None),
                        what="h1's term begun, its registry written")
         before = dict(lead.report_cycles)
         forged = report("h3", 7, card("c0", "SN-forged"))
@@ -68,7 +71,7 @@ async def test_hostile_reports_on_the_watch_start_nothing_and_stop_nothing(
             await store.put(key, value)
         # a real report with news: the only one that runs a cycle
         await store.put(f"{keys.MEMBERS}h3", encode(forged))
-        await wait_for(lambda: sum(lead.report_cycles.values()) > sum(before.values()),
+        await wait_until(lambda: sum(lead.report_cycles.values()) > sum(before.values()),
                        what="a report cycle for h3's report")
         assert sum(lead.report_cycles.values()) == sum(before.values()) + 1
         assert lead.watches_running

@@ -17,9 +17,10 @@ import yaml
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig, StoreError, TlsConfig, Unavailable
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
-from tests.timing import bound
+from awide_harness.presets import FAST
+from tests.timing import bound, wait_until
 
-from .conftest import FAST, config_dict, wait_for
+from .conftest import config_dict
 from .test_daemon_process import RUN, Proc
 
 
@@ -65,7 +66,7 @@ async def test_ca_rotation_on_sighup_keeps_the_same_process(rotating, cluster_na
     async def advances() -> int:
         """The daemon's report is written again after this call began."""
         start = await report_rev()
-        return await wait_for(lambda: _past(report_rev, start), 15, "the report advances")
+        return await wait_until(lambda: _past(report_rev, start), 15, "the report advances")
 
     proc = Proc(tmp_path, "h1", cfg)
     try:
@@ -74,7 +75,7 @@ async def test_ca_rotation_on_sighup_keeps_the_same_process(rotating, cluster_na
         # a bad file on SIGHUP: one line naming it, the old CA stays in use
         ca.write_text("not a certificate\n")
         proc.signal(signal.SIGHUP)
-        await wait_for(lambda: "credentials reload refused" in _log(proc), 10, "refusal logged")
+        await wait_until(lambda: "credentials reload refused" in _log(proc), 10, "refusal logged")
         refused = [ln for ln in _log(proc).splitlines() if "credentials reload refused" in ln]
         assert len(refused) == 1 and str(ca) in refused[0] and "not PEM" in refused[0]
         await advances()
@@ -87,13 +88,13 @@ async def test_ca_rotation_on_sighup_keeps_the_same_process(rotating, cluster_na
                 await old_only.get(member)
         finally:
             await old_only.close()
-        await wait_for(lambda: "CERTIFICATE_VERIFY_FAILED" in _log(proc)
+        await wait_until(lambda: "CERTIFICATE_VERIFY_FAILED" in _log(proc)
                        or "certificate verify failed" in _log(proc), 15,
                        "the daemon's handshakes fail")
         # the new CA (with the old: a bundle, as during a real rollover), SIGHUP, same process
         shutil.copy(both, ca)
         proc.signal(signal.SIGHUP)
-        await wait_for(lambda: "credentials re-read from" in _log(proc), 10, "reload logged")
+        await wait_until(lambda: "credentials re-read from" in _log(proc), 10, "reload logged")
         await advances()
         assert proc.p.poll() is None and proc.p.pid == pid
     finally:
@@ -113,7 +114,7 @@ async def _serve(cluster: EtcdCluster, watcher: EtcdStore, pki, cert: Path, key:
     for i in range(3):
         cluster.restart(i, wait=False)
         endpoint = cluster.client_urls[i]
-        await wait_for(functools.partial(_answers, watcher, endpoint), 20,
+        await wait_until(functools.partial(_answers, watcher, endpoint), 20,
                        f"member {i} serves again")
 
 
@@ -154,19 +155,19 @@ async def test_the_gateway_cli_re_reads_its_ca_on_sighup(rotating, cluster_name,
         proc = subprocess.Popen(RUN + ["gateway", "watch", "--config", str(path)],
                                 stdout=out_file, stderr=err_file)
         try:
-            await wait_for(present, 20, "the gateway registered")
+            await wait_until(present, 20, "the gateway registered")
             pid = proc.pid
             ca.write_text("-----BEGIN CERTIFICATE-----\n")
             proc.send_signal(signal.SIGHUP)
-            await wait_for(lambda: "credentials reload refused" in err(), 10, "refusal said")
+            await wait_until(lambda: "credentials reload refused" in err(), 10, "refusal said")
             assert f"{ca}: a PEM block is not closed" in err()
             await _serve(cluster, watcher, new, cert, key)
             # its keepalives cannot reach etcd: the record goes with its lease
-            await wait_for(absent, 20, "the gateway's record expired")
+            await wait_until(absent, 20, "the gateway's record expired")
             shutil.copy(both, ca)
             proc.send_signal(signal.SIGHUP)
-            await wait_for(lambda: "credentials re-read from" in err(), 10, "reload said")
-            await wait_for(present, 20, "the gateway registered again")
+            await wait_until(lambda: "credentials re-read from" in err(), 10, "reload said")
+            await wait_until(present, 20, "the gateway registered again")
             assert proc.poll() is None and proc.pid == pid
         finally:
             if proc.poll() is None:

@@ -11,7 +11,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 
 from awide_harness import ClusterTls, EtcdCluster, make_test_pki
 from awide_harness.ports import reserve_port
+from awide_harness.waits import WaitTimeout, wait_until_sync
 from tests.store.helpers import admin
 
 RUN = [sys.executable, "-c", "from awide_cluster.cli.main import main; main()"]
@@ -63,14 +63,11 @@ def _config(etcd: EtcdCluster, pki, tmp: Path, password: str, port: int) -> dict
 
 
 def _wait(pred, what: str, log: Path):
-    deadline = time.monotonic() + BOUND
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {BOUND} s waiting for {what}; daemon log:\n"
-                         + log.read_text(errors="replace")[-4000:])
+    try:
+        return wait_until_sync(pred, BOUND, what, poll=0.1)
+    except WaitTimeout as e:
+        raise AssertionError(f"{e}; daemon log:\n"
+                             + log.read_text(errors="replace")[-4000:]) from None
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from awide_harness.cluster import find_etcd_binary
+from awide_harness.waits import WaitTimeout, wait_until_sync
 
 
 def etcd_or_skip() -> str:
@@ -38,9 +38,9 @@ def processes_under(work_dir: Path) -> dict[int, str]:
 
 def wait_no_processes(work_dir: Path, bound: float = 5.0) -> dict[int, str]:
     """What is still running under ``work_dir`` after up to ``bound`` seconds (empty: none)."""
-    deadline = time.monotonic() + bound
-    while True:
-        left = processes_under(work_dir)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+    try:
+        wait_until_sync(lambda: not processes_under(work_dir), bound, "no process left",
+                        poll=0.05)
+    except WaitTimeout:
+        return processes_under(work_dir)
+    return {}

@@ -63,12 +63,12 @@ def _hold_one(env_dir) -> tuple[subprocess.Popen[str], int]:
 def test_another_process_s_reservation_is_skipped_until_it_exits(port_dir):
     proc, theirs = _hold_one(port_dir)
     try:
-        assert ports._claim(port_dir, theirs) is None      # the lock is theirs
-        ours = ports._claim(port_dir, theirs + 1 if theirs < 65535 else theirs - 1)
+        assert ports.claim(port_dir, theirs) is None      # the lock is theirs
+        ours = ports.claim(port_dir, theirs + 1 if theirs < 65535 else theirs - 1)
         assert ours is not None                            # a neighbour is not
     finally:
         proc.communicate("\n", timeout=10)
-    fd = ports._claim(port_dir, theirs)                    # their exit dropped the lock
+    fd = ports.claim(port_dir, theirs)                    # their exit dropped the lock
     assert fd is not None
     os.close(fd)
 
@@ -78,10 +78,10 @@ def test_a_port_someone_listens_on_is_not_bindable(port_dir):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
         s.listen()
-        assert not ports._bindable("127.0.0.1", s.getsockname()[1])
+        assert not ports.bindable("127.0.0.1", s.getsockname()[1])
     free = reserve_port()
     try:
-        assert ports._bindable("127.0.0.1", free)
+        assert ports.bindable("127.0.0.1", free)
     finally:
         release([free])
 

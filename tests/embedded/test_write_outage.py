@@ -32,6 +32,7 @@ from awide_harness.cluster import EmbeddedCluster
 from awide_harness.procs import CLI
 from awide_harness.spec import ClusterSpec, Timing
 from awide_harness.views import card_out, cards_in, cards_out
+from awide_harness.waits import wait_until_sync
 
 QUOTA = 16 * 1024 * 1024          # etcd's own example of a small quota
 FILL = "/awide-test-fill/"        # outside every cluster's prefix
@@ -56,14 +57,7 @@ def etcdctl_for(etcd: str) -> str:
 
 
 def wait(pred, what: str, bound: float = BOUND):
-    deadline = time.monotonic() + bound
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {bound:g} s: {what}")
-        time.sleep(0.05)
+    return wait_until_sync(pred, bound, what, poll=0.05)
 
 
 # ------------------------------------------------------------------ etcd

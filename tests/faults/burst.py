@@ -28,6 +28,7 @@ from typing import Any
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.follower import Follower
+from awide_harness.waits import WaitTimeout, wait_until_sync
 
 
 class Readers:
@@ -62,7 +63,7 @@ async def poll_until(f: Follower, until: float, stats: dict[str, float]) -> None
         stats["polls"] += 1
         stats["failed"] += d.outcome == "failed"
         stats["max"] = max(stats["max"], time.monotonic() - t0)
-        await asyncio.sleep(random.uniform(0, 0.005))
+        await asyncio.sleep(random.uniform(0, 0.005))   # not a wait: jitter between polls
 
 
 async def burst(readers: Readers, n: int, duration: float) -> dict[str, object]:
@@ -139,17 +140,18 @@ class BurstWorker:
             "burst", [sys.executable, "-m", "tests.faults.burst", "--serve", str(self.fifo),
                       "--call-timeout", "1.0", *self.args],
             netns=self.netns, pipe_stdout=True, env=self.env)
-        deadline = time.monotonic() + 10.0
-        while True:        # open for writing once the worker has it open for reading
-            try:
-                self.fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
-                os.set_blocking(self.fd, True)
-                return
-            except OSError:                     # ENXIO: no reader yet
-                if not self.proc.alive() or time.monotonic() > deadline:
-                    raise RuntimeError("the burst worker did not open its FIFO:\n"
-                                       + self.proc.log_tail()) from None
-                time.sleep(0.02)
+        def alive() -> None:
+            if not self.proc.alive():
+                raise WaitTimeout("the burst worker to open its FIFO", 10.0, "it exited")
+
+        try:        # open for writing once the worker has it open for reading (ENXIO before)
+            self.fd = wait_until_sync(
+                lambda: [os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)], 10.0,
+                "the burst worker opens its FIFO", ignore=(OSError,), check=alive)[0]
+        except WaitTimeout as e:
+            raise RuntimeError(f"the burst worker did not open its FIFO ({e}):\n"
+                               + self.proc.log_tail()) from None
+        os.set_blocking(self.fd, True)
 
     def close(self) -> None:
         """The worker reads EOF and exits (the launcher reaps it)."""

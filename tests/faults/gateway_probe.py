@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from tests.faults.history import AccessObs, GatewayTable, PollObs, SlotObs
+from tests.faults.campaign_record import AccessObs, GatewayTable, PollObs, SlotObs
 
 ACCESS_PERIOD = 0.5
 ACCESS_EVERY = 0.01
@@ -138,14 +138,14 @@ class Instruments:
     async def lag_task(self) -> None:
         while True:
             t0 = time.monotonic()
-            await asyncio.sleep(LAG_EVERY)
+            await asyncio.sleep(LAG_EVERY)     # not a wait: the lag probe's period
             lag = time.monotonic() - t0 - LAG_EVERY
             with self._lock:
                 self.lag_max = max(self.lag_max, lag)
 
     async def report_task(self) -> None:
         while True:
-            await asyncio.sleep(ACCESS_PERIOD)
+            await asyncio.sleep(ACCESS_PERIOD)     # not a wait: the report period
             with self._lock:
                 acc, lag, calls = self.accessor_max, self.lag_max, self.calls
                 self.accessor_max = self.lag_max = 0.0
@@ -173,7 +173,7 @@ async def run(config_path: str) -> int:
     async def tables() -> None:
         shown = gw.snapshot()
         while True:                 # the view is swapped (a new object) on every change
-            await asyncio.sleep(TABLE_EVERY)
+            await asyncio.sleep(TABLE_EVERY)     # not a wait: the table's refresh period
             now = gw.snapshot()
             if now is not shown:
                 shown = now

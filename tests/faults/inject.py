@@ -21,9 +21,10 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.store.errors import StoreError
 from awide_harness.cluster import EmbeddedCluster, EmbeddedClusterError
 from awide_harness.procs import REPO_ROOT
+from awide_harness.waits import WaitTimeout, wait_until_sync
 from tests.faults import poison as hostile
 from tests.faults.burst import BurstWorker
-from tests.faults.history import FaultRecord, History, RunnerWrite, TruthChange
+from tests.faults.campaign_record import FaultRecord, History, RunnerWrite, TruthChange
 from tests.faults.schedule import Fault
 
 WATCHED = ("registry", "leader")     # the keys the recorder follows (history.KeyEvent)
@@ -67,7 +68,7 @@ def inject(ctx: Ctx, f: Fault) -> FaultRecord:
 
 
 def _hold(f: Fault) -> None:
-    time.sleep(f.hold)
+    time.sleep(f.hold)      # not a wait: the fault lasts this long on purpose
 
 
 # ------------------------------------------------------------------ daemons
@@ -87,8 +88,11 @@ def _daemon_kill(ctx: Ctx, f: Fault, rec: FaultRecord, *, leader: bool) -> None:
     t_spawn = c.restart_daemon(host)
     # healed once the new process is up (its API answers): how long a Python process takes
     # to start on a loaded machine is not the cluster's to bound
-    while c.daemon_status(host, 0.3) is None and time.monotonic() < t_spawn + 60.0:
-        time.sleep(0.05)
+    try:
+        wait_until_sync(lambda: c.daemon_status(host, 0.3), t_spawn + 60.0 - time.monotonic(),
+                        f"daemon {host}'s API answers", poll=0.05)
+    except WaitTimeout:
+        pass
     rec.t_heal = time.monotonic()
     rec.detail += f"; new process up {rec.t_heal - t_spawn:.2f} s after its start"
     ctx.say(f"#{f.index} daemon {host} started again (up after {rec.t_heal - t_spawn:.2f} s)")
@@ -265,9 +269,9 @@ def _card_flap(ctx: Ctx, f: Fault, rec: FaultRecord) -> None:
     try:
         for _ in range(f.flaps):
             c.card_glitch(key, present=False)
-            time.sleep(ctx.poll * 0.9)
+            time.sleep(ctx.poll * 0.9)      # not a wait: the flap's dead phase
             c.card_glitch(key, present=True)
-            time.sleep(ctx.poll * 1.1)
+            time.sleep(ctx.poll * 1.1)      # not a wait: the flap's alive phase
     finally:
         c.card_glitch(key, present=True)
     rec.t_heal = time.monotonic()
@@ -324,14 +328,18 @@ def _found_again(ctx: Ctx, key: str, value: bytes | None, t: float, bound: float
     """The revision of a write whose answer was lost, if it happened: for the watched keys
     the recorder's history has every event (waited for up to ``bound``); otherwise the key
     is read again."""
-    deadline = time.monotonic() + bound
-    while key in WATCHED:
+    def seen() -> int:
         for e in ctx.history.key_events_since(key, t):
             if (e.kind == "delete") if value is None else (e.kind == "put" and e.value == value):
                 return e.revision
-        if time.monotonic() > deadline:
+        return 0
+
+    if key in WATCHED:
+        try:
+            return wait_until_sync(seen, bound, f"the recorder sees the write of {key}",
+                                   poll=0.05)
+        except WaitTimeout:
             return 0
-        time.sleep(0.05)
     try:
         kv = ctx.cluster.read_key(key, 2.0)
     except (StoreError, TimeoutError):

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.records import LeaderRecord
-from tests.faults.history import (
+from tests.faults.campaign_record import (
     GatewayTable,
     KeyEvent,
     Recorded,

@@ -26,7 +26,7 @@ from dataclasses import replace
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import StoreError, WatchMessageTooLarge
-from tests.faults.history import KeyEvent, LogLine
+from tests.faults.campaign_record import KeyEvent, LogLine
 from tests.faults.invariants import registry_rev
 
 KEYS = ("registry", "leader")
@@ -73,7 +73,7 @@ async def _follow(store: EtcdStore, key: str, start: int, stop: asyncio.Event,
                 lost(f"watch of {key}: events up to revision {e.skipped_to} skipped: {e}")
             nxt = max(nxt, e.skipped_to + 1)
         except StoreError:
-            await asyncio.sleep(0.2)             # every member refused: etcd is down, retry
+            await asyncio.sleep(0.2)  # not a wait: the retry's back-off (every member refused)
     return nxt
 
 
@@ -93,7 +93,8 @@ class Recorder:
         self._thread.start()
         return self
 
-    def _take(self, e: KeyEvent) -> None:
+    def take(self, e: KeyEvent) -> None:
+        """One watched event, as the watch delivers it (a test may feed it by hand)."""
         self.last[e.key] = max(self.last[e.key], e.revision)
         self.sink(e)
         names = self.names()
@@ -129,7 +130,7 @@ class Recorder:
 
     async def _main(self) -> None:
         async with EtcdStore(self.config) as store:
-            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self._take,
+            tasks = [asyncio.create_task(_follow(store, k, 1, self._stop, self.take,
                                                  lost=self._lost)) for k in KEYS]
             await self._stop.wait()
             for t in tasks:
@@ -137,7 +138,11 @@ class Recorder:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def stop(self, bound: float = 5.0) -> None:
-        """Stop watching (what was delivered stays delivered; ``last`` is final after this)."""
+        """Stop watching (what was delivered stays delivered; ``last`` is final after this).
+        A recorder never started just releases its loop."""
+        if not self._thread.is_alive() and not self._done.is_set():
+            self._loop.close()
+            return
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._done.wait(bound)

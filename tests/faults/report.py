@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tests.faults.history import Recorded, log_around
+from tests.faults.campaign_record import Recorded, log_around
 from tests.faults.invariants import INVARIANTS, Bounds, Result
 from tests.faults.schedule import KINDS
 

@@ -28,8 +28,9 @@ from awide_cluster.store import StoreConfig
 from awide_harness import netns
 from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import CardPlan, ClusterSpec, Command, Network, Timing
+from awide_harness.waits import WaitTimeout, wait_until_sync
+from tests.faults.campaign_record import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.gateway_probe import parse_line
-from tests.faults.history import GatewayTable, History, LogLine, PollObs, TruthChange
 from tests.faults.inject import Ctx, inject
 from tests.faults.invariants import Bounds, agreed, bounds_for, check_all
 from tests.faults.recorder import Recorder, replay
@@ -100,14 +101,17 @@ class Campaign:
                       self.history.expected_in, renamed)
 
     def wait_agreed(self, bound: float, renamed=()) -> tuple[float | None, str]:
-        deadline = time.monotonic() + bound
-        while True:
-            why = self.state(renamed)
-            if not why:
-                return time.monotonic(), ""
-            if time.monotonic() > deadline:
-                return None, why
-            time.sleep(0.02)
+        why = [""]
+
+        def agreed() -> bool:
+            why[0] = self.state(renamed)
+            return not why[0]
+
+        try:
+            wait_until_sync(agreed, bound, "the cluster agrees")
+        except WaitTimeout:
+            return None, why[0]
+        return time.monotonic(), ""
 
     def settle(self, t_heal: float, cap: float, renamed=()) -> tuple[float | None, str]:
         """After a heal: wait until every daemon has reported again (so no late effect of the
@@ -117,41 +121,49 @@ class Campaign:
         c = self.cluster
         assert c is not None
         deadline = t_heal + cap
-        base = None
-        while base is None and time.monotonic() < deadline:
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        def reported_after(base: int) -> bool:
             got = c.reports(1.0)
-            base = got[0] if got is not None else None
-        while base is not None and time.monotonic() < deadline:
-            got = c.reports(1.0)
-            stale = [h for h in c.hosts if got is None or got[1].get(h, 0) <= base]
-            if not stale:
-                break
-            time.sleep(0.05)
-        self.leader_ok = None
-        while time.monotonic() < deadline:
+            return got is not None and all(got[1].get(h, 0) > base for h in c.hosts)
+
+        def leading() -> bool:
             holder = c.leader_or_none(1.0)
             st = c.daemon_status(holder) if holder is not None else None
-            if st is not None and st.get("is_leader") is True:
-                self.leader_ok = True
-                break
-            time.sleep(0.05)
-        else:
+            return st is not None and st.get("is_leader") is True
+
+        try:
+            got = wait_until_sync(lambda: c.reports(1.0), left(), "etcd answers")
+            wait_until_sync(lambda: reported_after(got[0]), left(), "every daemon reported",
+                            poll=0.05)
+        except WaitTimeout:
+            pass
+        try:
+            self.leader_ok = wait_until_sync(leading, left(), "the key's holder leads", poll=0.05)
+        except WaitTimeout:
             self.leader_ok = False
             self.say(f"the leader key's holder ({c.leader_or_none(1.0)}) is not leading")
-        since: float | None = None
-        why = "etcd did not answer" if base is None else ""
-        while True:
+        since: list[float | None] = [None]
+        why = [""]
+
+        def quiet_since() -> float | None:
+            """The start of an agreement that has lasted ``self.quiet`` seconds."""
             now = time.monotonic()
-            why = self.state(renamed)
-            if why:
-                since = None
-            elif since is None:
-                since = now
-            elif now - since >= self.quiet:
-                return since, ""
-            if now > deadline:
-                return None, why or "agreement did not last"
-            time.sleep(0.02)
+            why[0] = self.state(renamed)
+            if why[0]:
+                since[0] = None
+            elif since[0] is None:
+                since[0] = now
+            elif now - since[0] >= self.quiet:
+                return since[0]
+            return None
+
+        try:
+            return wait_until_sync(quiet_since, left(), "a lasting agreement"), ""
+        except WaitTimeout:
+            return None, why[0] or "agreement did not last"
 
     def store_config(self) -> StoreConfig:
         """The cluster's store config with the campaign's patience (1 s per call) for the

@@ -13,8 +13,7 @@ from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import CardEntry, Registry
 from tests.faults import invariants as inv
 from tests.faults import poison as hostile
-from tests.faults.gateway_probe import parse_line
-from tests.faults.history import (
+from tests.faults.campaign_record import (
     AccessObs,
     FaultRecord,
     GatewayTable,
@@ -28,6 +27,7 @@ from tests.faults.history import (
     TruthChange,
     log_around,
 )
+from tests.faults.gateway_probe import parse_line
 from tests.faults.report import build, markdown, summary
 from tests.faults.schedule import KINDS, ScheduleError, kinds_missing, make_schedule
 
@@ -470,10 +470,10 @@ def test_the_recorder_takes_poison_at_its_keys_without_raising():
                                  card_ids=("a",), generation=5).value for p in range(8 * 12)}
         for i, value in enumerate(sorted(values), start=2):
             for key in ("registry", "leader"):
-                r._take(KeyEvent(i, key, "put", value, 1, 0, float(i)))
-            r._take(KeyEvent(i, "registry", "delete", b"", 0, 0, float(i)))
+                r.take(KeyEvent(i, key, "put", value, 1, 0, float(i)))
+            r.take(KeyEvent(i, "registry", "delete", b"", 0, 0, float(i)))
     finally:
-        r._loop.close()
+        r.stop()
     lines = [x for x in got if isinstance(x, LogLine)]
     assert len(lines) == 3 * len(values) and r.last == {"registry": i, "leader": i}
     assert all("DOES NOT DECODE" in x.text for x in lines if x.text.startswith("registry rev"))

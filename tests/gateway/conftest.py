@@ -16,7 +16,7 @@ from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness.etcd_cluster import EtcdCluster
 from awide_harness.fakes import FakeNvmeWorld
-from tests.gateway.support import RegistryWriter
+from awide_harness.registry_writer import RegistryWriter
 from tests.timing import bound
 
 _names = itertools.count()

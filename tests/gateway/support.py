@@ -1,25 +1,23 @@
-"""Helpers of the gateway tests (no fixtures here: see conftest.py)."""
+"""Helpers of the gateway tests (no fixtures here: see conftest.py). ``RegistryWriter``
+(plays the leader) is the harness's, shared with the benchmarks."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from awide_cluster.contract import registry as regdoc
-from awide_cluster.contract.registry import CardEntry, Registry, card_id
+from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
-from awide_cluster.store.port import Store
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_gateway_cluster.config import GatewayConfig
 from awide_harness.fakes import FakeNvmeWorld
+from awide_harness.registry_writer import RegistryWriter
 from tests.timing import wait_until
 
 MODEL = "AWIDE Fake NVMe Ctrl"
@@ -52,45 +50,12 @@ def serve(world: FakeNvmeWorld, card: CardEntry, *, serial: str | None = None) -
                      nguid=card.identity.removeprefix("nguid:"))
 
 
-class RegistryWriter:
-    """Plays the leader: writes registry documents (generation + 1 each time)."""
-
-    def __init__(self, store: Store, cluster: str, *, after: Registry | None = None) -> None:
-        """``after``: the registry last published (another writer's), to continue from."""
-        self.store, self.cluster = store, cluster
-        self.reg: Registry | None = after
-
-    async def publish(self, cards: list[CardEntry]) -> Registry:
-        prev = self.reg
-        gen = (prev.generation if prev else 0) + 1
-        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
-        reg = Registry(cluster=self.cluster, generation=gen, leader="s1", cards=tuple(cards),
-                       slots=table)
-        await self.put_raw(regdoc.encode(reg))
-        self.reg = reg
-        return reg
-
-    async def put_raw(self, raw: bytes | str) -> None:
-        """Put the document; the same put again if etcd is electing a leader (a test fault
-        may have frozen the raft leader): the put is idempotent, so retrying is safe here."""
-        from awide_cluster.store.errors import Timeout, Unavailable
-        deadline = time.monotonic() + 8.0
-        while True:
-            try:
-                await self.store.put("registry", raw, timeout=1.0)
-                return
-            except (Timeout, Unavailable):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-
-    def doc(self, cards: list[CardEntry]) -> dict[str, Any]:
-        """The JSON document of the next generation, for tests that corrupt it."""
-        prev = self.reg
-        table = regdoc.slot_table(tuple(cards), prev.slots if prev else regdoc.slotfn.EMPTY)
-        reg = Registry(cluster=self.cluster, generation=(prev.generation if prev else 0) + 1,
-                       leader="s1", cards=tuple(cards), slots=table)
-        return regdoc.to_dict(reg)
+def served(world: FakeNvmeWorld, n: int) -> list[CardEntry]:
+    """Cards 1..n (card k admitted at generation k), each reachable through ``world``."""
+    cards = [make_card(k, admitted=k) for k in range(1, n + 1)]
+    for c in cards:
+        serve(world, c)
+    return cards
 
 
 def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,
@@ -119,12 +84,6 @@ def gateway(cfg: GatewayConfig, world: FakeNvmeWorld, **kw: Any) -> ClusterGatew
     return ClusterGateway(cfg, nvme=nvme, **kw)
 
 
-async def wait_for(pred: Callable[[], Any], timeout: float = 8.0, what: str = "") -> Any:
-    """Poll ``pred`` until it is truthy; fail after a generous bound (scaled by the tests'
-    time factor: ``tests.timing.wait_until``)."""
-    return await wait_until(pred, timeout, what)
-
-
 def in_service(gw: ClusterGateway, cid: str) -> bool:
     s = gw.snapshot().card(cid)
     return bool(s and s.in_service)
@@ -142,13 +101,12 @@ def with_state(card: CardEntry, state: str) -> CardEntry:
 async def serving_gateway(etcd: Any, leader: RegistryWriter, world: FakeNvmeWorld,
                           cluster_name: str) -> AsyncIterator[tuple[ClusterGateway, CardEntry]]:
     """One served card published, a gateway started and the card in service; stopped after."""
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id))
+        await wait_until(lambda: in_service(gw, a.id))
         yield gw, a
     finally:
         await gw.stop()

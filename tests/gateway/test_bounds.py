@@ -10,8 +10,9 @@ from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.store import EtcdStore, StoreConfig, ValueTooLarge
 from awide_gateway_cluster.follower import FollowState, step
-from tests.gateway.support import in_service, make_card, serving_gateway, wait_for
+from tests.gateway.support import in_service, make_card, serving_gateway
 from tests.gateway.test_pure import _reg, _rr
+from tests.timing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,14 +40,14 @@ async def test_a_huge_registry_is_refused_and_not_fetched_again(etcd, leader, wo
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints, call_timeout=10.0,
                                          prefix=keys.prefix(cluster_name))) as s:
             await s.put(keys.REGISTRY, b"{" * NEAR_LIMIT)
-        await wait_for(lambda: gw.stats().registries_rejected == 1, what="refused")
+        await wait_until(lambda: gw.stats().registries_rejected == 1, what="refused")
         assert f"value over {bounds.REGISTRY_MAX_BYTES} bytes" in gw.stats().problem
         assert gw.snapshot().generation == good and in_service(gw, a.id)
-        polls = gw._follower.state.polls
+        polls = gw.stats().polls
         before = gw._store.transport.bytes_read
-        await wait_for(lambda: gw._follower.state.polls >= polls + 3, what="3 more polls")
+        await wait_until(lambda: gw.stats().polls >= polls + 3, what="3 more polls")
         assert gw.stats().registries_rejected == 1 and in_service(gw, a.id)
         assert gw._store.transport.bytes_read - before < 64 * 1024   # not the 2 MiB again
         reg = await leader.publish([a])
-        await wait_for(lambda: gw.snapshot().generation == reg.generation
+        await wait_until(lambda: gw.snapshot().generation == reg.generation
                        and not gw.stats().stale, what="a good registry again")

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from awide_gateway_cluster import ThreadedClusterGateway
-from tests.gateway.support import config, in_service, make_card, serve
+from awide_harness.waits import wait_until_sync
+from tests.gateway.support import config, in_service, served
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +64,7 @@ def test_import_changes_no_process_state_and_pulls_no_grpc():
 
 async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world, cluster_name):
     import asyncio
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     from awide_cluster.nvme.cli import NvmeCli
     from awide_cluster.nvme.runner import Runner
@@ -76,9 +76,7 @@ async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world
         tg.start()
         try:
             sub = tg.subscribe()
-            deadline = time.monotonic() + 8
-            while not in_service(tg, a.id) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until_sync(lambda: in_service(tg, a.id), 8, "the card in service")
             tg.attach_engine("engine-1")
             refused = ""
             try:
@@ -95,7 +93,7 @@ async def test_threaded_gateway_for_programs_without_asyncio(etcd, leader, world
     assert res["in"] and res["choice"].available and res["choice"].card_id == a.id
     assert "engine-1" in res["refused"]
     assert res["event"] is not None
-    assert tg._thread is None
+    assert not tg.running
 
 
 def test_check_config_exit_codes(tmp_path: Path):
@@ -125,11 +123,9 @@ def test_watch_prints_table_and_changes_and_stops_on_sigterm(etcd, world, cluste
 
     from awide_cluster.contract import keys
     from awide_cluster.store import EtcdStore, StoreConfig
-    from tests.gateway.support import RegistryWriter
+    from awide_harness.registry_writer import RegistryWriter
 
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
 
     async def publish(cards, after=None):
         async with EtcdStore(StoreConfig(endpoints=etcd.endpoints,

@@ -16,34 +16,31 @@ from awide_cluster.nvme.sysfs import Sysfs
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
+from awide_harness.registry_writer import RegistryWriter
 from tests.gateway.support import (
-    RegistryWriter,
     argv_text,
     config,
     gateway,
     in_service,
     make_card,
-    serve,
+    served,
     serving_gateway,
-    wait_for,
 )
-from tests.timing import bound
+from tests.timing import bound, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
 async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a, b])
     cfg = config(cluster_name, etcd.endpoints, world, watch=True)
     gw = gateway(cfg, world)
     sub = gw.subscribe()
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id) and in_service(gw, b.id))
+        await wait_until(lambda: in_service(gw, a.id) and in_service(gw, b.id))
         before = gw.snapshot()
         for i in range(3):
             etcd.freeze(i)
@@ -55,7 +52,7 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
             await gw._poll_once()
             assert time.monotonic() - t0 < bound(cfg.etcd.call_timeout + 0.5)
             failed = gw.stats().failed_polls
-            await wait_for(lambda: gw.stats().failed_polls >= failed + 3,
+            await wait_until(lambda: gw.stats().failed_polls >= failed + 3,
                            what="polls keep running, each one bounded")
             t0 = time.monotonic()
             for _ in range(10000):
@@ -70,7 +67,7 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
         finally:
             for i in range(3):
                 etcd.thaw(i)
-        await wait_for(lambda: not gw.stats().stale, what="fresh after thaw")
+        await wait_until(lambda: not gw.stats().stale, what="fresh after thaw")
         kinds = []
         while (e := sub.get_nowait()) is not None:
             kinds.append(e.kind)
@@ -84,12 +81,11 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
 
 
 async def test_etcd_frozen_during_stop_returns_within_bound(etcd, leader, world, cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world, watch=True), world)
     await gw.start()
-    await wait_for(lambda: in_service(gw, a.id))
+    await wait_until(lambda: in_service(gw, a.id))
     for i in range(3):
         etcd.freeze(i)
     try:
@@ -102,14 +98,12 @@ async def test_etcd_frozen_during_stop_returns_within_bound(etcd, leader, world,
 
 
 async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id))
+        await wait_until(lambda: in_service(gw, a.id))
         etcd.freeze(0)
         # the test's "leader" writes through the members that still answer (writes are never
         # retried on another member); the gateway keeps all three endpoints
@@ -117,7 +111,7 @@ async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, clust
                                          prefix=keys.prefix(cluster_name))) as s:
             reg = await RegistryWriter(s, cluster_name, after=leader.reg).publish([a, b])
         try:
-            await wait_for(lambda: gw.snapshot().generation == reg.generation
+            await wait_until(lambda: gw.snapshot().generation == reg.generation
                            and in_service(gw, b.id), what="change through two members")
         finally:
             etcd.thaw(0)
@@ -127,15 +121,13 @@ async def test_one_member_frozen_changes_still_arrive(etcd, leader, world, clust
 
 async def test_corrupt_unknown_and_skewed_registries_are_kept_out(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     good = await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world), world)
     sub = gw.subscribe()
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id))
+        await wait_until(lambda: in_service(gw, a.id))
         bad_docs = []
         bad_docs.append(b"{not json")
         doc = leader.doc([a, b])
@@ -153,17 +145,18 @@ async def test_corrupt_unknown_and_skewed_registries_are_kept_out(
         bad_docs.append(json.dumps(doc).encode())
         for n, raw in enumerate(bad_docs, 1):
             await leader.put_raw(raw)
-            await wait_for(lambda n=n: gw.stats().registries_rejected == n, what=f"doc {n}")
+            await wait_until(lambda n=n: gw.stats().registries_rejected == n, what=f"doc {n}")
             view = gw.snapshot()
             assert view.generation == good.generation and in_service(gw, a.id)
             assert view.card(b.id) is None
         st = gw.stats()
         assert st.version_skew == 1 and st.stale
         polls = gw.stats().polls
-        await wait_for(lambda: gw.stats().polls >= polls + 2, what="two more polls")
+        await wait_until(lambda: gw.stats().polls >= polls + 2, what="two more polls")
         assert gw.stats().registries_rejected == len(bad_docs)   # unchanged: not decoded again
         reg = await leader.publish([a, b])
-        await wait_for(lambda: gw.snapshot().generation == reg.generation and in_service(gw, b.id))
+        await wait_until(lambda: gw.snapshot().generation == reg.generation
+                         and in_service(gw, b.id))
         assert not gw.stats().stale
         details = []
         while (e := sub.get_nowait()) is not None:
@@ -194,9 +187,9 @@ async def test_hostile_registry_targets_never_reach_the_subprocess(
             if c["id"] == evil.id:
                 c["target"][field] = value
         await leader.put_raw(json.dumps(doc).encode())
-        await wait_for(lambda: gw.stats().registries_rejected == 1)
+        await wait_until(lambda: gw.stats().registries_rejected == 1)
         polls = gw.stats().polls                  # and it stays refused at the next polls
-        await wait_for(lambda: gw.stats().polls >= polls + 2, what="two more polls")
+        await wait_until(lambda: gw.stats().polls >= polls + 2, what="two more polls")
         assert gw.snapshot().card(evil.id) is None and in_service(gw, a.id)
         assert field in gw.stats().problem
         assert value not in argv_text(world)

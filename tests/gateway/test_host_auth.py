@@ -28,9 +28,9 @@ from tests.gateway.support import (
     in_service,
     make_card,
     serve,
-    wait_for,
 )
 from tests.gateway.test_pure import cfg
+from tests.timing import wait_until
 
 HOSTNQN = "nqn.2024-01.io.awide:gpu1"
 # made by nvme-cli 2.3: nvme gen-dhchap-key [-m 1] -n nqn.2024-01.io.awide:gw1
@@ -203,7 +203,7 @@ async def test_a_gateway_with_its_host_nqn_and_secret_serves_a_guarded_card(
                         nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path)}), world)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, card.id), what="the guarded card in service")
+        await wait_until(lambda: in_service(gw, card.id), what="the guarded card in service")
         shown = json.dumps([repr(gw.snapshot()), repr(gw.stats()), repr(gw.config)])
     finally:
         await gw.stop()

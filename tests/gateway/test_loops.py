@@ -7,7 +7,8 @@ from typing import Any
 
 from awide_cluster.contract import keys
 from awide_cluster.store import EtcdStore, StoreConfig
-from tests.gateway.support import config, gateway, in_service, make_card, serve, wait_for
+from tests.gateway.support import config, gateway, in_service, served
+from tests.timing import wait_until
 
 
 class Exploding:
@@ -31,9 +32,7 @@ class Exploding:
 
 async def test_poll_survives_any_exception_and_a_dead_poll_is_stale(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     cfg = config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 0.4})
     real = EtcdStore(StoreConfig(endpoints=tuple(etcd.endpoints),
@@ -42,18 +41,18 @@ async def test_poll_survives_any_exception_and_a_dead_poll_is_stale(
     gw = gateway(cfg, world, store=store)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id))
+        await wait_until(lambda: in_service(gw, a.id))
         store.armed = True
-        await wait_for(lambda: store.raised >= 3 and gw.stats().loop_errors >= 3,
+        await wait_until(lambda: store.raised >= 3 and gw.stats().loop_errors >= 3,
                        what="polls that raised")
         store.armed = False
         # the loop went on: a registry change is still applied
         await leader.publish([a, b])
-        await wait_for(lambda: in_service(gw, b.id), what="new card after the errors")
+        await wait_until(lambda: in_service(gw, b.id), what="new card after the errors")
         assert not gw.stats().stale
         # a poll task that is not running: stale by definition, whatever the last poll said
         gw._tasks[0].cancel()
-        await wait_for(lambda: gw._tasks[0].done(), what="poll task ended")
+        await wait_until(lambda: gw._tasks[0].done(), what="poll task ended")
         st = gw.stats()
         assert st.stale and "not running" in st.problem
     finally:

@@ -14,8 +14,8 @@ from awide_cluster.cards.worker import ProbeWorker
 from awide_cluster.contract.registry import CardEntry, card_id
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
-from tests.gateway.support import config, gateway, in_service, make_card, serve, wait_for
-from tests.timing import bound
+from tests.gateway.support import config, gateway, in_service, make_card, serve
+from tests.timing import bound, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,9 +52,9 @@ async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
     gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker)
     await gw.start()
     try:
-        await wait_for(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
+        await wait_until(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
         jobs0, subs0 = worker.jobs, worker.submissions
-        await wait_for(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
+        await wait_until(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
         jobs, subs = worker.jobs - jobs0, worker.submissions - subs0
         # each round's four sysfs reads in one batch (a card woken alone, by a change, would
         # make a batch of one; nothing changes here). One job per card per batch before the
@@ -98,7 +98,7 @@ async def test_a_hung_label_read_costs_only_its_card_and_piles_up_no_thread(tmp_
         p = await conn.probe(hung_card, CardPath(hung_card.id))
         return p if p.good is not None else None
 
-    back = await wait_for(observed, what="the stuck read ended and the card is seen again")
+    back = await wait_until(observed, what="the stuck read ended and the card is seen again")
     assert back.good is True and calls[str(hung_card.path)] == 2
 
 

@@ -10,7 +10,8 @@ from awide_cluster.contract import keys
 from awide_cluster.contract.records import decode_gateway
 from awide_gateway_cluster import EngineRefused, LayoutMismatch, WipeRefused
 from awide_gateway_cluster.layout import namespace
-from tests.gateway.support import config, gateway, in_service, make_card, serve, wait_for
+from tests.gateway.support import config, gateway, in_service, served
+from tests.timing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,8 +48,7 @@ async def test_placement_mismatch_refused_naming_both(etcd, leader, store, world
 
 async def test_registration_on_lease_with_engine_and_generation(etcd, leader, store, world,
                                                                 cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     reg = await leader.publish([a])
     gw = gateway(config(cluster_name, etcd.endpoints, world, pod="p1"), world)
     await gw.start()
@@ -67,7 +67,7 @@ async def test_registration_on_lease_with_engine_and_generation(etcd, leader, st
             rec, _ = await record()
             return rec is not None and rec.engine == "vllm" and rec.generation == reg.generation
 
-        await wait_for_async(registered)
+        await wait_until(registered, what="the gateway's record registered")
         rec, lease = await record()
         assert lease != 0
         assert (rec.host, rec.pod, rec.namespace, rec.placement) == (
@@ -76,15 +76,6 @@ async def test_registration_on_lease_with_engine_and_generation(etcd, leader, st
     finally:
         await gw.stop()
     assert await store.get(keys.gateway(gw.id)) is None        # lease revoked at stop
-
-
-async def wait_for_async(pred, timeout: float = 8.0) -> None:
-    import asyncio
-    import time
-    deadline = time.monotonic() + timeout
-    while not await pred():
-        assert time.monotonic() < deadline, "not within the bound"
-        await asyncio.sleep(0.05)
 
 
 async def test_wipe_refused_at_start_and_on_request(etcd, leader, world, cluster_name):
@@ -110,8 +101,7 @@ async def test_wipe_refused_at_start_and_on_request(etcd, leader, world, cluster
 
 async def test_start_with_etcd_down_serves_nothing_then_catches_up(etcd, leader, world,
                                                                   cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     for i in range(3):
         etcd.freeze(i)
@@ -124,7 +114,7 @@ async def test_start_with_etcd_down_serves_nothing_then_catches_up(etcd, leader,
         for i in range(3):
             etcd.thaw(i)
     try:
-        await wait_for(lambda: in_service(gw, a.id), what="registry and layout after thaw")
+        await wait_until(lambda: in_service(gw, a.id), what="registry and layout after thaw")
         assert gw.snapshot().layout_ok and gw.placement.dialog("t").available
     finally:
         await gw.stop()

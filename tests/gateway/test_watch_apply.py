@@ -8,8 +8,10 @@ the end of a long interval) gets a registry change only through its watch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,16 +21,15 @@ from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.codec import b64
 from awide_gateway_cluster import ClusterGateway
 from awide_harness import EtcdCluster
+from awide_harness.registry_writer import RegistryWriter
 from tests.gateway.support import (
-    RegistryWriter,
     config,
     gateway,
     in_service,
-    make_card,
     serve,
-    wait_for,
+    served,
 )
-from tests.timing import bound
+from tests.timing import bound, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -69,6 +70,24 @@ class LatePhase(random.Random):
         return b
 
 
+@contextlib.asynccontextmanager
+async def counted_gateway(etcd: Any, leader: RegistryWriter, world: Any, cluster_name: str
+                          ) -> AsyncIterator[tuple[ClusterGateway, ReadCountingStore, Any]]:
+    """One served card published; a gateway on a read-counting store, every third poll
+    linearizable, started; (gateway, store, card); both stopped after."""
+    [a] = served(world, 1)
+    await leader.publish([a])
+    store = counting_store(etcd, cluster_name)
+    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3}),
+                 world, store=store)
+    await gw.start()
+    try:
+        yield gw, store, a
+    finally:
+        await gw.stop()
+        await store.close()
+
+
 def counting_store(etcd: Any, cluster_name: str) -> ReadCountingStore:
     return ReadCountingStore(StoreConfig(endpoints=etcd.endpoints, call_timeout=0.3,
                                          hedge_after=0.05, prefix=keys.prefix(cluster_name)))
@@ -84,27 +103,25 @@ def watching_gateway(etcd: Any, world: Any, cluster_name: str,
 
 async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a_read(
         etcd, leader, world, cluster_name):
-    a, b = make_card(1), make_card(2, admitted=2)
-    serve(world, a)
-    serve(world, b)
+    a, b = served(world, 2)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     gw = watching_gateway(etcd, world, cluster_name, store)
     await gw.start()
     try:
-        await wait_for(lambda: in_service(gw, a.id), what="a in")
+        await wait_until(lambda: in_service(gw, a.id), what="a in")
         reads, st = len(store.registry_reads), gw.stats()
         assert reads == 1 and st.polls == 1 and st.generation == 1     # the start's poll
         for n in (2, 3):
             reg = await leader.publish([a, b] if n == 2 else [b])
-            await wait_for(lambda reg=reg: gw.snapshot().generation == reg.generation,
+            await wait_until(lambda reg=reg: gw.snapshot().generation == reg.generation,
                            what=f"generation {reg.generation} applied")
         # two changes applied, not one registry read for them (a watch event used to wake
         # one poll each: two reads)
         st = gw.stats()
         assert len(store.registry_reads) == reads and st.polls == 1
         assert st.watch_events == 2 and st.registries_rejected == 0 and not st.stale
-        await wait_for(lambda: in_service(gw, b.id) and gw.snapshot().card(a.id) is None,
+        await wait_until(lambda: in_service(gw, b.id) and gw.snapshot().card(a.id) is None,
                        what="b in, a forgotten")
     finally:
         await gw.stop()
@@ -113,8 +130,7 @@ async def test_a_registry_change_reaches_the_gateway_through_the_watch_without_a
 
 async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one(
         etcd, leader, world, world_b, cluster_name):
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     serve(world_b, a)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
@@ -124,7 +140,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
     await polled.start()
     try:
         for g in (watched, polled):
-            await wait_for(lambda g=g: in_service(g, a.id), what="a in")
+            await wait_until(lambda g=g: in_service(g, a.id), what="a in")
         reads = len(store.registry_reads)
         other = leader.doc([a])
         other["cluster"] = "elsewhere"
@@ -133,7 +149,7 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
                    (BIG, f"value over {bounds.REGISTRY_MAX_BYTES} bytes")]
         for n, (raw, why) in enumerate(hostile, 1):
             await leader.put_raw(raw)
-            await wait_for(lambda n=n: watched.stats().registries_rejected == n
+            await wait_until(lambda n=n: watched.stats().registries_rejected == n
                            and polled.stats().registries_rejected == n, what=f"{why} refused")
             w, p = watched.stats(), polled.stats()
             assert why in w.problem and w.problem == p.problem      # the same refusal
@@ -144,13 +160,13 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
         assert watched.stats().watch_events == 3
         # a value over a watch message's bound is refused unparsed; one bounded poll refuses it
         await leader.put_raw(HUGE)
-        await wait_for(lambda: watched.stats().registries_rejected == 4
+        await wait_until(lambda: watched.stats().registries_rejected == 4
                        and polled.stats().registries_rejected == 4, what="huge refused")
         assert watched.stats().polls == 2 and watched.stats().problem == polled.stats().problem
         assert in_service(watched, a.id)
         reg = await leader.publish([a])
         for g in (watched, polled):
-            await wait_for(lambda g=g: g.snapshot().generation == reg.generation
+            await wait_until(lambda g=g: g.snapshot().generation == reg.generation
                            and not g.stats().stale, what="a good registry again")
         assert watched.stats().polls == 2
     finally:
@@ -161,15 +177,8 @@ async def test_a_hostile_registry_through_the_watch_is_refused_like_a_polled_one
 
 async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, world,
                                                                   cluster_name):
-    a = make_card(1)
-    serve(world, a)
-    await leader.publish([a])
-    store = counting_store(etcd, cluster_name)
-    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
-    gw = gateway(cfg, world, store=store)
-    await gw.start()
-    try:
-        await wait_for(lambda: len(store.registry_reads) >= 8, what="8 polls")
+    async with counted_gateway(etcd, leader, world, cluster_name) as (gw, store, a):
+        await wait_until(lambda: len(store.registry_reads) >= 8, what="8 polls")
         sent = store.registry_reads[:7]
         flags = [bool(r.get("serializable")) for r in sent]
         # the first and every third are linearizable, and any one after a linearizable poll
@@ -180,9 +189,6 @@ async def test_the_gateway_polls_serializable_but_every_nth_poll(etcd, leader, w
         # each one asks only for a newer value than the one it has
         assert all(int(r["min_mod_revision"]) >= 1 for r in sent[1:])
         assert gw.stats().generation == 1 and not gw.stats().stale
-    finally:
-        await gw.stop()
-        await store.close()
 
 
 
@@ -191,35 +197,25 @@ async def test_without_quorum_every_poll_is_linearizable_and_the_view_stays_stal
     """Two members frozen: the third still answers serializable reads, but not the
     linearizable one; from that failure on every poll is linearizable, so the view stays
     stale until a quorum answers again."""
-    a = make_card(1)
-    serve(world, a)
-    await leader.publish([a])
-    store = counting_store(etcd, cluster_name)
-    cfg = config(cluster_name, etcd.endpoints, world, timing={"linearizable_every": 3})
-    gw = gateway(cfg, world, store=store)
-    await gw.start()
-    try:
-        await wait_for(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
+    async with counted_gateway(etcd, leader, world, cluster_name) as (gw, store, a):
+        await wait_until(lambda: len(store.registry_reads) >= 2 and not gw.stats().stale,
                        what="polls answered")
         etcd.freeze(0)
         etcd.freeze(1)
-        await wait_for(lambda: gw.stats().stale, what="stale without quorum")
+        await wait_until(lambda: gw.stats().stale, what="stale without quorum")
         first = len(store.registry_reads)
         failed = gw.stats().failed_polls
-        await wait_for(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
+        await wait_until(lambda: gw.stats().failed_polls >= failed + 3, what="3 more polls")
         after = store.registry_reads[first:]
         assert len(after) >= 3 and not any(r.get("serializable") for r in after)
         assert gw.stats().stale and "registry not read" in gw.stats().problem
         assert in_service(gw, a.id) and gw.stats().generation == 1
         etcd.thaw(0)
         etcd.thaw(1)
-        await wait_for(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
+        await wait_until(lambda: not gw.stats().stale, timeout=20.0, what="fresh with quorum")
         back = len(store.registry_reads)
-        await wait_for(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
+        await wait_until(lambda: len(store.registry_reads) >= back + 3, what="3 more polls")
         assert any(r.get("serializable") for r in store.registry_reads[back:])
-    finally:
-        await gw.stop()
-        await store.close()
 
 
 async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, leader, world,
@@ -228,8 +224,7 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
     notification proves the view fresh for 1.5 polls as a serializable poll would, so those
     polls are left out; the
     linearizable poll of every third turn is still made, and the view stays fresh."""
-    a = make_card(1)
-    serve(world, a)
+    [a] = served(world, 1)
     await leader.publish([a])
     store = counting_store(etcd, cluster_name)
     cfg = config(cluster_name, etcd.endpoints, world, watch=True,
@@ -237,13 +232,13 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
     gw = gateway(cfg, world, store=store)
     await gw.start()
     try:
-        await wait_for(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
+        await wait_until(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
                        what="two polls left out")
         st = gw.stats()
         assert st.watch_progress >= 1 and not st.stale and st.problem == ""
         assert st.staleness is not None and st.staleness < bound(2.5)
         linearizable = sum(not r.get("serializable") for r in store.registry_reads)
-        await wait_for(lambda: sum(not r.get("serializable") for r in store.registry_reads)
+        await wait_until(lambda: sum(not r.get("serializable") for r in store.registry_reads)
                        > linearizable, timeout=20.0, what="the next linearizable poll")
         st = gw.stats()
         # the left-out polls were not made: every read is a poll counted (one may be out)
@@ -264,8 +259,7 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
                      progress_notify_interval=60) as quiet:
         boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
                                      prefix=keys.prefix(cluster_name)))
-        a = make_card(1)
-        serve(world, a)
+        [a] = served(world, 1)
         try:
             await RegistryWriter(boot, cluster_name).publish([a])
         finally:
@@ -276,7 +270,7 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
         gw = gateway(cfg, world, store=store)
         await gw.start()
         try:
-            await wait_for(lambda: len(store.registry_reads) >= 7, what="7 polls")
+            await wait_until(lambda: len(store.registry_reads) >= 7, what="7 polls")
             st = gw.stats()
             assert st.polls_skipped == 0 and st.watch_progress == 0 and not st.stale
             assert sum(bool(r.get("serializable")) for r in store.registry_reads[:7]) >= 2

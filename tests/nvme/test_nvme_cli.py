@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from awide_cluster.nvme.errors import (
 from awide_cluster.nvme.runner import CommandTimeout, ProgramNotFound, Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from awide_harness.fakes import FakeNvmeWorld, pid_alive
+from tests.timing import wait_until
 
 NQN = "nqn.2024-01.io.awide:sub1"
 SERIAL = "AWIDE0000SN0001"
@@ -137,11 +137,7 @@ async def test_hanging_nvme_is_killed(world, cli):
         await cli.connect(TARGET, timeout=1.0)
     pids = world.pids()
     assert len(pids) == 2                          # the fake and the child it started
-    for _ in range(100):
-        if not any(pid_alive(p) for p in pids):
-            break
-        await asyncio.sleep(0.05)
-    assert not any(pid_alive(p) for p in pids)
+    await wait_until(lambda: not any(pid_alive(p) for p in pids), 5, "both processes gone")
 
 
 async def test_fault_times_then_recovers(world, cli):

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from awide_cluster.nvme.runner import (
     ProgramNotRunnable,
     Runner,
 )
+from awide_harness import waits
 from awide_harness.fakes import install_python_program, pid_alive
 
 # A program that starts a grandchild, writes both pids, then sleeps forever.
@@ -36,20 +36,17 @@ def _env(bin_dir):
 
 
 async def _wait_pids(path, bound=10.0):
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            await asyncio.sleep(0.02)
-    raise AssertionError("program did not start")
+    return await waits.wait_until(lambda: json.loads(path.read_text()), bound,
+                                  "the program wrote its pids",
+                                  ignore=(FileNotFoundError, ValueError))
 
 
 async def _gone(pids, bound=5.0):
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        await asyncio.sleep(0.02)
-    return not any(pid_alive(p) for p in pids)
+    try:
+        return await waits.wait_until(lambda: not any(pid_alive(p) for p in pids), bound,
+                                      "every process gone")
+    except waits.WaitTimeout:
+        return False
 
 
 async def test_completed_with_output_and_rc(tmp_path):

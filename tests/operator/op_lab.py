@@ -12,39 +12,21 @@ from pathlib import Path
 
 import yaml
 
-from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.service import Daemon
+from awide_harness.presets import DirCards, config_dict
 from tests.operator import op_state as state
 from tests.timing import bound, wait_until
 
 CLI = str(Path(sys.executable).with_name("awide-cluster"))
 LOOKUP_VARIABLES = ("AWIDE_CONFIG", "AWIDE_ETCD_ENDPOINTS", "AWIDE_CLUSTER",
                     "AWIDE_DEFAULT_CONFIG")
-FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
 TWO_HOSTS = {"h1": [("card0", "SN-h1-0"), ("card1", "SN-h1-1")],
              "h2": [("card0", "SN-h2-0"), ("card1", "SN-h2-1")]}
 
-
-def _config_dict(etcd, cluster: str, host: str, cards: list[dict], hosts) -> dict:
-    return {"cluster": cluster, "host": host, "hosts": sorted(hosts), "role": "storage",
-            "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
-            "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}
-
-
-def _dir_card(root: Path, host: str, name: str, serial: str) -> dict:
-    path = root / host / name
-    path.mkdir(parents=True)
-    write_label(path, serial, "dir-card")
-    flag = root / host / f"{name}.ok"
-    flag.write_text("ok")
-    return {"name": name, "kind": "dir", "path": str(path), "probe_timeout": 0.25,
-            "store": {"command": [sys.executable, "-S", "-c",
-                                  "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) "
-                                  "else 1)", str(flag)]}}
 
 
 class Lab:
@@ -54,8 +36,8 @@ class Lab:
 
     def __init__(self, etcd, cluster: str, root: Path, layout=TWO_HOSTS) -> None:
         self.etcd, self.cluster = etcd, cluster
-        self.configs = {h: _config_dict(etcd, cluster, h, [
-            _dir_card(root, h, name, serial) for name, serial in cards], layout)
+        self.configs = {h: config_dict(etcd.endpoints, cluster, h, [
+            DirCards(root / h).card(name, serial) for name, serial in cards], hosts=layout)
             for h, cards in layout.items()}
         self.count = sum(len(c) for c in layout.values())
         self.file = root / "cluster.yaml"

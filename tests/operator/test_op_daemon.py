@@ -3,40 +3,27 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import aiohttp
 
-from awide_cluster.cards.directory import write_label
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.daemon.service import Daemon
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.render import render
+from awide_harness.presets import DirCards, config_dict
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 from tests.timing import bound, wait_until
 
-FAST = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3, "healthy_polls": 1}
-
 
 def _config(etcd, cluster, host, cards, role="storage"):
-    return daemon_config.parse({
-        "cluster": cluster, "host": host, "hosts": ["h1", "w1"], "role": role,
-        "etcd": {"endpoints": list(etcd.endpoints), "call_timeout": 0.3},
-        "timing": FAST, "api": {"listen": "127.0.0.1:0"}, "cards": cards}, "<test>")
+    return daemon_config.parse(config_dict(etcd.endpoints, cluster, host, cards,
+                                           hosts=["h1", "w1"], role=role), "<test>")
 
 
 def _dir_card(root, name, serial):
-    path = root / name
-    path.mkdir(parents=True)
-    write_label(path, serial, "dir-card")
-    flag = root / f"{name}.ok"
-    flag.write_text("ok")
-    spec = {"name": name, "kind": "dir", "path": str(path), "probe_timeout": 0.25,
-            "store": {"command": [sys.executable, "-S", "-c",
-                                  "import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) "
-                                  "else 1)", str(flag)]}}
-    return spec, flag
+    cards = DirCards(root)
+    return cards.card(name, serial), cards.flag(name)
 
 
 async def _until(reader, pred, timeout=10.0):

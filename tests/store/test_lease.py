@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from awide_cluster.store import LeaseExpired
+from awide_harness import waits
 
 
 async def test_grant_keepalive_ttl_revoke(store):
@@ -31,11 +32,10 @@ async def test_grant_keepalive_ttl_revoke(store):
 async def test_expiry_removes_key_and_keepalive_then_fails(store):
     lease = await store.grant(1)
     await store.create("leader", b"me", lease=lease.id)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while await store.get("leader") is not None:
-        assert loop.time() < deadline, "leased key still there long after its TTL"
-        await asyncio.sleep(0.1)
+    async def gone() -> bool:
+        return await store.get("leader") is None
+
+    await waits.wait_until(gone, 10, "the leased key gone after its TTL", poll=0.1)
     with pytest.raises(LeaseExpired):
         await store.keepalive(lease.id)
 
