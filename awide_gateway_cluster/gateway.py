@@ -143,7 +143,7 @@ class ClusterGateway:
 
     def stats(self) -> GatewayStats:
         fs = self._follower.state if self._follower else None
-        poll = self._tasks[0] if self._tasks else None
+        poll = self.poll_task
         dead = ""
         if self._started and (poll is None or poll.done()):
             dead = "registry poll task is not running: the view is stale by definition"
@@ -283,6 +283,20 @@ class ClusterGateway:
         what = str(reload())
         log.info("gateway %s: %s", self.id, what)
         return what
+
+    @property
+    def store(self) -> Store | None:
+        """The store this gateway reads (None before start and after stop)."""
+        return self._store
+
+    @property
+    def poll_task(self) -> asyncio.Task[None] | None:
+        """The registry poll loop's task while the gateway runs."""
+        return self._tasks[0] if self._tasks else None
+
+    async def poll_once(self) -> None:
+        """One registry poll now, outside the loop's schedule (tools and tests)."""
+        await self._poll_once()
 
     def _started_store(self) -> Store:
         if self._store is None:

@@ -350,6 +350,11 @@ class LeaderLoop:
                 self.metrics.observe_registry(reg)
         return CycleOutcome.WROTE
 
+    @property
+    def refusals(self) -> dict[str, str]:
+        """Keys under members/ whose report was refused, with the reason last logged."""
+        return dict(self._refusals)
+
     def _note_refusals(self, snap: ClusterSnapshot) -> None:
         """Count every refused value each cycle; log a refusal when its reason changes."""
         now: dict[str, str] = {}

@@ -59,6 +59,7 @@ class Session:
         self._doubt = False         # an answer was refused since the last census
         self._census_lock: asyncio.Lock | None = None
         self._census_at = float("-inf")
+        self.census_gap = CENSUS_GAP   # least time between two censuses of the members
         self._auth_task: asyncio.Task[None] | None = None   # the password check under way
         self._auth_off = False  # credentials configured but the cluster has auth disabled
         # values refused for their size, by key: not read again while unchanged (bounded.py)
@@ -114,7 +115,7 @@ class Session:
         async with self._census_lock:
             if self.timeline.epoch != epoch:
                 return True                 # adopted while this call waited
-            if not self._doubt or loop.time() - self._census_at < CENSUS_GAP:
+            if not self._doubt or loop.time() - self._census_at < self.census_gap:
                 return False
             left = deadline - loop.time()
             if left <= 0.01:

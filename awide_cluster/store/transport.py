@@ -83,6 +83,11 @@ class Transport:
             self._loop = loop
         return self._http
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context new connections use (None: plain HTTP or the default)."""
+        return self._ssl
+
     def use_ssl(self, ctx: ssl.SSLContext | None) -> None:
         """New connections use ``ctx`` from now on. The pool of the old context is retired, not
         closed: calls and watch streams running on its connections finish there; its idle

@@ -211,6 +211,10 @@ class Watch:
 
     # ------------------------------------------------------------------ streams
 
+    async def open(self) -> None:
+        """Open the stream now instead of at the first read."""
+        await self._open()
+
     async def _open(self) -> None:
         """Open a stream on the next member that says ``created`` within the call timeout."""
         session = self._session

@@ -158,7 +158,7 @@ async def test_report_from_a_host_outside_the_cluster_is_never_admitted(
             await d.turn()
         reg = await registry(store)
         assert [c.serial for c in reg.cards] == ["SN0"]
-        assert "members/intruder" in d.leader_loop._refusals
+        assert "members/intruder" in d.leader_loop.refusals
         assert reg.hosts == ("h1", "h2", "h3")
 
 

@@ -44,10 +44,10 @@ async def test_a_huge_registry_is_refused_and_not_fetched_again(etcd, leader, wo
         assert f"value over {bounds.REGISTRY_MAX_BYTES} bytes" in gw.stats().problem
         assert gw.snapshot().generation == good and in_service(gw, a.id)
         polls = gw.stats().polls
-        before = gw._store.transport.bytes_read
+        before = gw.store.transport.bytes_read
         await wait_until(lambda: gw.stats().polls >= polls + 3, what="3 more polls")
         assert gw.stats().registries_rejected == 1 and in_service(gw, a.id)
-        assert gw._store.transport.bytes_read - before < 64 * 1024   # not the 2 MiB again
+        assert gw.store.transport.bytes_read - before < 64 * 1024   # not the 2 MiB again
         reg = await leader.publish([a])
         await wait_until(lambda: gw.snapshot().generation == reg.generation
                        and not gw.stats().stale, what="a good registry again")

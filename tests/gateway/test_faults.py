@@ -49,7 +49,7 @@ async def test_etcd_frozen_calls_stay_bounded_and_cards_keep_serving(
             # Through _poll_once (as the loop polls), so that whichever poll sees the first
             # failure publishes the stale event.
             t0 = time.monotonic()
-            await gw._poll_once()
+            await gw.poll_once()
             assert time.monotonic() - t0 < bound(cfg.etcd.call_timeout + 0.5)
             failed = gw.stats().failed_polls
             await wait_until(lambda: gw.stats().failed_polls >= failed + 3,

@@ -51,8 +51,10 @@ async def test_poll_survives_any_exception_and_a_dead_poll_is_stale(
         await wait_until(lambda: in_service(gw, b.id), what="new card after the errors")
         assert not gw.stats().stale
         # a poll task that is not running: stale by definition, whatever the last poll said
-        gw._tasks[0].cancel()
-        await wait_until(lambda: gw._tasks[0].done(), what="poll task ended")
+        task = gw.poll_task
+        assert task is not None
+        task.cancel()
+        await wait_until(task.done, what="poll task ended")
         st = gw.stats()
         assert st.stale and "not running" in st.problem
     finally:

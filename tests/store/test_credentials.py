@@ -116,19 +116,19 @@ async def test_reload_adopts_good_files_and_keeps_the_old_on_a_bad_one(pki, tmp_
     a, b = pki
     store, files = _store(tmp_path, a)
     try:
-        first = store.transport._ssl
+        first = store.transport.ssl_context
         assert "unchanged" in store.reload_credentials()
-        assert store.transport._ssl is first
+        assert store.transport.ssl_context is first
         shutil.copy(b.ca_file, files["ca"])
         store.transport.token = "old-token"
         assert "new connections use them" in store.reload_credentials()
-        second = store.transport._ssl
+        second = store.transport.ssl_context
         assert second is not first and store.transport.token == "old-token"
         # a key that does not match: refused, naming it; nothing changes
         shutil.copy(b.client_key, files["key"])
         with pytest.raises(CredentialError, match="key.pem: does not match"):
             store.reload_credentials()
-        assert store.transport._ssl is second
+        assert store.transport.ssl_context is second
         shutil.copy(a.client_key, files["key"])
         # an empty password file: refused; a new password drops the token
         open(files["password"], "w").close()
