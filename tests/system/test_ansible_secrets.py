@@ -78,11 +78,18 @@ def _stub_handlers(tmp: Path) -> Path:
     return roles
 
 
+_VAULTED: dict[tuple[str, str], str] = {}
+
+
 def _vaulted(tools: Path, tmp: Path, value: str, name: str) -> str:
-    r = _run([str(tools / "ansible-vault"), "encrypt_string", "--vault-password-file",
-              str(tmp / "vault-pw"), "--name", name, value], cwd=tmp)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    """``value`` encrypted with VAULT_PASSWORD as the ``name:`` entry of a vars file; encrypted
+    once per module (every setup uses the same password; ansible-vault starts in seconds)."""
+    if (value, name) not in _VAULTED:
+        r = _run([str(tools / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                  str(tmp / "vault-pw"), "--name", name, value], cwd=tmp)
+        assert r.returncode == 0, r.stderr
+        _VAULTED[value, name] = r.stdout
+    return _VAULTED[value, name]
 
 
 def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
