@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from awide_cluster.access.plan import gateway_user, identity_problem
 from awide_cluster.config.common import (
@@ -64,6 +64,9 @@ def _name(what: str, v: str) -> str:
 
 
 class TimingSection(Section):
+    # a dump (model_dump, model_dump_json) writes ``lease_ttl``, the key a file takes back
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
     poll_interval: float = Field(default=1.0, ge=0.05, le=60.0,
                                  description="seconds between two registry polls")
     sick_polls: int = Field(default=3, ge=1, le=100,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,13 @@ def test_config_defaults():
     # the deploy's progress notifications arrive within a gateway's proof window at its default
     # poll interval, with 0.1 s to spare for their delivery: each one stands in for a poll
     assert ETCD_PROGRESS_NOTIFY + 0.1 <= PROOF_WINDOW * c.timing.poll_interval
+
+
+def test_a_dumped_config_loads_back_with_the_keys_a_file_takes():
+    c = cfg(timing={"lease_ttl": 40})
+    doc = json.loads(c.model_dump_json())
+    assert doc["timing"]["lease_ttl"] == 40 and "registration_ttl" not in doc["timing"]
+    assert parse_config(doc, "gw.yaml") == c
 
 
 @pytest.mark.parametrize("over,field,words", [
