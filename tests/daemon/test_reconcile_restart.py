@@ -185,3 +185,11 @@ def test_a_reader_ignores_fields_it_does_not_know() -> None:
     doc = reportdoc.to_dict(report("h2", 3, card("card0", "SNA")))
     doc["planned_absence_v9"] = {"anything": 1}
     assert reportdoc.decode(json.dumps(doc).encode()) == report("h2", 3, card("card0", "SNA"))
+
+
+def test_a_restarting_report_is_no_news_for_a_report_cycle() -> None:
+    from awide_cluster.daemon.arrivals import report_news
+    L, last = started()
+    sick = report("h2", 3, card("card0", "SNA", healthy=False, reason="store down"))
+    assert report_news(sick, L.registry, L.memory.seen, last) != ""
+    assert report_news(marked(sick), L.registry, L.memory.seen, last) == ""
