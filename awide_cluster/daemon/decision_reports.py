@@ -58,6 +58,29 @@ def held_hosts(snap: ClusterSnapshot, counts: Mapping[str, int],
                      and n <= held_polls(r.grace, policy.poll_interval))
 
 
+def hold_lines(snap: ClusterSnapshot, memory: LeaderMemory, reading: Reading,
+               policy: Policy) -> tuple[str, ...]:
+    """One log line per restarting host whose hold began, ended past its grace, or ended
+    with a live report (its daemon back) in this cycle."""
+    lines = []
+    for h in sorted(set(reading.held_for) | set(memory.held_for)):
+        r = snap.reports.get(h)
+        mark = r.restarting if r is not None else None
+        before = memory.held_for.get(h, 0)
+        if mark is None:
+            back = "its daemon reports again" if r is not None else "its report is gone"
+            lines.append(f"host {h} no longer restarting after {before} poll(s): {back}")
+            continue
+        limit = held_polls(mark.grace, policy.poll_interval)
+        if h in reading.held and h not in memory.held_for:
+            lines.append(f"host {h} restarting (its daemon stopped cleanly, back by "
+                         f"{mark.until or '?'}): its cards held for at most {limit} poll(s)")
+        elif h not in reading.held and 0 < before <= limit < reading.held_for[h]:
+            lines.append(f"host {h} still restarting after its grace ({mark.grace} s, "
+                         f"{limit} polls): its report now counts as not advancing")
+    return tuple(lines)
+
+
 def stale_streaks(snap: ClusterSnapshot, memory: LeaderMemory,
                   held: frozenset[str] = frozenset()) -> dict[str, int]:
     """host -> poll cycles in a row its report did not advance, counting this one (hosts

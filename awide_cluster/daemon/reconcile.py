@@ -108,6 +108,7 @@ from awide_cluster.daemon.decision_registry import (
 from awide_cluster.daemon.decision_reports import (
     drop_foreign,
     held_hosts,
+    hold_lines,
     initial_health,
     judge_reports,
     restarting,
@@ -124,8 +125,8 @@ __all__ = [
     "Ledger", "Policy", "Poll", "Reading", "STOPPED_TOGETHER", "Settled", "Sighting",
     "Sightings", "Stamp", "TakenIntents", "Trigger", "admit", "apply_drains", "by_whom",
     "conflicts", "counted", "decide", "describe", "drop_foreign", "fresh_bad", "initial_health",
-    "held_hosts", "held_polls", "judge_card", "judge_cards", "judge_reports", "mark_conflicts",
-    "poll_card", "relocate", "reported_id", "restarting", "settle", "sightings",
+    "held_hosts", "held_polls", "hold_lines", "judge_card", "judge_cards", "judge_reports",
+    "mark_conflicts", "poll_card", "relocate", "reported_id", "restarting", "settle", "sightings",
     "stale_streaks", "take_intents", "within_cluster", "write_outage",
 ]
 
@@ -164,7 +165,9 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
         held_for=reading.held_for,
     )
     return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
-                    memory=remembered, log=settled.log, moves=settled.moves)
+                    memory=remembered,
+                    log=hold_lines(snap, memory, reading, policy) + settled.log,
+                    moves=settled.moves)
 
 
 def fresh_bad(polls: Mapping[str, Poll], memory: LeaderMemory) -> frozenset[str]:

@@ -54,14 +54,18 @@ def test_a_restarting_host_keeps_its_cards_in_for_its_grace() -> None:
     L, last = started()
     writes = L.writes
     held = marked(last, grace=5)
-    for _ in range(held_polls(5, L.policy.poll_interval)):
+    for i in range(held_polls(5, L.policy.poll_interval)):
         d = L.step(held)
-        assert not d.write and not d.log
+        assert not d.write
+        assert d.log == (("host h2 restarting (its daemon stopped cleanly, back by "
+                          "2026-12-03T08:00:05+00:00): its cards held for at most 6 poll(s)",)
+                         if i == 0 else ())
     assert L.state(A) == "in" and entry(L.registry, A).health == "ok"
     assert L.memory.health[A].bad == 0
     # the daemon started again: a new run, fresh and healthy; nothing was written meanwhile
-    L.step(report("h2", 1, card("card0", "SNA"), run="run2"))
+    d = L.step(report("h2", 1, card("card0", "SNA"), run="run2"))
     assert L.state(A) == "in" and L.writes == writes
+    assert d.log == ("host h2 no longer restarting after 6 poll(s): its daemon reports again",)
 
 
 def test_past_its_grace_a_restarting_report_counts_as_not_advancing() -> None:
@@ -70,7 +74,10 @@ def test_past_its_grace_a_restarting_report_counts_as_not_advancing() -> None:
     for _ in range(held_polls(2, L.policy.poll_interval)):
         L.step(held)
     assert L.state(A) == "in"
-    for _ in range(3):
+    d = L.step(held)
+    assert d.log[0] == ("host h2 still restarting after its grace (2 s, 3 polls): its report "
+                        "now counts as not advancing")
+    for _ in range(2):
         L.step(held)
     assert L.state(A) == "out"
     assert "did not advance" in entry(L.registry, A).reason
