@@ -116,6 +116,25 @@ class ClusterFaults(ClusterProcs):
         proc.kill()          # reap
         return self.last_fault_at
 
+    def stop_daemon(self, host: str, bound: float = 10.0) -> float:
+        """A clean stop of the host's daemon (SIGTERM; SIGKILL only after ``bound``), as
+        ``systemctl stop`` does; returns the time of the SIGTERM once the process is gone.
+        ``start_daemon`` starts it again."""
+        h = self._host(host)
+        if h.proc is None or not h.proc.alive():
+            raise EmbeddedClusterError(f"daemon {host} is not running")
+        self.last_fault_at = time.monotonic()
+        reap([h.proc], bound)
+        return self.last_fault_at
+
+    def start_daemon(self, host: str) -> float:
+        """Start the host's daemon (stopped by ``stop_daemon`` or killed); the time."""
+        h = self._host(host)
+        if h.proc is not None and h.proc.alive():
+            raise EmbeddedClusterError(f"daemon {host} is running")
+        self._spawn_daemon(host)
+        return time.monotonic()
+
     def restart_daemon(self, host: str) -> float:
         """Stop the daemon if it runs (SIGTERM, SIGKILL after stop_timeout), start it again."""
         h = self._host(host)

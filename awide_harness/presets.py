@@ -1,10 +1,11 @@
 """Daemons run in the test process: one timing preset, directory cards, one config builder.
 
 ``FAST`` is the timing of every in-process daemon of the tests (poll 0.1 s, lease 1 s >
-0.1 + 2 x ``ETCD_CALL``, 3 sick polls). ``DirCards`` makes labelled directory cards whose
-store probe is ``test -e <dir>.ok`` (``set_healthy`` flips it); ``config_dict`` is a daemon
-config document for them (``awide_cluster.config.daemon.parse`` reads it). The embedded
-cluster's own configs are ``spec.daemon_config``.
+0.1 + 2 x ``ETCD_CALL``, 3 sick polls, no restart grace: a clean stop's report vanishes at
+once; the tests of the planned absence set ``restart_grace``). ``DirCards`` makes labelled
+directory cards whose store probe is ``test -e <dir>.ok`` (``set_healthy`` flips it);
+``config_dict`` is a daemon config document for them (``awide_cluster.config.daemon.parse``
+reads it). The embedded cluster's own configs are ``spec.daemon_config``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from awide_cluster.cards.directory import write_label
 
 FAST: dict[str, Any] = {"poll_interval": 0.1, "lease_ttl": 1, "sick_polls": 3,
-                        "healthy_polls": 1}
+                        "healthy_polls": 1, "restart_grace": 0}
 ETCD_CALL = 0.3
 TEST_PROGRAM = shutil.which("test") or "/usr/bin/test"      # the store probe: `test -e FLAG`
 

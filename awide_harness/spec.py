@@ -58,6 +58,7 @@ class Timing:
     sick_polls: int = 3
     healthy_polls: int = 1
     call_timeout: float = 0.5
+    restart_grace: int | None = None    # the daemons' timing.restart_grace; None: its default
 
     @classmethod
     def quick(cls) -> Timing:
@@ -253,7 +254,8 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
         "role": spec.role(host),
         "etcd": etcd_section(endpoints, t, plaintext=spec.network == "netns", auth=auth),
         "timing": {"poll_interval": t.poll_interval, "lease_ttl": t.lease_ttl,
-                   "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls},
+                   "sick_polls": t.sick_polls, "healthy_polls": t.healthy_polls,
+                   **({} if t.restart_grace is None else {"restart_grace": t.restart_grace})},
         "api": {"listen": f"{address}:{api_port}",
                 # a network namespace's own address: test clusters serve the API in plain HTTP
                 **({} if is_loopback_host(address) else {"allow_insecure": True})},

@@ -342,6 +342,8 @@ QUOTES: tuple[Quote, ...] = (
           f"{_DAEMON['poll_interval'].default:.1f}", "daemon TimingSection.poll_interval"),
     Quote("docs/config.md", r"^  lease_ttl: (\d+) +# whole seconds",
           number(_DAEMON["lease_ttl"].default), "daemon TimingSection.lease_ttl"),
+    Quote("docs/config.md", r"^  restart_grace: (\d+) +# whole seconds",
+          number(_DAEMON["restart_grace"].default), "daemon TimingSection.restart_grace"),
     Quote("docs/config.md", r"^  sick_polls: (\d+) +# bad observations in a row that",
           number(_DAEMON["sick_polls"].default), "daemon TimingSection.sick_polls"),
     Quote("docs/config.md", r"^  sick_polls: (\d+) +# bad observations in a row before",

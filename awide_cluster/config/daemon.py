@@ -34,6 +34,7 @@ from awide_cluster.config import common
 from awide_cluster.config.common import ConfigError, EtcdSection, Section, plaintext_problems
 from awide_cluster.config.listen import ListenError, parse_listen
 from awide_cluster.contract.keys import BadName, check_name
+from awide_cluster.contract.report import RESTART_GRACE_MAX
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
 # a daemon watch is never re-opened after less silence than this (seconds)
@@ -56,6 +57,11 @@ class TimingSection(Section):
                             description="bad observations in a row that take a card out")
     healthy_polls: int = Field(default=1, ge=1, le=100,
                                description="good observations in a row that put it back in")
+    restart_grace: int = Field(
+        default=120, ge=0, le=RESTART_GRACE_MAX,
+        description="seconds a cleanly stopped daemon's host stays marked restarting (its "
+                    "cards held in service, not observed) before its absence counts as a "
+                    "failure; 0: none (the report vanishes at once on a clean stop)")
     etcd_progress_notify: float = Field(
         default=ETCD_PROGRESS_NOTIFY, ge=0.1, le=600.0,
         description="seconds between the etcd members' watch progress notifications (their "

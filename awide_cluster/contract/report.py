@@ -6,6 +6,12 @@ cycle and counted (the host's cards then count as not observed), never crashes t
 ``run`` is a random id per daemon process and ``seq`` counts that process's reports: the
 leader judges a report fresh when (run, seq) changed since its previous cycle, so no wall clock
 is compared across hosts.
+
+A daemon that stops cleanly writes its last report once more, marked ``restarting``, on a
+lease of its own whose TTL is the restart grace: the key expires by itself at the deadline
+(etcd's lease, one clock). ``restarting.until`` is the writer's wall clock, shown to
+operators only. The field is written only when set, and a reader of the same schema that does
+not know it ignores it (unknown fields are ignored), so it needs no new schema.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
 HISTORY_RESETS_MAX = 2**31 - 1  # new etcd histories one daemon process may say it followed
 HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
+RESTART_GRACE_MAX = 3600        # seconds a restarting report may say it is held for
+UNTIL_MAX = 64                  # characters of its deadline's text
 
 
 class ReportError(u.BadValue):
@@ -71,6 +79,15 @@ Role = Literal["storage", "witness"]    # what a host is (config: role)
 
 
 @dataclass(frozen=True, slots=True)
+class Restarting:
+    """A report written by a daemon that stopped cleanly: its host comes back within
+    ``grace`` seconds (the TTL of the lease it is written on)."""
+
+    grace: int                      # seconds, 1..RESTART_GRACE_MAX
+    until: str                      # the deadline on the writer's wall clock (for operators)
+
+
+@dataclass(frozen=True, slots=True)
 class HostReport:
     host: str
     role: Role
@@ -85,6 +102,8 @@ class HostReport:
     # and why it adopted the last one; written only when non-zero (older readers ignore them)
     history_resets: int = 0
     history_note: str = ""
+    # set on the report a daemon writes once more when it stops cleanly (None: a live report)
+    restarting: Restarting | None = None
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -99,6 +118,7 @@ _Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
 _Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
 _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 _HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
+_Until: TypeAlias = Annotated[str, u.chars(UNTIL_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -124,6 +144,11 @@ class _CardDoc(_Strict):
     probes: list[_ProbeDoc] = Field(default=[], max_length=u.PROBES_MAX)
 
 
+class _RestartingDoc(_Strict):
+    grace: int = Field(ge=1, le=RESTART_GRACE_MAX)
+    until: _Until = ""
+
+
 class _ReportDoc(_Strict):
     schema_: int = Field(alias="schema")
     host: Name
@@ -136,6 +161,7 @@ class _ReportDoc(_Strict):
     cards: list[_CardDoc] = Field(default=[], max_length=u.REPORT_CARDS_MAX)
     history_resets: int = Field(default=0, ge=0, le=HISTORY_RESETS_MAX)
     history_note: _HistoryNote = ""
+    restarting: _RestartingDoc | None = None
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -158,6 +184,8 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         host=doc.host, role=doc.role, version=doc.version, api=doc.api, run=doc.run,
         seq=doc.seq, cards=tuple(cards), dev_cluster=doc.dev_cluster, schema=doc.schema_,
         history_resets=doc.history_resets, history_note=doc.history_note,
+        restarting=(Restarting(grace=doc.restarting.grace, until=doc.restarting.until)
+                    if doc.restarting is not None else None),
     )
 
 
@@ -181,6 +209,8 @@ def to_dict(r: HostReport) -> dict[str, Any]:
         ],
         **({"history_resets": r.history_resets, "history_note": r.history_note}
            if r.history_resets else {}),
+        **({"restarting": {"grace": r.restarting.grace, "until": r.restarting.until}}
+           if r.restarting is not None else {}),
     }
 
 

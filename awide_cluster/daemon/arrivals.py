@@ -6,9 +6,10 @@ checks) should run now instead of at the next poll: when it says something new (
 changed since the report the leader last read), or counts toward a card's change of state (a
 sick report of a card in, a healthy one of a card out). The event's value is untrusted and
 never used beyond that hint: what the cycle decides comes from its own read. A report that
-does not decode, is a stranger's, names another host or was observed already is no news (the
-next poll cycle reads and counts it as usual), so nothing in a value can make the leader act
-on it, only make it read earlier.
+does not decode, is a stranger's, names another host, was observed already or is marked
+restarting (its cards are held, ``reconcile``) is no news (the next poll cycle reads and
+counts it as usual), so nothing in a value can make the leader act on it, only make it read
+earlier.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def report_news(report: HostReport, registry: Registry | None,
     host = report.host
     if seen.get(host) == report.freshness:
         return ""                       # observed already
+    if report.restarting is not None:
+        return ""                       # a planned absence: its cards are held, not observed
     if registry is None:
         return f"report of {host}: no registry yet"
     if last is None or [_said(rc) for rc in report.cards] != [_said(rc) for rc in last.cards]:

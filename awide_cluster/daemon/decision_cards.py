@@ -36,10 +36,13 @@ def _not_fresh(host: str, reading: Reading) -> Poll:
 
 def poll_card(c: CardEntry, snap: ClusterSnapshot, seen: Sightings, reading: Reading) -> Poll:
     """What this cycle observes of registry card ``c`` (before any discount, see
-    ``counted``)."""
+    ``counted``). A card observed through the report of a host restarting within its grace
+    is held: no observation (its state and counters stay as they are)."""
     places = seen.get(c.id, ())
     if places:
         host, rc = next(((h, r) for h, r in places if h == c.host), places[0])
+        if host in reading.held:
+            return Poll(good=None, held=True)
         if not reading.baseline and host not in reading.fresh:
             return _not_fresh(host, reading)
         if rc.healthy:
@@ -49,6 +52,8 @@ def poll_card(c: CardEntry, snap: ClusterSnapshot, seen: Sightings, reading: Rea
     if reading.baseline:
         return Poll(good=None)
     host = c.host
+    if host in reading.held:
+        return Poll(good=None, held=True)
     if snap.trigger == "report" and host not in reading.fresh:
         return Poll(good=None)      # only the reports that arrived are observed
     if host in snap.bad_reports:

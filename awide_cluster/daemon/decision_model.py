@@ -67,6 +67,8 @@ class Policy:
     sick_polls: int = 3
     healthy_polls: int = 1
     hosts: frozenset[str] = frozenset()   # the cluster's hosts (config); empty: any host
+    # seconds between two poll cycles: bounds how many a restarting report is held for
+    poll_interval: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ class LeaderMemory:
     # was a write outage ("" when it was not)
     stale_for: Mapping[str, int] = field(default_factory=dict)
     outage: str = ""
+    # restarting hosts: host -> poll cycles their report has been marked restarting
+    held_for: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,11 @@ class Reading:
     outage: str                     # why this cycle is a write outage, "" when it is not
     stale_counts: bool              # a report that did not advance counts as a bad poll
     recounted: frozenset[str]       # cards whose sick report was counted in the last cycle
+    # hosts whose report is marked restarting, within its grace: their cards are held (no
+    # observation), and their report not advancing is neither a bad poll nor a write outage
+    held: frozenset[str] = frozenset()
+    # host -> poll cycles its report has been marked restarting (held or past its grace)
+    held_for: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +165,7 @@ class Poll:
     reason: str = ""
     source: Sighting | None = None  # where the card was seen, when it was
     stale: bool = False             # bad only because the host's report did not advance
+    held: bool = False              # no observation: its host is restarting within its grace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +189,13 @@ class Settled:
 
 # hosts whose reports stopped advancing within this many cycles of each other stopped together
 STOPPED_TOGETHER = 2
+
+
+def held_polls(grace: int, poll_interval: float) -> int:
+    """Poll cycles a restarting report of ``grace`` seconds is held for at most: its grace in
+    polls and one more (the leader's phase against the writer's). Its lease expires first, in
+    etcd; this bounds a report that outlives it (written by hand, off any lease)."""
+    return int(-(-grace // max(poll_interval, 1e-3))) + 1
 
 
 def describe(c: CardEntry) -> str:

@@ -23,6 +23,7 @@ from awide_cluster.daemon.decision_model import (
     TakenIntents,
     by_whom,
     describe,
+    held_polls,
     reported_id,
 )
 
@@ -40,16 +41,58 @@ def within_cluster(snap: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
                    strangers={**others, **snap.strangers})
 
 
-def stale_streaks(snap: ClusterSnapshot, memory: LeaderMemory) -> dict[str, int]:
+def restarting(snap: ClusterSnapshot, memory: LeaderMemory) -> dict[str, int]:
+    """host -> poll cycles its report has been marked restarting, counting this one (a
+    report cycle counts none); hosts whose report is not marked are absent."""
+    return {h: memory.held_for.get(h, 0) + (1 if snap.trigger == "poll" else 0)
+            for h, r in snap.reports.items() if r.restarting is not None}
+
+
+def held_hosts(snap: ClusterSnapshot, counts: Mapping[str, int],
+               policy: Policy) -> frozenset[str]:
+    """The restarting hosts still within their grace (``held_polls``). A host whose
+    restarting report outlived it is not held: its report then counts as one that does not
+    advance."""
+    return frozenset(h for h, n in counts.items()
+                     if (r := snap.reports[h].restarting) is not None
+                     and n <= held_polls(r.grace, policy.poll_interval))
+
+
+def hold_lines(snap: ClusterSnapshot, memory: LeaderMemory, reading: Reading,
+               policy: Policy) -> tuple[str, ...]:
+    """One log line per restarting host whose hold began, ended past its grace, or ended
+    with a live report (its daemon back) in this cycle."""
+    lines = []
+    for h in sorted(set(reading.held_for) | set(memory.held_for)):
+        r = snap.reports.get(h)
+        mark = r.restarting if r is not None else None
+        before = memory.held_for.get(h, 0)
+        if mark is None:
+            back = "its daemon reports again" if r is not None else "its report is gone"
+            lines.append(f"host {h} no longer restarting after {before} poll(s): {back}")
+            continue
+        limit = held_polls(mark.grace, policy.poll_interval)
+        if h in reading.held and h not in memory.held_for:
+            lines.append(f"host {h} restarting (its daemon stopped cleanly, back by "
+                         f"{mark.until or '?'}): its cards held for at most {limit} poll(s)")
+        elif h not in reading.held and 0 < before <= limit < reading.held_for[h]:
+            lines.append(f"host {h} still restarting after its grace ({mark.grace} s, "
+                         f"{limit} polls): its report now counts as not advancing")
+    return tuple(lines)
+
+
+def stale_streaks(snap: ClusterSnapshot, memory: LeaderMemory,
+                  held: frozenset[str] = frozenset()) -> dict[str, int]:
     """host -> poll cycles in a row its report did not advance, counting this one (hosts
-    whose report advanced, or that have none, are absent). Empty in a new leader's first
-    cycle; a report cycle judges no streak (the last poll cycle's stand)."""
+    whose report advanced, or that have none, are absent; so are ``held`` hosts, restarting:
+    their report is not meant to advance). Empty in a new leader's first cycle; a report
+    cycle judges no streak (the last poll cycle's stand)."""
     if memory.cycles == 0:
         return {}
     if snap.trigger == "report":
         return dict(memory.stale_for)
     return {h: memory.stale_for.get(h, 0) + 1 for h, r in snap.reports.items()
-            if memory.polled.get(h) == r.freshness}
+            if memory.polled.get(h) == r.freshness and h not in held}
 
 
 def write_outage(snap: ClusterSnapshot, memory: LeaderMemory, streaks: Mapping[str, int]) -> str:
@@ -68,11 +111,14 @@ def write_outage(snap: ClusterSnapshot, memory: LeaderMemory, streaks: Mapping[s
     return ""
 
 
-def judge_reports(snap: ClusterSnapshot, memory: LeaderMemory) -> Reading:
-    """Which reports advanced, and whether this cycle is a write outage. In an outage, and in
-    the cycle after it (a new freshness baseline), a report that did not advance counts
-    nothing."""
-    streaks = stale_streaks(snap, memory)
+def judge_reports(snap: ClusterSnapshot, memory: LeaderMemory,
+                  policy: Policy | None = None) -> Reading:
+    """Which reports advanced, which hosts are restarting within their grace, and whether
+    this cycle is a write outage. In an outage, and in the cycle after it (a new freshness
+    baseline), a report that did not advance counts nothing."""
+    counts = restarting(snap, memory)
+    held = held_hosts(snap, counts, policy or Policy(cluster="", leader=""))
+    streaks = stale_streaks(snap, memory, held)
     fresh = frozenset(h for h, r in snap.reports.items() if memory.seen.get(h) != r.freshness)
     if snap.trigger == "report":    # the outage stands as the last poll cycle judged it
         outage = memory.outage
@@ -89,6 +135,8 @@ def judge_reports(snap: ClusterSnapshot, memory: LeaderMemory) -> Reading:
         outage=outage,
         stale_counts=not outage and not memory.outage,
         recounted=memory.fresh_bad,
+        held=held,
+        held_for=counts,
     )
 
 

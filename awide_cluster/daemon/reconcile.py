@@ -10,7 +10,12 @@ Per registry card, one observation per cycle:
 - bad: reported sick or not found, missing from its host's report, no report from its host,
   a report that does not decode, or a report that did not advance ((run, seq) unchanged since
   the previous cycle: no wall clocks are compared across hosts);
-- none: the leader's first cycle counts no bad observation (freshness baseline).
+- none: the leader's first cycle counts no bad observation (freshness baseline); nor is a
+  card observed while the report it is seen through is marked *restarting* (its daemon
+  stopped cleanly and comes back within its grace, ``restart_grace``): the card is *held*,
+  its state and counters stay as they are, for at most ``held_polls`` poll cycles (the
+  report's lease expires first, in etcd; then "no report" counts as before). A restarting
+  report that does not advance is neither "did not advance" nor part of a write outage.
 
 A single report that did not advance counts toward ``out`` but does not change the registry's
 ``health``/``reason`` (two hosts polling at nearly the same phase see this now and then); the
@@ -90,6 +95,7 @@ from awide_cluster.daemon.decision_model import (
     Trigger,
     by_whom,
     describe,
+    held_polls,
     reported_id,
 )
 from awide_cluster.daemon.decision_registry import (
@@ -101,8 +107,11 @@ from awide_cluster.daemon.decision_registry import (
 )
 from awide_cluster.daemon.decision_reports import (
     drop_foreign,
+    held_hosts,
+    hold_lines,
     initial_health,
     judge_reports,
+    restarting,
     sightings,
     stale_streaks,
     take_intents,
@@ -116,9 +125,9 @@ __all__ = [
     "Ledger", "Policy", "Poll", "Reading", "STOPPED_TOGETHER", "Settled", "Sighting",
     "Sightings", "Stamp", "TakenIntents", "Trigger", "admit", "apply_drains", "by_whom",
     "conflicts", "counted", "decide", "describe", "drop_foreign", "fresh_bad", "initial_health",
-    "judge_card", "judge_cards", "judge_reports", "mark_conflicts", "poll_card", "relocate",
-    "reported_id", "settle", "sightings", "stale_streaks", "take_intents", "within_cluster",
-    "write_outage",
+    "held_hosts", "held_polls", "hold_lines", "judge_card", "judge_cards", "judge_reports",
+    "mark_conflicts", "poll_card", "relocate", "reported_id", "restarting", "settle", "sightings",
+    "stale_streaks", "take_intents", "within_cluster", "write_outage",
 ]
 
 
@@ -137,7 +146,7 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
                    health={cid: h for cid, h in memory.health.items() if cid in cards})
     taken = take_intents(start, snap, seen)
     ledger = drop_foreign(taken.ledger, seen, policy)
-    reading = judge_reports(snap, memory)
+    reading = judge_reports(snap, memory, policy)
     polls = {cid: poll_card(c, snap, seen, reading) for cid, c in ledger.cards.items()}
     ledger = judge_cards(ledger, polls, reading, policy, stamp)
     ledger = apply_drains(ledger, taken.pending, stamp)
@@ -153,9 +162,12 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
         fresh_bad=fresh_bad(polls, memory),
         stale_for=reading.streaks,
         outage=reading.outage,
+        held_for=reading.held_for,
     )
     return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
-                    memory=remembered, log=settled.log, moves=settled.moves)
+                    memory=remembered,
+                    log=hold_lines(snap, memory, reading, policy) + settled.log,
+                    moves=settled.moves)
 
 
 def fresh_bad(polls: Mapping[str, Poll], memory: LeaderMemory) -> frozenset[str]:

@@ -45,6 +45,7 @@ from awide_cluster.daemon.registry_follow import RegistryFollow
 from awide_cluster.daemon.reload import Reload
 from awide_cluster.daemon.reporter import CardObserver
 from awide_cluster.daemon.reports_watch import ReportsWatch
+from awide_cluster.daemon.restart import mark_restarting
 from awide_cluster.daemon.shared import DaemonShared, policy_for
 from awide_cluster.daemon.turn import TurnLoop
 from awide_cluster.nvme.runner import CommandRunner
@@ -167,9 +168,11 @@ class Daemon:
         self.reload.request(new)
 
     async def stop(self, *, bound: float = 10.0) -> None:
-        """Clean stop: finish the current turn, revoke the lease (the report and the leader key
-        vanish at once: immediate hand-over), close. Nothing is half-written: every write is
-        one etcd call, and the turn in progress is allowed to finish."""
+        """Clean stop: finish the current turn, write the last report again marked restarting
+        on a lease of ``timing.restart_grace`` (``restart.mark_restarting``: its cards are held
+        until then), revoke the lease (the leader key vanishes at once: immediate hand-over),
+        close. Nothing is half-written: every write is one etcd call, and the turn in progress
+        is allowed to finish."""
         self.shared.stop.set()
         if self._task is not None:
             try:
@@ -179,6 +182,10 @@ class Daemon:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         self.notifier.stopping(status="stopping: revoking lease")
+        if self.lease.id is not None:
+            await mark_restarting(self.store, self.report, grace=self.config.timing.restart_grace,
+                                  wall=self.clock.wall(),
+                                  call_timeout=self.config.etcd.call_timeout)
         self.leadership.step_down("stopping (lease revoked: immediate hand-over)",
                                   level=logging.INFO)
         await self.lease.revoke()

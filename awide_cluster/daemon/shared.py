@@ -23,7 +23,8 @@ log = logging.getLogger("awide_cluster.daemon")
 def policy_for(cfg: DaemonConfig) -> Policy:
     """The leader's decision policy a config gives."""
     return Policy(cluster=cfg.cluster, leader=cfg.host, sick_polls=cfg.timing.sick_polls,
-                  healthy_polls=cfg.timing.healthy_polls, hosts=frozenset(cfg.hosts))
+                  healthy_polls=cfg.timing.healthy_polls, hosts=frozenset(cfg.hosts),
+                  poll_interval=cfg.timing.poll_interval)
 
 
 class DaemonShared:

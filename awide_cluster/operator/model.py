@@ -20,7 +20,7 @@ Quorum = Literal["ok", "lost", "unknown"]
 # status's exit code at 1 (a forgotten drain is never invisible; Ceph's ``noout`` is
 # HEALTH_WARN for the same reason). Other warnings pass by themselves and count only with
 # ``--strict``.
-OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster"})
+OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster", "host_restarting"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,9 @@ class HostView:
     is_leader: bool
     report_age: Age | None
     error: str = ""             # the report did not decode; "no report" for a missing host
+    # the daemon stopped cleanly and its host is held until then (its own wall clock, as
+    # text; "" when the report is a live one): {"until": ..., "grace": seconds}
+    restarting: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,7 +141,9 @@ def table(st: ClusterStatus) -> str:
     out.append("HOSTS")
     out += columns(("HOST", "ROLE", "VERSION", "CARDS", "REPORT AGE", "LEADER", "API", "NOTE"), [
         (h.host, h.role, h.version, h.cards, h.report_age.describe() if h.report_age else "-",
-         "*" if h.is_leader else "", h.api, ("DEV " if h.dev_cluster else "") + h.error)
+         "*" if h.is_leader else "", h.api, ("DEV " if h.dev_cluster else "")
+         + (f"RESTARTING until {h.restarting['until'] or '?'} " if h.restarting else "")
+         + h.error)
         for h in st.hosts]) if st.hosts else ["  (no hosts)"]
 
     out.append("")

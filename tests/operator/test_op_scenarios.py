@@ -289,3 +289,22 @@ async def test_empty_cluster_has_no_registry_and_no_leader(shared_etcd, cluster_
     st = await status_of(shared_etcd, cluster_name, {})
     assert codes(st) == ["no_leader", "registry_missing"]
     assert render(st, fmt)
+
+
+async def test_a_restarting_host_is_shown_with_its_deadline(shared_etcd, cluster_name):
+    from awide_cluster.daemon.restart import restarting_report
+    kvs = state.healthy_state(cluster_name)
+    cards = [state.card("h2", "card0", "SN-B1", ip="10.0.0.2")]
+    marked = restarting_report(state.report("h2", cards), grace=120,
+                               wall="2026-12-03T08:00:00+00:00")
+    kvs[keys.member("h2")] = reportdoc.encode(marked)
+    st = await status_of(shared_etcd, cluster_name, kvs)
+    assert st.healthy and st.verdict == "warn", st.problems     # loud, set by an operator
+    (p,) = st.problems
+    assert (p.severity, p.code, p.subject) == ("warning", "host_restarting", "h2")
+    assert "until 2026-12-03T08:02:00+00:00 (grace 120 s)" in p.message
+    (h2,) = [h for h in st.hosts if h.host == "h2"]
+    assert h2.restarting == {"until": "2026-12-03T08:02:00+00:00", "grace": 120}
+    assert "RESTARTING until 2026-12-03T08:02:00+00:00" in render(st, "table")
+    doc = json.loads(render(st, "json"))
+    assert [h["restarting"] for h in doc["hosts"] if h["host"] == "h2"] == [h2.restarting]

@@ -16,7 +16,7 @@ from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
-from awide_cluster.contract.report import HostReport
+from awide_cluster.contract.report import HostReport, Restarting
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator.freshness import Age, Observations
 from awide_cluster.operator.model import EtcdView, HostView, LeaderView, Problem, RegistryView
@@ -146,7 +146,9 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
         return None, _host_view(host, lead, age, error=str(e)), [Problem(
             "error", "report_corrupt", host, f"report of host {host} refused: {e}")]
     problems = []
-    if age is not None and age.at_least >= policy.stale_after:
+    if report.restarting is not None:
+        problems.append(restarting(host, report.restarting))
+    elif age is not None and age.at_least >= policy.stale_after:
         problems.append(Problem(
             "error", "report_stale", host,
             f"report of host {host} unchanged for {age.at_least:.1f} s: its daemon's loop "
@@ -154,6 +156,16 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
     if report.history_resets:
         problems.append(history_reset(host, report.history_resets, report.history_note))
     return report, _host_view(host, lead, age, report=report), problems
+
+
+def restarting(host: str, r: Restarting) -> Problem:
+    """A daemon stopped cleanly, its host held (a planned absence): a warning while it
+    lasts; once its grace is over the report expires and the host is down."""
+    return Problem(
+        "warning", "host_restarting", host,
+        f"host {host} is restarting: its daemon stopped cleanly, its cards stay as they are "
+        f"until {r.until or '?'} (grace {r.grace} s); if it is not back by then, its cards go "
+        "out")
 
 
 def history_reset(host: str, count: int, note: str) -> Problem:
@@ -175,7 +187,10 @@ def _host_view(host: str, lead: str, age: Age | None, *, report: HostReport | No
                         is_leader=host == lead, report_age=age, error=error)
     return HostView(host=host, role=report.role, version=report.version, api=report.api,
                     cards=len(report.cards), dev_cluster=report.dev_cluster,
-                    is_leader=host == lead, report_age=age)
+                    is_leader=host == lead, report_age=age,
+                    restarting=({"until": report.restarting.until,
+                                 "grace": report.restarting.grace}
+                                if report.restarting is not None else None))
 
 
 def _unknown_host(key: str, host: str, hosts: tuple[str, ...]) -> Problem:
