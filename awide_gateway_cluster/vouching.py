@@ -80,6 +80,7 @@ class Vouching:
             if self._known(c):
                 cards.append(c)
                 self.accepted[c.id] = c             # its state and health as written
+                self.refusals.pop(c.id, None)
                 continue
             why = vet(c, reports, self.allowed) if reports is not None else None
             if reports is not None and why is None:
