@@ -141,6 +141,9 @@ async def test_a_card_its_host_moved_is_connected_there_and_let_go_at_the_old_ta
                          what="connected at the new target, the old controller let go")
         await wait_until(lambda: in_service(gw, a.id), what="the card in service again")
         assert gw.stats().entries_refused == 0
+        await leader.publish([])                        # forgotten: its controller let go
+        await wait_until(lambda: not at(world, "10.200.0.21"),
+                         what="the forgotten card's controller disconnected")
         assert card_id(a.serial, a.model, a.identity) == a.id
     finally:
         await gw.stop()
