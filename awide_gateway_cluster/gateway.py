@@ -255,8 +255,9 @@ class ClusterGateway:
             self._vouch_now.clear()
             try:
                 await self._vouch_once()
-            except Exception as e:      # noqa: BLE001 - its loop tries again
+            except Exception as e:      # noqa: BLE001 - its loop tries again at once
                 self._loop_failed("vouching", e)
+                self._vouch_now.set()
         self._started = True
         loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
         if self.config.watch:
