@@ -95,11 +95,10 @@ class CardWorkers:
         self._wake.pop(card.id, None)
         self.first_probe.pop(card.id, None)
         self.local.pop(card.id, None)
-        if (self.config.nvme.disconnect_forgotten and card.target is not None
-                and not any(c.target and c.target.subnqn == card.target.subnqn
-                            for c in reg.cards)):
+        if self.config.nvme.disconnect_forgotten and card.target is not None:
             assert self.connector is not None
-            return self.connector.release(card)
+            shared = any(c.target and c.target.subnqn == card.target.subnqn for c in reg.cards)
+            return self.connector.release(card, shared=shared)
         return None
 
     def _ensure_worker(self, card: CardEntry) -> None:

@@ -20,6 +20,7 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
            dhchap_secret_file: /etc/awide/gpu7.dhchap}       # optional, mode 0600
     watch: true
     watch_stall_after: 30.0
+    hosts: {s1: [10.0.0.1], s2: [10.0.0.2, "fd00:2::/64"]}   # allowed target addresses
 
 Combinations that cannot work are refused when the file is loaded (exit code 2 from
 ``awide-cluster gateway check-config``), never discovered at run time.
@@ -45,6 +46,7 @@ from awide_cluster.config.common import (
 )
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.contract.target import InvalidTarget, validate_nqn
+from awide_cluster.contract.vouch import Allowed, parse_networks
 from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 _DTYPES = ("float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2", "int8")
+HOSTS_MAX = 1024            # hosts in ``hosts``
+HOST_NETWORKS_MAX = 64      # addresses or networks per host
 _EXTRA_KEY = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -186,6 +190,26 @@ class GatewayConfig(Section):
     start_timeout: float = Field(
         default=3.0, gt=0.0, le=60.0,
         description="how long start() waits for the first probe of the cards")
+    vouch: bool = Field(
+        default=True,
+        description="use a registry entry only when its host's report vouches for it "
+                    "(docs/security.md); false only for a test rig playing the leader")
+    hosts: dict[str, list[str]] | None = Field(
+        default=None, max_length=HOSTS_MAX,
+        description="each storage host's allowed target addresses (addresses or CIDR "
+                    "networks); absent: addresses are not checked, the reports still vouch")
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if v is None:
+            return v
+        for host, nets in v.items():
+            _name("host", host)
+            if not 1 <= len(nets) <= HOST_NETWORKS_MAX:
+                raise ValueError(f"host {host}: 1 to {HOST_NETWORKS_MAX} addresses or networks")
+            parse_networks(nets)
+        return v
 
     @field_validator("cluster", "host", "pod")
     @classmethod
@@ -223,6 +247,12 @@ class GatewayConfig(Section):
     @property
     def id(self) -> str:
         return self.gateway_id or f"{self.host}-{self.pod}"
+
+    def allowed(self) -> Allowed | None:
+        """``hosts`` as networks (None: not given)."""
+        if self.hosts is None:
+            return None
+        return {h: parse_networks(nets) for h, nets in self.hosts.items()}
 
 
 def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:

@@ -3,8 +3,11 @@
 NVMe cards:
 1. the registry's target is validated again (``NvmeTarget.parse``): registry values are
    untrusted, and only a validated target ever reaches ``nvme connect`` (argv as a list);
-2. sysfs is searched by the card's serial (after a target restart the namespace comes back
-   under a new device name, and is found again this way);
+2. sysfs is searched for a controller of the card's serial *at the card's target* (transport,
+   address, port, subsystem NQN): after a target restart the namespace comes back under a new
+   device name, and is found again this way; a controller of that serial elsewhere is not
+   this card's (a controller this gateway connected for the card at another target, which
+   the registry no longer gives, is disconnected);
 3. not found and the registry says ``in``: ``nvme connect`` (bounded, killed on timeout) with
    this host's NQN and, when configured, its DH-HMAC-CHAP secret (read from its file at each
    connect, never kept, never logged);
@@ -15,8 +18,9 @@ NVMe cards:
 5. every poll: healthy when the controller is ``live`` and no I/O error was reported.
 
 A card the registry has ``out`` or ``drained`` is not connected if it is not already; one that
-is connected stays connected (it is only out of service). Only a card the registry has
-forgotten is disconnected (``release``), and only when no other card uses its subsystem.
+is connected stays connected (it is only out of service). A card the gateway no longer uses
+(forgotten, or never vouched for) is disconnected (``release``): the controllers this gateway
+connected for it, else its subsystem's when no other card uses it.
 
 Directory cards: the directory must exist and carry a label naming the card's serial (and
 identity); a directory that holds another label (different storage mounted there) is refused.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,6 +66,7 @@ class Connector:
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
+        self.connected: dict[str, set[str]] = {}     # card id -> controllers connected for it
 
     async def _off_loop(self, fn: Callable[[], T], card: CardEntry, what: str) -> T:
         """A sysfs/file read off the event loop, on the probe worker, bounded. A read of the
@@ -94,7 +99,8 @@ class Connector:
             log.error("card %s: hostile target refused, nothing run: %s", card.id, e)
             return Probe(refused=f"target refused: {e}", hostile=True)
         ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
-        mine = [c for c in ctrls if c.serial == card.serial]
+        await self._let_go_elsewhere(card, target, ctrls)
+        mine = [c for c in ctrls if c.serial == card.serial and _at_target(c, target)]
         if not mine:
             wrong = [c for c in ctrls if _at_target(c, target) and c.serial]
             if wrong:
@@ -154,9 +160,35 @@ class Connector:
             if shown is None:
                 return Probe(note=f"nvme connect gave {name}, which sysfs does not show")
             ctrl = shown
+        self.connected.setdefault(card.id, set()).add(ctrl.name)
         if ctrl.serial != card.serial:
             return _wrong_card(card, target, ctrl.serial, ctrl.model)
         return ctrl
+
+    async def _let_go_elsewhere(self, card: CardEntry, target: NvmeTarget,
+                                ctrls: Sequence[Controller]) -> None:
+        """Disconnect the controllers this gateway connected for ``card`` that are not at its
+        target now (it moved, or the target it was connected to is no longer given)."""
+        names = self.connected.get(card.id)
+        if not names:
+            return
+        present = {c.name: c for c in ctrls}
+        for name in sorted(names):
+            ctrl = present.get(name)
+            if ctrl is None:
+                names.discard(name)         # gone (disconnected, or the target went away)
+            elif not _at_target(ctrl, target):
+                await self._disconnect(card, name, f"not at the card's target {target}")
+
+    async def _disconnect(self, card: CardEntry, name: str, why: str) -> bool:
+        try:
+            await self.nvme.disconnect_device(name, timeout=self.command_timeout)
+        except (NvmeError, RunnerError, InvalidTarget) as e:
+            log.warning("card %s: disconnect %s (%s) failed: %s", card.id, name, why, e)
+            return False
+        log.warning("card %s: disconnected %s: %s", card.id, name, why)
+        self.connected.get(card.id, set()).discard(name)
+        return True
 
     async def _verify(self, card: CardEntry, target: NvmeTarget, ctrl: Controller,
                       ns: Any) -> Probe | None:
@@ -182,9 +214,18 @@ class Connector:
                 return Probe(refused=msg)
         return None
 
-    async def release(self, card: CardEntry) -> None:
-        """Disconnect a card the registry has forgotten (best effort, bounded)."""
+    async def release(self, card: CardEntry, *, shared: bool = False) -> None:
+        """Disconnect a card the gateway no longer uses (best effort, bounded): the
+        controllers it connected for it; else, unless another card uses its subsystem
+        (``shared``), every controller of its subsystem."""
         if card.kind != "nvme" or card.target is None:
+            return
+        names = self.connected.pop(card.id, set())
+        if names:
+            for name in sorted(names):
+                await self._disconnect(card, name, "the card is no longer used")
+            return
+        if shared:
             return
         try:
             target = NvmeTarget.parse(card.target.to_dict())

@@ -53,6 +53,7 @@ from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import Hub, Subscription
+from awide_gateway_cluster.vouching import Vouching, read_reports
 
 if TYPE_CHECKING:
     from awide_cluster.store.etcd import EtcdStore
@@ -72,6 +73,11 @@ SETTLE = 0.25
 # hide. The deploy's members notify every 1.4 s (config.daemon.ETCD_PROGRESS_NOTIFY), under
 # this window at the default 1 s poll, so a notification stands in for every serializable poll
 PROOF_WINDOW = 1.5
+
+
+# while registry entries are refused, the reports are read again every this many poll
+# intervals (a host whose report was missing may vouch again; nothing else re-reads them)
+VOUCH_RETRY_POLLS = 10
 
 
 class ClusterGateway:
@@ -114,6 +120,10 @@ class ClusterGateway:
         self._poll_now = asyncio.Event()
         self._follower: Follower | None = None
         self._registration: Registration | None = None
+        # what the gateway uses of the registry: the entries the hosts' reports vouch for
+        self._vouching = Vouching(config.allowed()) if config.vouch else None
+        self._used: Registry | None = None
+        self._vouch_now = asyncio.Event()
         self._cards = CardWorkers(config, rng=self._rng, registry=self._registry,
                                   view=self.snapshot, changed=self._rebuild,
                                   publish=self._publish)
@@ -163,6 +173,8 @@ class ClusterGateway:
             watch_progress=fs.progress if fs else 0,
             polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
+            entries_refused=self._vouching.refused if self._vouching else 0,
+            refusals=self._vouching.problems() if self._vouching else (),
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -239,10 +251,19 @@ class ClusterGateway:
             await self._close_store()
             raise
         await self._poll_once()
+        if self._vouch_now.is_set():
+            self._vouch_now.clear()
+            try:
+                await self._vouch_once()
+            except Exception as e:      # noqa: BLE001 - its loop tries again at once
+                self._loop_failed("vouching", e)
+                self._vouch_now.set()
         self._started = True
         loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
         if self.config.watch:
             loops.append(self._registry_watch.run(self._follower))
+        if self._vouching is not None:
+            loops.append(self._vouch_loop())
         self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
                        for i, c in enumerate(loops)]
         if self._cards.first_probe:
@@ -383,6 +404,13 @@ class ClusterGateway:
     def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
+        if self._vouching is not None:
+            # entries accepted before are used at once; new or changed ones wait for the
+            # hosts' reports, read after this registry (``_vouch_loop``)
+            old, self._used = self._used, self._vouching.use(reg, None)
+            if self._vouching.pending(reg):
+                self._vouch_now.set()
+            reg = self._used
         self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
         self._applied_at = self._clock()
         if decision.detail:
@@ -391,8 +419,46 @@ class ClusterGateway:
         self._rebuild()
 
     def _registry(self) -> Registry | None:
-        """The registry the follower holds (None: none read yet, or not started)."""
+        """The registry the gateway uses (None: none read yet, or not started): the one the
+        follower holds, with only the entries the hosts' reports vouch for."""
+        if self._vouching is not None:
+            return self._used
         return self._follower.state.registry if self._follower else None
+
+    async def _vouch_loop(self) -> None:
+        """Read the hosts' reports when an applied registry has new or changed entries, and
+        every ``VOUCH_RETRY_POLLS`` poll intervals while entries are refused."""
+        assert self._vouching is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(VOUCH_RETRY_POLLS * self._interval):
+                    await self._vouch_now.wait()
+            self._vouch_now.clear()
+            src = self._follower.state.registry if self._follower else None
+            if src is None or not (self._vouching.pending(src) or self._vouching.refusals):
+                continue
+            try:
+                await self._vouch_once()
+            except Exception as e:      # noqa: BLE001 - no content may end this loop
+                self._loop_failed("vouching", e)
+                await asyncio.sleep(self._interval)
+                self._vouch_now.set()
+
+    async def _vouch_once(self) -> None:
+        """One bounded read of the reports, then the registry applied before it judged."""
+        assert self._vouching is not None and self._follower is not None
+        src = self._follower.state.registry
+        if src is None:
+            return
+        async with asyncio.timeout(self._call * 2.5):
+            reports = await read_reports(self._started_store(), self._call * 2)
+        self._vouching.reads += 1
+        if self._follower.state.registry is not src:
+            self._vouch_now.set()       # a newer one was applied meanwhile: read again
+            return
+        old, self._used = self._used, self._vouching.use(src, reports)
+        self._tasks.extend(self._cards.applied(old, self._used, SETTLE * self._interval))
+        self._rebuild()
 
     # ------------------------------------------------------------------ etcd side
 

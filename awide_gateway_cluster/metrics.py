@@ -49,6 +49,8 @@ _COUNTERS = (
      "Registry watch progress notifications taken"),
     ("polls_skipped", "awide_gateway_polls_skipped",
      "Registry polls left out: the watch proved the view fresh"),
+    ("entries_refused", "awide_gateway_entries_refused",
+     "Registry entries no host report vouched for (wrong id, host, target or address)"),
 )
 
 

@@ -29,3 +29,5 @@ class GatewayStats:
     polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
     history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
     history_note: str = ""          # why the last one was adopted ("" when none was)
+    entries_refused: int = 0        # registry entries no host report vouched for (per change)
+    refusals: tuple[str, ...] = ()  # the refusals in force: card, host, field, why

@@ -47,6 +47,7 @@ def gateway_config(spec: dict[str, Any], i: int) -> Any:
         "model": {"name": "bench/model-8b", "num_layers": 32},
         "watch": bool(spec.get("watch", True)),
         "start_timeout": 5.0,
+        "vouch": False,         # the bench plays the leader: no daemon reports to vouch
     })
 
 

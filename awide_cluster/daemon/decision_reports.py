@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from awide_cluster.contract.health import Hysteresis
-from awide_cluster.contract.registry import CardEntry
+from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.contract.report import HostReport
 from awide_cluster.daemon.decision_model import (
     STOPPED_TOGETHER,
@@ -192,15 +192,21 @@ def take_intents(ledger: Ledger, snap: ClusterSnapshot, seen: Sightings) -> Take
 def drop_foreign(ledger: Ledger, seen: Sightings, policy: Policy) -> Ledger:
     """Cards the registry places on a host that is not one of the cluster's and that no host
     of the cluster reports (a forged or stale entry): never admitted, whatever the registry
-    claims; they leave the registry (and any slot: they never held one rightly)."""
-    if not policy.hosts:
-        return ledger
+    claims; they leave the registry (and any slot: they never held one rightly). So does an
+    entry whose id is not ``card_id(serial, model, identity)`` (the leader derives every id it
+    writes: anyone else's is forged), whatever host it names."""
+    forged = {cid for cid, c in ledger.cards.items()
+              if cid != card_id(c.serial, c.model, c.identity)}
     foreign = {cid for cid, c in ledger.cards.items()
-               if c.host not in policy.hosts and cid not in seen}
-    if not foreign:
+               if policy.hosts and c.host not in policy.hosts and cid not in seen} - forged
+    if not foreign and not forged:
         return ledger
     log = [f"{describe(ledger.cards[cid])} dropped: host {ledger.cards[cid].host} is not a "
            f"host of this cluster and no host of it reports the card" for cid in sorted(foreign)]
-    return Ledger(cards={cid: c for cid, c in ledger.cards.items() if cid not in foreign},
-                  health={cid: h for cid, h in ledger.health.items() if cid not in foreign},
+    log += [f"{describe(ledger.cards[cid])} dropped: its id is not the card id of its serial, "
+            f"model and identity ({card_id(c.serial, c.model, c.identity)})"
+            for cid, c in sorted(ledger.cards.items()) if cid in forged]
+    gone = foreign | forged
+    return Ledger(cards={cid: c for cid, c in ledger.cards.items() if cid not in gone},
+                  health={cid: h for cid, h in ledger.health.items() if cid not in gone},
                   log=ledger.log + tuple(log))

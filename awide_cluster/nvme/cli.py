@@ -137,6 +137,13 @@ class NvmeCli:
         return count
 
 
+    async def disconnect_device(self, device: str, *, timeout: float | None = None) -> None:
+        """Disconnect one controller (``nvmeN``); NvmeCommandFailed on a non-zero exit."""
+        name = validate_device_name(device, namespace=False)
+        await self._checked("disconnect", [f"--device={name}"], timeout)
+        log.info("nvme disconnect %s", name)
+
+
 def _scrub(e: RunnerError, secret: str) -> RunnerError:
     """The runner already shows a SecretArg as ***; this also covers any text it quoted."""
     if secret:

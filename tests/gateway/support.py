@@ -70,6 +70,7 @@ def config(cluster: str, endpoints: tuple[str, ...], world: FakeNvmeWorld, *,
                  "command_timeout": 3.0},
         "watch": False,
         "start_timeout": 5.0,
+        "vouch": False,         # these tests play the leader (no daemon reports to vouch)
     }
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(doc.get(k), dict):
