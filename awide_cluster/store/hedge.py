@@ -43,28 +43,35 @@ BUDGET_BURST = 10.0
 class RetryBudget:
     """A token bucket counted in requests, not time: every call earns ``ratio`` of a token
     (up to ``burst``), every extra request spends a whole one. Over any run of calls the
-    extra requests are at most ``burst + ratio * calls``."""
+    extra requests are at most ``burst + ratio * calls``. Counted in thousandths of a token
+    (whole numbers: ten calls at 0.1 earn exactly one)."""
 
     def __init__(self, ratio: float = BUDGET_RATIO, burst: float = BUDGET_BURST) -> None:
         if ratio < 0 or burst < 1:
             raise ValueError("a retry budget needs ratio >= 0 and burst >= 1")
         self.ratio, self.burst = ratio, burst
-        self.tokens = burst
+        self._earn, self._cap = round(ratio * 1000), round(burst * 1000)
+        self._milli = self._cap
         self.calls = self.extra = self.refused = 0
+
+    @property
+    def tokens(self) -> float:
+        return self._milli / 1000
 
     def call(self) -> None:
         """A call's first request: earns its share."""
         self.calls += 1
-        self.tokens = min(self.burst, self.tokens + self.ratio)
+        self._milli = min(self._cap, self._milli + self._earn)
 
     def spend(self) -> bool:
         """An extra request: True (and paid) when the budget holds one, else False."""
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        if self._milli >= 1000:
+            self._milli -= 1000
             self.extra += 1
             return True
         self.refused += 1
         return False
+
 
 # answers that another member would give just the same: stop at once (a member lagging
 # behind might answer a too-large range smaller, but asking it costs another bound's worth)
