@@ -4,7 +4,8 @@ restarts every inference pod makes one.
 Against a 3-member etcd with a registry of 8 directory cards: 50 gateways started calmly (over
 5 s) and running, then 400 more started within 2 s, each at its own moment and in a task of its
 own, spread over four processes (100 per process; the instances' own Python CPU, many per
-process, is this box's first limit). Then a hold (20 s after the last start; 12 s quick).
+process, is this box's first limit). Then a hold (20 s after the last start). ``--quick``:
+20 running, 100 started within 2 s, a 12 s hold.
 Reported, for the gateways as built and for the naive alternative side by side (the same
 storm with the retry budget and every jitter off, on a fresh key prefix of the same etcd):
 
@@ -105,8 +106,8 @@ class Sampler:
 
 
 def _spawn(ctx: Context, etcd: Any, cluster: str, *, count: int, first: int, total: int,
-           spread: float, naive: bool, cards: int, name: str) -> Worker:
-    spec = {"endpoints": list(etcd.endpoints), "cluster": cluster, "count": count,
+           spread: float, naive: bool, cards: int, name: str, id_base: int = 0) -> Worker:
+    spec = {"id_base": id_base, "endpoints": list(etcd.endpoints), "cluster": cluster, "count": count,
             "first": first, "total": total, "spread": spread, "naive": naive,
             "watch": True, "poll_interval": 1.0, "call_timeout": 0.5, "expect_in": cards,
             "fresh_bound": 30.0}
@@ -127,7 +128,8 @@ def _report(w: Worker, t0: float, t1: float) -> dict[str, Any]:
     return w.expect("report", 30.0)
 
 
-def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, Any]:
+def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
+           storm_n: int) -> dict[str, Any]:
     cluster = f"s9{'n' if naive else 'b'}{uuid.uuid4().hex[:6]}"
     cards = asyncio.run(_publish(etcd.endpoints, cluster, ctx))
     _, leases0 = asyncio.run(_count(etcd.endpoints, cluster))
@@ -135,29 +137,29 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, An
     workers: list[Worker] = []
     sampler = Sampler(etcd)
     try:
-        running = _spawn(ctx, etcd, cluster, count=RUNNING, first=0, total=RUNNING, spread=5.0,
+        running = _spawn(ctx, etcd, cluster, count=running_n, first=0, total=running_n, spread=5.0,
                          naive=naive, cards=cards, name=f"storm9-{arm}-run")
         workers.append(running)
         _go([running], 0.5)
         got = running.expect("started", 90.0)
-        ctx.say(f"  [{arm}] {RUNNING} running: {sum(f is not None for f in got['fresh'])} "
+        ctx.say(f"  [{arm}] {running_n} running: {sum(f is not None for f in got['fresh'])} "
                 "fresh")
         time.sleep(3.0)             # not a wait: the running gateways settle
         e0, m0 = etcd_cpu(etcd), time.monotonic()
         time.sleep(4.0)             # not a wait: the 50 gateways' steady etcd CPU window
         rate50 = (etcd_cpu(etcd) - e0) / (time.monotonic() - m0)
         before = _report(running, 0.0, 0.0)
-        per = [STORM // PROCS + (1 if k < STORM % PROCS else 0) for k in range(PROCS)]
+        per = [storm_n // PROCS + (1 if k < storm_n % PROCS else 0) for k in range(PROCS)]
         storm: list[Worker] = []
         first = 0
         for k, n in enumerate(per):
-            storm.append(_spawn(ctx, etcd, cluster, count=n, first=first, total=STORM,
+            storm.append(_spawn(ctx, etcd, cluster, count=n, first=first, total=storm_n,
                                 spread=SPREAD, naive=naive, cards=cards,
-                                name=f"storm9-{arm}-{k}"))
+                                name=f"storm9-{arm}-{k}", id_base=running_n))
             first += n
         workers.extend(storm)
         start_at = _go(storm, 1.0)
-        last = start_at + SPREAD * (STORM - 1) / STORM
+        last = start_at + SPREAD * (storm_n - 1) / storm_n
         starts = [w.expect("started", 120.0) for w in storm]
         end = last + hold
         time.sleep(max(0.0, end - time.monotonic()))    # not a wait: the hold
@@ -177,12 +179,12 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, An
     steady_etcd = [s for s in samples if s[0] >= end - 5.0]
     rate450 = ((steady_etcd[-1][2] - steady_etcd[0][2]) / (steady_etcd[-1][0] - steady_etcd[0][0])
                if len(steady_etcd) >= 2 else rate50)
-    per_new = max(0.0, (rate450 - rate50) / STORM)
+    per_new = max(0.0, (rate450 - rate50) / storm_n)
     w_end = last + 8.0
     spent = sampler.etcd_at(w_end) - sampler.etcd_at(start_at)
     running_cost = rate50 * (w_end - start_at) + per_new * sum(
         max(0.0, w_end - s) for s in sched)
-    cpu_per_start_ms = max(0.0, spent - running_cost) / STORM * 1000.0
+    cpu_per_start_ms = max(0.0, spent - running_cost) / storm_n * 1000.0
     steady_busy = statistics.median([s[1] for s in samples if s[0] >= end - 5.0] or [0.0])
     after_last = [s for s in samples if s[0] >= last]
     back = None
@@ -192,7 +194,7 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, An
             break
     extra_running = after["extra"] - before["extra"]
     return {
-        "failed_registrations": RUNNING + STORM - records,
+        "failed_registrations": running_n + storm_n - records,
         "failed_starts": sum(r["failed_starts"] for r in starts),
         "not_fresh_5s": not_fresh,
         "fresh_p99_s": round(sorted(fresh_after)[int(0.99 * (len(fresh_after) - 1))], 3)
@@ -202,9 +204,9 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, An
         "extra_hedged_reads": extra_running + sum(r["extra"] for r in reports),
         "hedges_refused": sum(r["refused"] for r in reports),
         "reads_called": sum(r["calls"] for r in reports),
-        "leases_per_gateway": round((leases1 - leases0) / (RUNNING + STORM), 3),
-        "grants_per_gateway": round(sum(r["grants"] for r in reports) / STORM, 3),
-        "layout_writes_per_gateway": round(sum(r["layout_writes"] for r in reports) / STORM, 3),
+        "leases_per_gateway": round((leases1 - leases0) / (running_n + storm_n), 3),
+        "grants_per_gateway": round(sum(r["grants"] for r in reports) / storm_n, 3),
+        "layout_writes_per_gateway": round(sum(r["layout_writes"] for r in reports) / storm_n, 3),
         "registration_failures": sum(r["registration_failures"] for r in reports),
         "stale_at_end": sum(r["stale"] for r in reports) + after["stale"],
         "etcd_cpu_per_start_ms": round(cpu_per_start_ms, 2),
@@ -217,6 +219,7 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float) -> dict[str, An
 
 def run(ctx: Context) -> list[Row]:
     hold = 12.0 if ctx.quick else 20.0
+    running_n, storm_n = (20, 100) if ctx.quick else (RUNNING, STORM)
     etcd = start_etcd(ctx, "etcd9")
     try:
         time.sleep(2.0)             # not a wait: a settled etcd before its idle window
@@ -224,15 +227,17 @@ def run(ctx: Context) -> list[Row]:
         time.sleep(3.0)             # not a wait: etcd's idle CPU window
         idle = (etcd_cpu(etcd) - e0) / (time.monotonic() - t0)
         ctx.say(f"  etcd idle {idle:.4f} cores")
-        built = _storm(ctx, etcd, naive=False, hold=hold)
+        built = _storm(ctx, etcd, naive=False, hold=hold, running_n=running_n,
+                       storm_n=storm_n)
         ctx.say(f"  built: {built}")
-        naive = _storm(ctx, etcd, naive=True, hold=hold)
+        naive = _storm(ctx, etcd, naive=True, hold=hold, running_n=running_n,
+                       storm_n=storm_n)
         ctx.say(f"  naive: {naive}")
         settings = etcd_settings(etcd)
     finally:
         etcd.stop()
-    calib = {"etcd_idle_cores": round(idle, 4), "etcd": settings, "running": RUNNING,
-             "storm": STORM, "spread_s": SPREAD, "processes": PROCS, "hold_s": hold}
+    calib = {"etcd_idle_cores": round(idle, 4), "etcd": settings, "running": running_n,
+             "storm": storm_n, "spread_s": SPREAD, "processes": PROCS, "hold_s": hold}
 
     def row(name: str, key: str, unit: str, goal: str = "",
             ok: Any = None, note: str = "") -> Row:

@@ -1,7 +1,8 @@
 """Child process of figure 9: real ``ClusterGateway`` instances started as a storm.
 
     python -m bench.storm '{"endpoints": [...], "cluster": "c1", "count": 100, "first": 0,
-                            "total": 400, "spread": 2.0, "naive": false, "expect_in": 8}'
+                            "total": 400, "spread": 2.0, "naive": false, "expect_in": 8,
+                            "id_base": 50}'
 
 Once its gateways are built it says ``built`` and waits for ``{"cmd": "go", "start_at": t}``;
 gateway ``first + k`` then starts at ``t + (first + k) * spread / total`` (``time.monotonic``
@@ -90,7 +91,7 @@ async def main(spec: dict[str, Any]) -> None:
     gws: list[ClusterGateway] = []
     stores: list[TimedStore] = []
     for k in range(count):
-        cfg = gateway_config(spec, first + k)
+        cfg = gateway_config(spec, int(spec.get("id_base", 0)) + first + k)
         store = TimedStore(store_from(cfg.etcd, cfg.cluster), naive=naive)
         stores.append(store)
         gws.append(ClusterGateway(cfg, store=store, probe_worker=shared,
