@@ -107,7 +107,8 @@ class Sampler:
 
 def _spawn(ctx: Context, etcd: Any, cluster: str, *, count: int, first: int, total: int,
            spread: float, naive: bool, cards: int, name: str, id_base: int = 0) -> Worker:
-    spec = {"id_base": id_base, "endpoints": list(etcd.endpoints), "cluster": cluster, "count": count,
+    spec = {"id_base": id_base, "endpoints": list(etcd.endpoints), "cluster": cluster,
+            "count": count,
             "first": first, "total": total, "spread": spread, "naive": naive,
             "watch": True, "poll_interval": 1.0, "call_timeout": 0.5, "expect_in": cards,
             "fresh_bound": 30.0}
