@@ -250,6 +250,8 @@ QUOTES: tuple[Quote, ...] = (
           "hedge.BUDGET_RATIO"),
     Quote("docs/store.md", r"`BUDGET_BURST` \((\d+)\)", number(hedge.BUDGET_BURST),
           "hedge.BUDGET_BURST"),
+    Quote("docs/store.md", r"`BUDGET_START` \((\d+)\)", number(hedge.BUDGET_START),
+          "hedge.BUDGET_START"),
     Quote("docs/gateway.md", r"up to `min\((\d+) × poll_interval", number(backoff.CAP_INTERVALS),
           "backoff.CAP_INTERVALS"),
     Quote("docs/store.md", r"\| `members/<host>` \(host report\) \| (\d+ \w+) \|",

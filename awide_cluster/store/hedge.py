@@ -35,23 +35,26 @@ from awide_cluster.store.transport import EtcdUnreachable, SendState
 T = TypeVar("T")
 
 # the retry budget of one store client, like gRPC's retry throttling: extra requests (hedges
-# and retries) at most BUDGET_RATIO of the calls, after a burst of BUDGET_BURST
+# and retries) at most BUDGET_RATIO of the calls, saved up to BUDGET_BURST; a new client
+# starts with BUDGET_START (a storm of new clients must not start with a burst each)
 BUDGET_RATIO = 0.1
 BUDGET_BURST = 10.0
+BUDGET_START = 1.0
 
 
 class RetryBudget:
-    """A token bucket counted in requests, not time: every call earns ``ratio`` of a token
-    (up to ``burst``), every extra request spends a whole one. Over any run of calls the
-    extra requests are at most ``burst + ratio * calls``. Counted in thousandths of a token
-    (whole numbers: ten calls at 0.1 earn exactly one)."""
+    """A token bucket counted in requests, not time: it starts with ``start`` tokens, every
+    call earns ``ratio`` of a token (up to ``burst``), every extra request spends a whole one.
+    Over any run of calls the extra requests are at most ``start + ratio * calls``. Counted
+    in thousandths of a token (whole numbers: ten calls at 0.1 earn exactly one)."""
 
-    def __init__(self, ratio: float = BUDGET_RATIO, burst: float = BUDGET_BURST) -> None:
-        if ratio < 0 or burst < 1:
-            raise ValueError("a retry budget needs ratio >= 0 and burst >= 1")
+    def __init__(self, ratio: float = BUDGET_RATIO, burst: float = BUDGET_BURST,
+                 start: float = BUDGET_START) -> None:
+        if ratio < 0 or burst < 1 or not 0 <= start <= burst:
+            raise ValueError("a retry budget needs ratio >= 0, burst >= 1, 0 <= start <= burst")
         self.ratio, self.burst = ratio, burst
         self._earn, self._cap = round(ratio * 1000), round(burst * 1000)
-        self._milli = self._cap
+        self._milli = round(start * 1000)
         self.calls = self.extra = self.refused = 0
 
     @property

@@ -1,4 +1,4 @@
-"""The retry budget of hedged reads, counted in requests (no clock): at most ``burst + ratio *
+"""The retry budget of hedged reads, counted in requests (no clock): at most ``start + ratio *
 calls`` extra requests over any run of calls, and a hedge left out when the budget is empty."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from awide_cluster.store.transport import EtcdUnreachable
        st.sampled_from([0.0, 0.05, 0.1, 0.5]), st.integers(min_value=1, max_value=20))
 def test_extra_requests_never_exceed_the_burst_plus_the_ratio_of_calls(
         wants: list[int], ratio: float, burst: int) -> None:
-    b = RetryBudget(ratio=ratio, burst=float(burst))
+    b = RetryBudget(ratio=ratio, burst=float(burst), start=float(burst))
     for n, extra in enumerate(wants, start=1):
         b.call()
         for _ in range(extra):
@@ -28,14 +28,22 @@ def test_extra_requests_never_exceed_the_burst_plus_the_ratio_of_calls(
     assert b.extra + b.refused == sum(wants)
 
 
-def test_a_drained_budget_refills_one_extra_request_per_ten_calls() -> None:
-    b = RetryBudget()                       # the defaults: 10 % after a burst of 10
-    assert [b.spend() for _ in range(11)] == [True] * 10 + [False]
+def test_a_new_client_has_one_extra_request_then_one_per_ten_calls() -> None:
+    b = RetryBudget()                       # the defaults: one to start, then 10 % of calls
+    assert [b.spend() for _ in range(2)] == [True, False]
     granted = 0
     for _ in range(100):
         b.call()
         granted += b.spend()
-    assert granted == 10 and b.extra == 20 and b.refused == 91
+    assert granted == 10 and b.extra == 11 and b.refused == 91
+
+
+def test_unused_calls_save_up_to_the_burst() -> None:
+    b = RetryBudget()
+    for _ in range(1000):
+        b.call()
+    assert b.tokens == 10.0
+    assert sum(b.spend() for _ in range(12)) == 10
 
 
 def test_a_bad_budget_is_refused() -> None:
@@ -43,6 +51,8 @@ def test_a_bad_budget_is_refused() -> None:
         RetryBudget(ratio=-0.1)
     with pytest.raises(ValueError):
         RetryBudget(burst=0.5)
+    with pytest.raises(ValueError):
+        RetryBudget(burst=2.0, start=3.0)
 
 
 class Members:
