@@ -7,8 +7,8 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   and whose progress notifications prove the view fresh, so that a serializable poll is left
   out while they come (the linearizable one never is);
 - the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease,
-  starting at a random delay of up to one poll interval after the first registry read (a
-  start storm's writes spread over it);
+  starting at a random delay of up to one poll interval after the first registry read and
+  the layout read (a start storm's writes spread over it);
 - each of the two etcd loops backs off with jitter while its calls fail (``backoff``), the
   last known state served meanwhile;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
@@ -213,9 +213,10 @@ class ClusterGateway:
         """Read the registry, then the key layout (each bounded), then run in the
         background. Raises WipeRefused (config asks for a wipe) or LayoutMismatch. If etcd does
         not answer, starts anyway with no cards: placement answers "compute, do not cache"
-        until the registry and layout are read. Nothing is written here: a layout not yet
-        recorded (the namespace's first gateway) is recorded by the etcd side loop, with the
-        registration, after its random start-up delay."""
+        until the registry and layout are read. A start where the layout is recorded writes
+        nothing (the registration comes after a random start-up delay); the namespace's first
+        gateway records its layout here, so that a gateway whose layout differs is refused
+        at its start."""
         if self._started:
             return
         if self.config.wipe_on_start:
@@ -245,7 +246,7 @@ class ClusterGateway:
         self._poll_now = asyncio.Event()
         self._poll_backoff.failures = 0 if await self._poll_once() else 1
         try:
-            await self._check_layout(create=False)
+            await self._check_layout()
         except lay.LayoutMismatch:
             await self._close_store()
             raise

@@ -47,7 +47,7 @@ class TimedStore(EtcdStore):
     def __init__(self, inner: EtcdStore, *, naive: bool) -> None:
         super().__init__(inner.config)
         if naive:       # counted, never refusing
-            self.session.budget = RetryBudget(ratio=0.0, burst=1e12)
+            self.session.budget = RetryBudget(ratio=0.0, burst=1e12, start=1e12)
         self.reads: list[tuple[float, float, bool]] = []     # (start, latency, ok)
         self.layout_writes = 0
 

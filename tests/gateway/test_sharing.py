@@ -22,8 +22,6 @@ async def test_placement_mismatch_refused_naming_both(etcd, leader, store, world
     g1 = gateway(config(cluster_name, etcd.endpoints, world, pod="a"), world)
     await g1.start()
     try:
-        # the namespace's first gateway records the layout after its start-up delay
-        await wait_until(lambda: g1.snapshot().layout_ok, what="layout recorded")
         kv = await store.get(keys.layout(g1.namespace))
         rec = json.loads(kv.value)
         assert rec["placement"] == "dialog" and rec["created_by"] == g1.id
