@@ -6,7 +6,11 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   events are applied as they come, checked exactly like a polled answer (no second read),
   and whose progress notifications prove the view fresh, so that a serializable poll is left
   out while they come (the linearizable one never is);
-- the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease;
+- the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease,
+  starting at a random delay of up to one poll interval after the first registry read and
+  the layout read (a start storm's writes spread over it);
+- each of the two etcd loops backs off with jitter while its calls fail (``backoff``), the
+  last known state served meanwhile;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
   them all at once each poll interval, so their blocking reads go to the probe worker's one
   thread together (``card_workers.CardWorkers``).
@@ -43,6 +47,7 @@ from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster import view as vw
+from awide_gateway_cluster.backoff import CAP_INTERVALS, Backoff
 from awide_gateway_cluster.card_workers import CardWorkers
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
@@ -104,6 +109,9 @@ class ClusterGateway:
         self._rng = rng or random.Random()
         t = config.timing
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
+        cap = CAP_INTERVALS * self._interval
+        self._poll_backoff = Backoff(self._interval, cap, self._rng)
+        self._side_backoff = Backoff(self._interval, cap, self._rng)
         self._layout_ok = self._layout_mismatch = False
         self._layout_problem = "key layout not verified yet (etcd not reached)"
         self._tasks: list[asyncio.Task[None]] = []
@@ -214,10 +222,13 @@ class ClusterGateway:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Read the registry and check the key layout (each bounded), then run in the
+        """Read the registry, then the key layout (each bounded), then run in the
         background. Raises WipeRefused (config asks for a wipe) or LayoutMismatch. If etcd does
         not answer, starts anyway with no cards: placement answers "compute, do not cache"
-        until the registry and layout are read."""
+        until the registry and layout are read. A start where the layout is recorded writes
+        nothing (the registration comes after a random start-up delay); the namespace's first
+        gateway records its layout here, so that a gateway whose layout differs is refused
+        at its start."""
         if self._started:
             return
         if self.config.wipe_on_start:
@@ -243,14 +254,14 @@ class ClusterGateway:
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
-                                          call_timeout=self._call)
+                                          call_timeout=self._call, rng=self._rng)
         self._poll_now = asyncio.Event()
+        self._poll_backoff.failures = 0 if await self._poll_once() else 1
         try:
             await self._check_layout()
         except lay.LayoutMismatch:
             await self._close_store()
             raise
-        await self._poll_once()
         if self._vouch_now.is_set():
             self._vouch_now.clear()
             try:
@@ -353,17 +364,24 @@ class ClusterGateway:
             if not asked and self._follower.skips(PROOF_WINDOW * self._interval):
                 self._follower.skip()       # the watch proved the view fresh meanwhile
                 continue
+            ok = False
             try:
-                await self._poll_once()
+                ok = await self._poll_once()
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
+            wait = self._poll_backoff.next(ok)
+            if not ok:
+                log.debug("registry poll failed %d times in a row: next in %.2f s",
+                          self._poll_backoff.failures, wait)
 
-    async def _poll_once(self) -> None:
+    async def _poll_once(self) -> bool:
+        """One poll, acted upon; False when etcd did not answer it."""
         assert self._follower is not None
         self._history_check()
         taken = await self._follower.poll()
         self._history_check()
         self._take(taken)
+        return taken.outcome != "failed"
 
     def _history_check(self) -> bool:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
@@ -462,15 +480,22 @@ class ClusterGateway:
 
     # ------------------------------------------------------------------ etcd side
 
-    async def _check_layout(self) -> None:
+    async def _check_layout(self, *, create: bool = True) -> bool:
+        """Check (and with ``create``, record if absent) the key layout; False when etcd did
+        not answer. Raises LayoutMismatch."""
         try:
-            async with asyncio.timeout(self._call * 2.5):
+            async with asyncio.timeout(self._call * 3.5):
                 mismatch = await check_layout(self._started_store(), self._layout,
-                                              timeout=self._call)
+                                              timeout=self._call, create=create)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.namespace, e)
-            return
-        if mismatch is not None:
+            return False
+        if mismatch == "absent":
+            self._layout_problem = ("key layout not recorded yet (the namespace's first "
+                                    "gateway records it after its start-up delay)")
+            self._rebuild()
+            return True
+        if mismatch != "ok":
             self._layout_ok, self._layout_problem = False, str(mismatch)
             self._layout_mismatch = True
             log.error("%s", mismatch)
@@ -480,15 +505,23 @@ class ClusterGateway:
             raise mismatch
         self._layout_ok, self._layout_problem = True, ""
         self._rebuild()
+        return True
 
     async def _etcd_side_loop(self) -> None:
+        # start-up jitter: the first registration (and layout record) of gateways started
+        # together spreads over one poll interval
         await asyncio.sleep(self._rng.uniform(0, self._interval))
         while True:
+            ok = False
             try:
-                await self._etcd_side_once()
+                ok = await self._etcd_side_once()
             except Exception as e:      # noqa: BLE001 - no content may end this loop
                 self._loop_failed("registration", e)
-            await asyncio.sleep(self._interval)
+            wait = self._side_backoff.next(ok)
+            if not ok:
+                log.debug("registration failed %d times in a row: next in %.2f s",
+                          self._side_backoff.failures, wait)
+            await asyncio.sleep(wait)
 
     def _loop_failed(self, what: str, e: BaseException) -> None:
         why = clean_text(f"{what} failed: {type(e).__name__}: {e}", 300)
@@ -497,11 +530,13 @@ class ClusterGateway:
             log.error("%s; the loop goes on", why, exc_info=e)
         self._last_loop_error = why
 
-    async def _etcd_side_once(self) -> None:
+    async def _etcd_side_once(self) -> bool:
+        """One tick of the etcd side; False when etcd did not answer a call of it."""
         self._history_check()
+        ok = True
         if not self._layout_ok and not self._layout_mismatch:
             with contextlib.suppress(lay.LayoutMismatch):
-                await self._check_layout()
+                ok = await self._check_layout()
         assert self._registration is not None and self._follower is not None
         v = self._view
         record = GatewayRecord(
@@ -517,9 +552,12 @@ class ClusterGateway:
         hold = (not self._held and self._applied_at is not None
                 and now - self._applied_at < SETTLE * self._interval)
         self._held = hold
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(self._call * 3.5):
-                await self._registration.tick(record, now, hold=hold)
+                ok = await self._registration.tick(record, now, hold=hold) and ok
+        except TimeoutError:
+            ok = False
+        return ok
 
     # ------------------------------------------------------------------ view
 

@@ -8,7 +8,8 @@ another gateway that differs from this one's refuses the start (``LayoutMismatch
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+import random
+from typing import Literal, Protocol
 
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import (
@@ -17,7 +18,7 @@ from awide_cluster.contract.records import (
     LayoutRecordError,
     decode_layout,
 )
-from awide_cluster.store.errors import Conflict, LeaseExpired, StoreError
+from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_gateway_cluster.layout import LayoutMismatch, compare
 
@@ -32,29 +33,46 @@ class RegistrationStore(LeaseKeeper, StoreWriter, Protocol):
     """What ``Registration`` uses of the store: a lease, and a key written on it."""
 
 
-async def check_layout(store: LayoutStore, mine: LayoutRecord, *,
-                       timeout: float) -> LayoutMismatch | None:
-    """Record ``mine`` if no layout is recorded for its namespace; else compare.
+LayoutCheck = Literal["ok", "absent"]
+
+
+async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float,
+                       create: bool = True) -> LayoutMismatch | LayoutCheck:
+    """Read the layout recorded for ``mine``'s namespace and compare; record ``mine`` only
+    when none is recorded (and ``create``; else "absent"). "ok": the layouts match, or
+    ``mine`` is now the one recorded. A start of a gateway whose layout is already recorded
+    (every start but the first) costs one read and writes nothing.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
     """
     key = keys.layout(mine.namespace)
-    try:
-        await store.create(key, mine.encode(), timeout=timeout)
-        log.info("recorded key layout of namespace %s: %s", mine.namespace, mine.describe())
-        return None
-    except Conflict:
-        pass
     kv = await store.get(key, timeout=timeout)
-    if kv is None:          # deleted between the two calls: check again at the next start
-        raise StoreError(f"{key} vanished while being read")
+    if kv is None:
+        if not create:
+            return "absent"
+        try:
+            await store.create(key, mine.encode(), timeout=timeout)
+            log.info("recorded key layout of namespace %s: %s", mine.namespace,
+                     mine.describe())
+            return "ok"
+        except Conflict:        # another gateway recorded one meanwhile: compare with it
+            kv = await store.get(key, timeout=timeout)
+        if kv is None:          # deleted between the calls: check again at the next tick
+            raise StoreError(f"{key} vanished while being read")
     try:
         recorded = decode_layout(kv.value, key=key)
     except LayoutRecordError as e:
         recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
                                 algorithm=0, slot_algorithm=0, created_by="?")
-    return compare(recorded, mine)
+    mismatch = compare(recorded, mine)
+    return "ok" if mismatch is None else mismatch
+
+
+def lease_id_for_start(rng: random.Random) -> int:
+    """The lease ID a gateway asks etcd for, chosen once per start: positive, 62 random bits
+    (two gateways choosing the same one is as likely as never)."""
+    return rng.randrange(1, 1 << 62)
 
 
 class Registration:
@@ -62,26 +80,36 @@ class Registration:
 
     ``tick(record, now)`` grants a lease when there is none (or it expired), rewrites the key
     when the record changed or the lease is new, and sends a keepalive every ttl/3.
+
+    One lease, never two: every grant asks for the same lease ID (``lease_id``, chosen once
+    per start). A grant whose answer was lost may have been applied; the next grant of the
+    same ID then answers "lease already exists", and that lease is taken as this one's (a
+    keepalive at once renews it). A lease that expired is granted again under the same ID.
     """
 
     def __init__(self, store: RegistrationStore, gateway_id: str, *, ttl: int,
-                 call_timeout: float) -> None:
+                 call_timeout: float, lease_id: int | None = None,
+                 rng: random.Random | None = None) -> None:
         self.store = store
         self.key = keys.gateway(gateway_id)
         self.ttl, self.call_timeout = ttl, call_timeout
+        self.lease_id = lease_id or lease_id_for_start(rng or random.Random())
         self.lease: int | None = None
+        self._grant_sent = False        # a grant of lease_id was sent since the last answer
         self._written: GatewayRecord | None = None
         self._last_keepalive = 0.0
         self.failures = 0
+        self.grants = 0                 # grants sent (each of lease_id)
 
-    async def tick(self, record: GatewayRecord, now: float, *, hold: bool = False) -> None:
+    async def tick(self, record: GatewayRecord, now: float, *, hold: bool = False) -> bool:
         """One refresh; a lease found gone is granted again and the record written at once.
         ``hold``: a changed record waits for a later tick, unless none is written on the
-        current lease (the key must exist)."""
+        current lease (the key must exist). False when etcd did not answer (the caller backs
+        off)."""
         for _ in range(2):
             try:
                 await self._tick(record, now, hold)
-                return
+                return True
             except LeaseExpired:
                 log.warning("lease of %s expired: registering again", self.key)
                 self.lease, self._written = None, None
@@ -89,17 +117,38 @@ class Registration:
             except StoreError as e:
                 self.failures += 1
                 log.debug("registration of %s not refreshed: %s", self.key, e)
-                return
+                return False
+        return False
+
+    async def _grant(self, now: float) -> None:
+        s = self.store
+        self.grants += 1
+        sent_before, self._grant_sent = self._grant_sent, True
+        try:
+            lease = await s.grant(self.ttl, lease_id=self.lease_id, timeout=self.call_timeout)
+        except LeaseExists:
+            if not sent_before:
+                # not ours: another client holds this ID; choose another for the next tick
+                self.lease_id, self._grant_sent = lease_id_for_start(random.Random()), False
+                raise
+            log.info("lease %x of %s was granted by an earlier try: kept", self.lease_id,
+                     self.key)
+            self.lease, self._written, self._grant_sent = self.lease_id, None, False
+            await s.keepalive(self.lease_id, timeout=self.call_timeout)
+            self._last_keepalive = now
+            return
+        self._grant_sent = False
+        self.lease, self._written, self._last_keepalive = lease.id, None, now
 
     async def _tick(self, record: GatewayRecord, now: float, hold: bool) -> None:
         s = self.store
         if self.lease is None:
-            lease = await s.grant(self.ttl, timeout=self.call_timeout)
-            self.lease, self._written, self._last_keepalive = lease.id, None, now
+            await self._grant(now)
         elif now - self._last_keepalive >= self.ttl / 3:
             await s.keepalive(self.lease, timeout=self.call_timeout)
             self._last_keepalive = now
         if record != self._written and not (hold and self._written is not None):
+            assert self.lease is not None
             await s.put(self.key, record.encode(), lease=self.lease,
                         timeout=self.call_timeout)
             self._written = record
@@ -112,10 +161,13 @@ class Registration:
         self._last_keepalive = float("-inf")
 
     async def close(self) -> None:
-        if self.lease is None:
+        """Revoke the lease, or the one a grant whose answer was lost may have left."""
+        lease = self.lease if self.lease is not None else (
+            self.lease_id if self._grant_sent else None)
+        if lease is None:
             return
         try:
-            await self.store.revoke(self.lease, timeout=self.call_timeout)
+            await self.store.revoke(lease, timeout=self.call_timeout)
         except StoreError as e:
             log.info("lease of %s not revoked (it expires by itself): %s", self.key, e)
-        self.lease = None
+        self.lease, self._grant_sent = None, False

@@ -27,6 +27,7 @@ FIGURES: dict[int, str] = {
     6: "bench.fig6_capacity",
     7: "bench.fig7_faults",
     8: "bench.fig8_footprint",
+    9: "bench.fig9_storm",
 }
 ALIASES = {2: 1, 3: 1, 4: 1}
 
@@ -70,7 +71,7 @@ def select(only: str | None) -> list[str]:
         n = int(part)
         n = ALIASES.get(n, n)
         if n not in FIGURES:
-            raise SystemExit(f"no figure {part} (figures: 1-8)")
+            raise SystemExit(f"no figure {part} (figures: 1-9)")
         mods.append(FIGURES[n])
     return list(dict.fromkeys(mods))
 

@@ -25,11 +25,11 @@ from awide_cluster.contract import bounds, keys, untrusted
 from awide_cluster.daemon import cycles, leader, leader_watch, reconcile
 from awide_cluster.operator import clusters
 from awide_cluster.operator.judge import etcd as judge_etcd
-from awide_cluster.store import bounded, credentials, session, transport
+from awide_cluster.store import bounded, credentials, hedge, session, transport
 from awide_cluster.store import config as store_config
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, ValueTooLarge
+from awide_gateway_cluster import backoff, gateway
 from awide_gateway_cluster import config as gateway_config
-from awide_gateway_cluster import gateway
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("awide_cluster", "awide_gateway_cluster", "awide_harness")
@@ -246,6 +246,14 @@ QUOTES: tuple[Quote, ...] = (
           size(store_config.MAX_ANSWER_BYTES), "store.config.MAX_ANSWER_BYTES"),
     Quote("docs/store.md", r"a key longer than (\d+) bytes",
           count(bounded.MAX_KEY_BYTES), "bounded.MAX_KEY_BYTES"),
+    Quote("docs/store.md", r"`BUDGET_RATIO` \(([\d.]+)\)", number(hedge.BUDGET_RATIO),
+          "hedge.BUDGET_RATIO"),
+    Quote("docs/store.md", r"`BUDGET_BURST` \((\d+)\)", number(hedge.BUDGET_BURST),
+          "hedge.BUDGET_BURST"),
+    Quote("docs/store.md", r"`BUDGET_START` \((\d+)\)", number(hedge.BUDGET_START),
+          "hedge.BUDGET_START"),
+    Quote("docs/gateway.md", r"up to `min\((\d+) × poll_interval", number(backoff.CAP_INTERVALS),
+          "backoff.CAP_INTERVALS"),
     Quote("docs/store.md", r"\| `members/<host>` \(host report\) \| (\d+ \w+) \|",
           size(bounds.REPORT_MAX_BYTES), "bounds.REPORT_MAX_BYTES"),
     Quote("docs/store.md", r"\| `members/<host>` \(host report\) \| [^|]+ \| (\d+) keys",

@@ -106,9 +106,10 @@ class MeteredStore:
 
     # ------------------------------------------------------------------ leases
 
-    async def grant(self, ttl: int, *, timeout: float | None = None) -> Lease:
+    async def grant(self, ttl: int, *, lease_id: int = 0,
+                    timeout: float | None = None) -> Lease:
         with self._timer("grant"):
-            return await self.inner.grant(ttl, timeout=timeout)
+            return await self.inner.grant(ttl, lease_id=lease_id, timeout=timeout)
 
     async def keepalive(self, lease_id: int, *, timeout: float | None = None) -> int:
         with self._timer("keepalive"):

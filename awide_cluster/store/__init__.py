@@ -12,6 +12,7 @@ from awide_cluster.store.errors import (
     Conflict,
     Denied,
     InvalidRequest,
+    LeaseExists,
     LeaseExpired,
     NoSpace,
     RevisionWentBack,
@@ -48,7 +49,8 @@ from awide_cluster.store.watch import Watch
 
 __all__ = [
     "Alarm", "BadResponse", "Compare", "Conflict", "Delete", "Denied", "EndpointStatus",
-    "EtcdStore", "Get", "TimelineChanged", "InvalidRequest", "KeyValue", "Lease", "LeaseExpired",
+    "EtcdStore", "Get", "TimelineChanged", "InvalidRequest", "KeyValue", "Lease", "LeaseExists",
+    "LeaseExpired",
     "Member", "NoSpace",
     "PrefixRead", "Put", "RangeResult", "Refusal", "RevisionWentBack", "StoreConfig", "StoreError",
     "Timeout", "TlsConfig", "TooLarge", "TooManyKeys", "TxnResult", "Unavailable", "ValueTooLarge",

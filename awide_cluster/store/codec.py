@@ -19,6 +19,7 @@ from awide_cluster.store.errors import (
     BadResponse,
     Denied,
     InvalidRequest,
+    LeaseExists,
     LeaseExpired,
     NoSpace,
     StoreError,
@@ -391,7 +392,8 @@ _BY_MESSAGE: dict[int, tuple[tuple[str, type[StoreError]], ...]] = {
                         ("revision of auth store is old", TokenRejected),
                         ("revision in header is old", TokenRejected)),
     _FAILED_PRECONDITION: (("authentication is not enabled", AuthNotEnabled),
-                           ("user name not found", Denied)),
+                           ("user name not found", Denied),
+                           ("lease already exists", LeaseExists)),
     _NOT_FOUND: (("lease not found", LeaseExpired),),
     _RESOURCE_EXHAUSTED: (("database space exceeded", NoSpace),),
 }

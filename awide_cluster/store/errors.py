@@ -76,6 +76,11 @@ class LeaseExpired(StoreError):
     """The lease no longer exists on the cluster."""
 
 
+class LeaseExists(StoreError):
+    """A grant with a chosen lease ID found that lease already there (granted before: by an
+    earlier try of the same grant whose answer was lost, when the ID is this client's own)."""
+
+
 class InvalidRequest(StoreError):
     """etcd refused the request as such (invalid argument, compacted/future revision)."""
 

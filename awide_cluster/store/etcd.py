@@ -209,9 +209,15 @@ class EtcdStore:
 
     # ------------------------------------------------------------------ leases
 
-    async def grant(self, ttl: int, *, timeout: float | None = None) -> Lease:
-        ep, answer = await self.write("/v3/lease/grant", {"TTL": str(int(ttl))}, timeout,
-                                      "lease grant")
+    async def grant(self, ttl: int, *, lease_id: int = 0,
+                    timeout: float | None = None) -> Lease:
+        """A new lease of ``ttl`` seconds. ``lease_id`` (0: etcd chooses) makes the grant
+        repeatable: a second grant of the same ID raises ``LeaseExists`` instead of leaving
+        a second lease (a grant whose answer was lost may have been applied)."""
+        body = {"TTL": str(int(ttl))}
+        if lease_id:
+            body["ID"] = str(int(lease_id))
+        ep, answer = await self.write("/v3/lease/grant", body, timeout, "lease grant")
         lease = Lease(id=codec.as_int(answer, "ID"), ttl=codec.as_int(answer, "TTL"))
         if not lease.id or lease.ttl <= 0:
             raise BadResponse(f"{ep}: lease grant answered {answer!r}")

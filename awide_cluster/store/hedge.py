@@ -3,6 +3,10 @@
 ``hedged``: ask the preferred member; if it has not answered after ``hedge_after``, ask the
 next one as well, and so on; an error answer moves on at once. The first valid answer wins and
 the other requests are cancelled. A frozen or dead member is thus left within the deadline.
+Every request beyond a call's first (a hedge, or a retry on another member after an error
+answer) is paid from the client's ``RetryBudget``; when it is empty the call waits for the
+requests it has sent. A retry after a connection that was never made costs etcd nothing and
+is not paid for.
 
 ``write_once``: a write goes to one member. Only a connection that failed before anything was
 sent moves it to the next member; a deadline that passes once the request may have left
@@ -29,6 +33,48 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.transport import EtcdUnreachable, SendState
 
 T = TypeVar("T")
+
+# the retry budget of one store client, like gRPC's retry throttling: extra requests (hedges
+# and retries) at most BUDGET_RATIO of the calls, saved up to BUDGET_BURST; a new client
+# starts with BUDGET_START (a storm of new clients must not start with a burst each)
+BUDGET_RATIO = 0.1
+BUDGET_BURST = 10.0
+BUDGET_START = 1.0
+
+
+class RetryBudget:
+    """A token bucket counted in requests, not time: it starts with ``start`` tokens, every
+    call earns ``ratio`` of a token (up to ``burst``), every extra request spends a whole one.
+    Over any run of calls the extra requests are at most ``start + ratio * calls``. Counted
+    in thousandths of a token (whole numbers: ten calls at 0.1 earn exactly one)."""
+
+    def __init__(self, ratio: float = BUDGET_RATIO, burst: float = BUDGET_BURST,
+                 start: float = BUDGET_START) -> None:
+        if ratio < 0 or burst < 1 or not 0 <= start <= burst:
+            raise ValueError("a retry budget needs ratio >= 0, burst >= 1, 0 <= start <= burst")
+        self.ratio, self.burst = ratio, burst
+        self._earn, self._cap = round(ratio * 1000), round(burst * 1000)
+        self._milli = round(start * 1000)
+        self.calls = self.extra = self.refused = 0
+
+    @property
+    def tokens(self) -> float:
+        return self._milli / 1000
+
+    def call(self) -> None:
+        """A call's first request: earns its share."""
+        self.calls += 1
+        self._milli = min(self._cap, self._milli + self._earn)
+
+    def spend(self) -> bool:
+        """An extra request: True (and paid) when the budget holds one, else False."""
+        if self._milli >= 1000:
+            self._milli -= 1000
+            self.extra += 1
+            return True
+        self.refused += 1
+        return False
+
 
 # answers that another member would give just the same: stop at once (a member lagging
 # behind might answer a too-large range smaller, but asking it costs another bound's worth)
@@ -80,20 +126,29 @@ def combine(errors: list[StoreError], what: str) -> StoreError:
 
 
 async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hedge_after: float,
-                 deadline: float, what: str) -> tuple[str, T]:
-    """Run ``attempt(endpoint)`` on the members in ring order, hedged; first success wins."""
+                 deadline: float, what: str, *,
+                 budget: RetryBudget | None = None) -> tuple[str, T]:
+    """Run ``attempt(endpoint)`` on the members in ring order, hedged; first success wins.
+    Requests after the first are paid from ``budget`` (when given)."""
     loop = asyncio.get_running_loop()
     queue = ring.order()
     pending: dict[asyncio.Task[T], str] = {}
     errors: list[StoreError] = []
     next_launch = loop.time()
+    free = True             # the next request is not paid for (the first, or after no send)
+    if budget is not None:
+        budget.call()
     try:
         while True:
             now = loop.time()
             if queue and (not pending or now >= next_launch):
-                ep = queue.pop(0)
-                pending[asyncio.ensure_future(attempt(ep))] = ep
-                next_launch = now + hedge_after
+                if free or budget is None or budget.spend():
+                    ep = queue.pop(0)
+                    pending[asyncio.ensure_future(attempt(ep))] = ep
+                    next_launch = now + hedge_after
+                    free = False
+                else:
+                    queue.clear()   # budget empty: wait for what was sent
             if not pending:
                 raise combine(errors, what)
             remaining = deadline - now
@@ -115,6 +170,7 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
                 ring.demote(ep)
                 errors.append(exc)
                 next_launch = loop.time()  # an error answer moves on at once
+                free = free or isinstance(exc, EtcdUnreachable)
     finally:
         for task in pending:
             task.cancel()

@@ -80,7 +80,8 @@ class StoreWriter(Protocol):
 class LeaseKeeper(Protocol):
     """etcd leases: granted, kept alive, revoked."""
 
-    async def grant(self, ttl: int, *, timeout: float | None = None) -> Lease: ...
+    async def grant(self, ttl: int, *, lease_id: int = 0,
+                    timeout: float | None = None) -> Lease: ...
 
     async def keepalive(self, lease_id: int, *, timeout: float | None = None) -> int: ...
 

@@ -31,7 +31,7 @@ from awide_cluster.store.errors import (
     Timeout,
     Unavailable,
 )
-from awide_cluster.store.hedge import EndpointRing, hedged, write_once
+from awide_cluster.store.hedge import EndpointRing, RetryBudget, hedged, write_once
 from awide_cluster.store.timeline import Claim, Timeline
 from awide_cluster.store.transport import SendState, Transport
 
@@ -51,6 +51,8 @@ class Session:
         self.config = config
         self.codec = Codec(config.prefix)
         self.ring = EndpointRing(config.endpoints)
+        # hedges and retries of this client's reads (hedge.RetryBudget)
+        self.budget = RetryBudget()
         creds = read_credentials(config.credential_files())     # CredentialError: bad file
         self.transport = Transport(config, creds.ssl)
         self._credentials_digest = creds.digest     # what the files held when last read
@@ -268,7 +270,8 @@ class Session:
             try:
                 return await self._bounded(
                     self.authed(lambda: hedged(attempt, self.ring, self.config.hedge_after,
-                                                deadline, what), deadline),
+                                                deadline, what, budget=self.budget),
+                                deadline),
                     deadline, what, write=False)
             except StoreError:
                 if again or not await self.reconsider_timeline(deadline):

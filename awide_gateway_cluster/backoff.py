@@ -1,0 +1,40 @@
+"""Back-off of a gateway's etcd loops after failures: capped exponential, full jitter.
+
+A gateway whose etcd calls fail keeps serving its last known state and waits longer between
+tries instead of asking every turn: after ``failures`` failures in a row the next try comes
+after a delay drawn uniformly between the loop's interval and ``min(cap, interval *
+2**failures)``; one success brings it back to the interval. Spread this way, gateways that
+failed together (a start storm, an etcd election) do not come back together.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# the longest wait between two tries of a failing loop, in loop intervals
+CAP_INTERVALS = 4.0
+
+
+def delay(failures: int, interval: float, cap: float, u: float) -> float:
+    """The wait before the next try: ``interval`` when the last try succeeded (``failures``
+    0); else ``interval`` plus ``u`` (in [0, 1)) of the rest up to the capped exponential."""
+    if failures <= 0:
+        return interval
+    ceiling = min(cap, interval * 2.0 ** min(failures, 32))
+    return interval + u * max(0.0, ceiling - interval)
+
+
+@dataclass
+class Backoff:
+    """The failures in a row of one loop, and the wait they give."""
+
+    interval: float
+    cap: float
+    rng: random.Random
+    failures: int = 0
+
+    def next(self, ok: bool) -> float:
+        """Note the outcome of a try; the wait before the next one."""
+        self.failures = 0 if ok else self.failures + 1
+        return delay(self.failures, self.interval, self.cap, self.rng.random())

@@ -1,0 +1,157 @@
+"""What a gateway's start costs etcd, against real etcd: one lease, never two, even when a
+grant's answer is lost (every grant asks for the same lease ID); a layout read before it is
+created, so a start where the layout exists writes no layout; the registration after the
+start-up delay."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from awide_cluster.contract import keys
+from awide_cluster.contract.records import GatewayRecord, LayoutRecord
+from awide_cluster.store import EtcdStore, StoreConfig
+from awide_cluster.store.errors import Timeout
+from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster.registration import Registration, check_layout
+from awide_harness.fakes import FakeNvmeWorld
+from tests.gateway.support import config, gateway
+from tests.timing import bound, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class LostGrantAnswers(EtcdStore):
+    """The real store, whose first ``lose`` lease grants reach etcd and are applied, and whose
+    answers are then lost (the caller sees a deadline that passed after sending)."""
+
+    def __init__(self, config: StoreConfig, lose: int) -> None:
+        super().__init__(config)
+        self.lose = lose
+
+    async def grant(self, ttl: int, *, lease_id: int = 0, timeout: float | None = None) -> Any:
+        lease = await super().grant(ttl, lease_id=lease_id, timeout=timeout)
+        if self.lose > 0:
+            self.lose -= 1
+            raise Timeout(f"lease grant: answer of {lease.id:x} lost", maybe_applied=True)
+        return lease
+
+
+class CountedWrites(EtcdStore):
+    """The real store, the writes of each key counted."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.writes: dict[str, int] = {}
+
+    def _count(self, key: str) -> None:
+        self.writes[key] = self.writes.get(key, 0) + 1
+
+    async def create(self, key: str, value: bytes | str, *, lease: int = 0,
+                     timeout: float | None = None) -> int:
+        self._count(key)
+        return await super().create(key, value, lease=lease, timeout=timeout)
+
+    async def put(self, key: str, value: bytes | str, *, lease: int = 0,
+                  timeout: float | None = None) -> int:
+        self._count(key)
+        return await super().put(key, value, lease=lease, timeout=timeout)
+
+
+async def leases(store: EtcdStore) -> set[int]:
+    """Every lease etcd holds (of every client of the cluster)."""
+    _, answer = await store.read("/v3/lease/leases", {}, bound(1.0), "lease list")
+    return {int(x["ID"]) for x in answer.get("leases", [])}
+
+
+def store_config(etcd: Any, cluster_name: str) -> StoreConfig:
+    return StoreConfig(endpoints=etcd.endpoints, prefix=keys.prefix(cluster_name),
+                       call_timeout=bound(1.0))
+
+
+async def test_a_gateway_whose_grant_answers_are_lost_holds_exactly_one_lease(
+        etcd: Any, store: EtcdStore, cluster_name: str) -> None:
+    lossy = LostGrantAnswers(store_config(etcd, cluster_name), lose=1)
+    reg = Registration(lossy, "gw-1", ttl=30, call_timeout=bound(1.0), rng=random.Random(7))
+    record = GatewayRecord(id="gw-1", host="h", pod="p", namespace="ns", placement="dialog",
+                           fingerprint="f", generation=1, engine=None, version="t")
+    before = await leases(store)
+    try:
+        assert not await reg.tick(record, 100.0)          # granted, answer lost
+        assert reg.lease is None and reg.lease_id in await leases(store)
+        assert await reg.tick(record, 101.0)              # the same ID: "already exists", kept
+        assert reg.lease == reg.lease_id and reg.grants == 2
+        assert await leases(store) - before == {reg.lease_id}
+        kv = await store.get(keys.gateway("gw-1"))
+        assert kv is not None and kv.lease == reg.lease_id
+        assert 25 < await store.time_to_live(reg.lease_id) <= 30
+    finally:
+        await reg.close()
+        await lossy.close()
+    assert reg.lease_id not in await leases(store)
+    assert await store.get(keys.gateway("gw-1")) is None
+
+
+async def test_a_stop_revokes_a_lease_whose_grant_answer_was_lost(
+        etcd: Any, store: EtcdStore, cluster_name: str) -> None:
+    lossy = LostGrantAnswers(store_config(etcd, cluster_name), lose=1)
+    reg = Registration(lossy, "gw-2", ttl=30, call_timeout=bound(1.0), rng=random.Random(8))
+    record = GatewayRecord(id="gw-2", host="h", pod="p", namespace="ns", placement="dialog",
+                           fingerprint="f", generation=1, engine=None, version="t")
+    try:
+        assert not await reg.tick(record, 100.0)
+        assert reg.lease_id in await leases(store)        # granted, the gateway never knew
+    finally:
+        await reg.close()
+        await lossy.close()
+    assert reg.lease_id not in await leases(store)
+
+
+async def test_the_layout_is_read_first_and_created_only_when_absent(
+        etcd: Any, cluster_name: str) -> None:
+    counted = CountedWrites(store_config(etcd, cluster_name))
+    mine = LayoutRecord("ns-1", "dialog", created_by="gw-a")
+    key = keys.layout("ns-1")
+    try:
+        assert await check_layout(counted, mine, timeout=bound(1.0), create=False) == "absent"
+        assert counted.writes == {}
+        assert await check_layout(counted, mine, timeout=bound(1.0)) == "ok"
+        assert counted.writes == {key: 1}
+        other = LayoutRecord("ns-1", "dialog", created_by="gw-b")
+        for _ in range(3):
+            assert await check_layout(counted, other, timeout=bound(1.0)) == "ok"
+        assert counted.writes == {key: 1}
+        stripe = LayoutRecord("ns-1", "stripe", created_by="gw-c")
+        assert isinstance(await check_layout(counted, stripe, timeout=bound(1.0)),
+                          lay.LayoutMismatch)
+        assert counted.writes == {key: 1}
+    finally:
+        await counted.close()
+
+
+async def test_a_start_with_an_existing_layout_writes_no_layout(
+        etcd: Any, cluster_name: str, world: FakeNvmeWorld, world_b: FakeNvmeWorld) -> None:
+    first_store = CountedWrites(store_config(etcd, cluster_name))
+    first = gateway(config(cluster_name, etcd.endpoints, world), world, store=first_store)
+    await first.start()
+    try:
+        layout_key = keys.layout(first.namespace)
+        assert first_store.writes == {layout_key: 1}        # the namespace's first: recorded
+        assert first.snapshot().layout_ok
+        second_store = CountedWrites(store_config(etcd, cluster_name))
+        second = gateway(config(cluster_name, etcd.endpoints, world_b), world_b,
+                         store=second_store)
+        await second.start()
+        try:
+            assert second.snapshot().layout_ok               # read at start: known at once
+            own = keys.gateway(second.id)
+            await wait_until(lambda: second_store.writes.get(own, 0) >= 1)
+            assert layout_key not in second_store.writes
+        finally:
+            await second.stop()
+            await second_store.close()
+    finally:
+        await first.stop()
+        await first_store.close()

@@ -1,0 +1,115 @@
+"""The retry budget of hedged reads, counted in requests (no clock): at most ``start + ratio *
+calls`` extra requests over any run of calls, and a hedge left out when the budget is empty."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from awide_cluster.store.errors import Timeout, Unavailable
+from awide_cluster.store.hedge import EndpointRing, RetryBudget, hedged
+from awide_cluster.store.transport import EtcdUnreachable
+
+
+@given(st.lists(st.integers(min_value=0, max_value=3), max_size=400),
+       st.sampled_from([0.0, 0.05, 0.1, 0.5]), st.integers(min_value=1, max_value=20))
+def test_extra_requests_never_exceed_the_burst_plus_the_ratio_of_calls(
+        wants: list[int], ratio: float, burst: int) -> None:
+    b = RetryBudget(ratio=ratio, burst=float(burst), start=float(burst))
+    for n, extra in enumerate(wants, start=1):
+        b.call()
+        for _ in range(extra):
+            b.spend()
+        assert b.extra <= burst + ratio * n + 1e-9
+        assert 0.0 <= b.tokens <= burst
+    assert b.extra + b.refused == sum(wants)
+
+
+def test_a_new_client_has_one_extra_request_then_one_per_ten_calls() -> None:
+    b = RetryBudget()                       # the defaults: one to start, then 10 % of calls
+    assert [b.spend() for _ in range(2)] == [True, False]
+    granted = 0
+    for _ in range(100):
+        b.call()
+        granted += b.spend()
+    assert granted == 10 and b.extra == 11 and b.refused == 91
+
+
+def test_unused_calls_save_up_to_the_burst() -> None:
+    b = RetryBudget()
+    for _ in range(1000):
+        b.call()
+    assert b.tokens == 10.0
+    assert sum(b.spend() for _ in range(12)) == 10
+
+
+def test_a_bad_budget_is_refused() -> None:
+    with pytest.raises(ValueError):
+        RetryBudget(ratio=-0.1)
+    with pytest.raises(ValueError):
+        RetryBudget(burst=0.5)
+    with pytest.raises(ValueError):
+        RetryBudget(burst=2.0, start=3.0)
+
+
+class Members:
+    """Attempts counted per member: ``a`` never answers, the others answer at once (or with
+    ``errors``)."""
+
+    def __init__(self, errors: dict[str, Exception] | None = None) -> None:
+        self.asked: list[str] = []
+        self.errors = errors or {}
+
+    async def attempt(self, ep: str) -> str:
+        self.asked.append(ep)
+        if ep in self.errors:
+            raise self.errors[ep]
+        if ep == "a":
+            await asyncio.Event().wait()
+        return ep
+
+
+async def call(members: Members, budget: RetryBudget | None, timeout: float = 0.3) -> str:
+    loop = asyncio.get_running_loop()
+    _, answer = await hedged(members.attempt, EndpointRing(("a", "b", "c")), 0.01,
+                             loop.time() + timeout, "get", budget=budget)
+    return answer
+
+
+async def test_a_slow_member_is_hedged_while_the_budget_holds_a_request() -> None:
+    budget = RetryBudget(ratio=0.0, burst=1.0)
+    members = Members()
+    assert await call(members, budget) == "b"
+    assert members.asked == ["a", "b"] and budget.extra == 1
+
+
+async def test_no_hedge_is_sent_when_the_budget_is_empty() -> None:
+    budget = RetryBudget(ratio=0.0, burst=1.0)
+    budget.spend()
+    members = Members()
+    with pytest.raises(Timeout):
+        await call(members, budget, timeout=0.1)
+    assert members.asked == ["a"] and budget.refused == 1
+
+
+async def test_an_error_answer_is_retried_only_from_the_budget() -> None:
+    members = Members({"a": Unavailable("etcd: too many requests")})
+    empty = RetryBudget(ratio=0.0, burst=1.0)
+    empty.spend()
+    with pytest.raises(Unavailable):
+        await call(members, empty)
+    assert members.asked == ["a"]
+    members.asked.clear()
+    assert await call(members, RetryBudget(ratio=0.0, burst=1.0)) == "b"
+    assert members.asked == ["a", "b"]
+
+
+async def test_a_connection_never_made_moves_on_free() -> None:
+    members = Members({"a": EtcdUnreachable("a: connection refused")})
+    empty = RetryBudget(ratio=0.0, burst=1.0)
+    empty.spend()
+    assert await call(members, empty) == "b"
+    assert members.asked == ["a", "b"] and empty.extra == 1
