@@ -226,7 +226,8 @@ class ClusterGateway:
         self._cards.connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     command_timeout=self.config.nvme.command_timeout,
-                                    read_label=self._read_label, worker=self._probe_worker)
+                                    read_label=self._read_label, worker=self._probe_worker,
+                                    timeouts=self.config.nvme.fabric_timeouts)
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
