@@ -50,7 +50,7 @@ from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
 
 __all__ = [
     "ConfigError", "FabricTimeouts", "GatewayConfig", "ModelSection", "NvmeSection",
-    "TimingSection", "load_config", "parse_config",
+    "StateSection", "TimingSection", "load_config", "parse_config",
 ]
 
 _DTYPES = ("float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2", "int8")
@@ -203,6 +203,25 @@ class NvmeSection(Section):
         return self
 
 
+class StateSection(Section):
+    """The state file: the last registry this gateway accepted, served at a start while etcd
+    does not answer (docs/gateway.md, "Starting in an etcd outage")."""
+
+    dir: Path | None = Field(
+        default=None,
+        description="directory of the state file <gateway id>.state.json (created 0700 if "
+                    "missing); none: no state file")
+    max_age: float = Field(default=86400.0, gt=0.0, le=30 * 86400.0,
+                           description="a state file older than this (s) is never served")
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_absolute():
+            raise ValueError(f"{v} is not an absolute path")
+        return v
+
+
 class GatewayConfig(Section):
     mode: Literal["cluster"]
     cluster: str
@@ -225,6 +244,7 @@ class GatewayConfig(Section):
     start_timeout: float = Field(
         default=3.0, gt=0.0, le=60.0,
         description="how long start() waits for the first probe of the cards")
+    state: StateSection = StateSection()
 
     @field_validator("cluster", "host", "pod")
     @classmethod

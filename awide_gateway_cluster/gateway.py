@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
+from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
@@ -42,6 +43,7 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster import state_file as sf
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.card_workers import CardWorkers
 from awide_gateway_cluster.config import GatewayConfig
@@ -112,6 +114,16 @@ class ClusterGateway:
         self._held = False                        # the last tick held the record back
         self._started = False
         self._poll_now = asyncio.Event()
+        # the state file: the registry served while etcd has not answered since the start
+        # (None: none served), the layout verified live, the last state offered for writing
+        self._saved: sf.SavedState | None = None
+        self._state_note = ""
+        self._layout_from_file = False
+        self._verified_layout: LayoutRecord | None = None
+        self._offered: tuple[Registry, LayoutRecord | None] | None = None
+        d = config.state.dir
+        self._state_path = sf.path_for(d, self.id) if d is not None else None
+        self._keeper = sf.StateKeeper(self._state_path) if self._state_path else None
         self._follower: Follower | None = None
         self._registration: Registration | None = None
         self._cards = CardWorkers(config, rng=self._rng, registry=self._registry,
@@ -147,11 +159,17 @@ class ClusterGateway:
         dead = ""
         if self._started and (poll is None or poll.done()):
             dead = "registry poll task is not running: the view is stale by definition"
+        saved = self._saved
+        problem = dead or (fs.problem if fs else "not started")
+        if saved is not None:
+            problem = (f"serving the state file ({saved.describe(time.time())}) until etcd "
+                       f"answers; {problem}")
         return GatewayStats(
             generation=self._view.generation,
             staleness=self._follower.staleness() if self._follower else None,
-            stale=bool(dead) or bool(fs and fs.problem) or fs is None or fs.last_ok is None,
-            problem=dead or (fs.problem if fs else "not started"),
+            stale=(bool(dead) or bool(fs and fs.problem) or fs is None or fs.last_ok is None
+                   or saved is not None),
+            problem=problem,
             polls=fs.polls if fs else 0, failed_polls=fs.failed_polls if fs else 0,
             registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
             hostile_targets=self._cards.hostile, cards_refused=self._cards.refused,
@@ -163,6 +181,8 @@ class ClusterGateway:
             watch_progress=fs.progress if fs else 0,
             polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
+            state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
+            state_note=self._state_note,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -234,12 +254,15 @@ class ClusterGateway:
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call)
         self._poll_now = asyncio.Event()
+        saved = await self._read_state()
         try:
             await self._check_layout()
         except lay.LayoutMismatch:
             await self._close_store()
             raise
-        await self._poll_once()
+        first = await self._poll_once()
+        if saved is not None:
+            self._serve_saved(saved, first)
         self._started = True
         loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
         if self.config.watch:
@@ -259,6 +282,8 @@ class ClusterGateway:
             await self._close_store()
             return
         self._started = False
+        if self._keeper is not None:
+            await self._keeper.flush(self._call * 3)
         tasks = self._tasks + self._cards.take_tasks()
         for t in tasks:
             t.cancel()
@@ -324,12 +349,76 @@ class ClusterGateway:
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
 
-    async def _poll_once(self) -> None:
+    async def _poll_once(self) -> FollowStep:
         assert self._follower is not None
         self._history_check()
         taken = await self._follower.poll()
         self._history_check()
         self._take(taken)
+        return taken
+
+    # ------------------------------------------------------------------ state file
+
+    async def _read_state(self) -> sf.SavedState | None:
+        """The state file, read (bounded, off the loop) and judged; None when there is none
+        or it may not be served (said in one log line)."""
+        path = self._state_path
+        if path is None:
+            return None
+        c = self.config
+        try:
+            async with asyncio.timeout(max(1.0, self._call * 3)):
+                got = await asyncio.to_thread(sf.read, path, cluster=c.cluster,
+                                              now=time.time(), max_age=c.state.max_age)
+        except TimeoutError:
+            got = f"state file {path} not read within {max(1.0, self._call * 3):g} s"
+        if isinstance(got, str):
+            self._state_note = got
+            log.warning("gateway %s: %s; it starts with what etcd says (nothing while etcd "
+                        "does not answer)", self.id, got)
+            return None
+        return got
+
+    def _serve_saved(self, saved: sf.SavedState, first: FollowStep) -> None:
+        """The first poll is done: serve ``saved`` if etcd did not answer it."""
+        assert self._follower is not None
+        now = time.time()
+        # the follower's words for a read etcd did not answer (an absent key, a refused
+        # document: etcd answered, and the file is not served)
+        unanswered = first.outcome == "failed" and first.detail.startswith("registry not read")
+        if self._follower.state.registry is not None or not unanswered:
+            self._state_note = "state file not needed: etcd answered at start"
+            log.info("gateway %s: etcd answered at start; state file (%s) not used",
+                     self.id, saved.describe(now))
+            return
+        self._saved = saved
+        self._state_note = f"serving the state file: {saved.describe(now)}"
+        if saved.layout is not None and saved.layout.same_layout(self._layout) and \
+                not self._layout_ok:
+            self._layout_ok, self._layout_problem = True, ""
+            self._layout_from_file = True
+            self._verified_layout = saved.layout
+        self._tasks.extend(self._cards.applied(None, saved.registry, 0.0))
+        log.warning("gateway %s serving from its state file, marked stale: %s; etcd did not "
+                    "answer: %s", self.id, saved.describe(now), first.detail or first.outcome)
+        self._publish(ev.ChangeEvent("stale", generation=saved.generation,
+                                     detail=f"serving the state file ({saved.describe(now)})"))
+        self._rebuild()
+
+    def _save_state(self) -> None:
+        """Offer the accepted registry (and the layout verified) for the state file, when
+        either changed since the last offer."""
+        reg = self._follower.state.registry if self._follower else None
+        if self._keeper is None or reg is None:
+            return
+        key = (reg, self._verified_layout)
+        if key == self._offered:
+            return
+        self._offered = key
+        self._keeper.offer(sf.SavedState(
+            cluster=self.config.cluster, prefix=keys.prefix(self.config.cluster),
+            gateway=self.id, registry=reg, layout=self._verified_layout,
+            saved_at=time.time()))
 
     def _history_check(self) -> bool:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
@@ -370,16 +459,32 @@ class ClusterGateway:
     def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
+        saved, self._saved = self._saved, None
+        if old is None and saved is not None:
+            old = saved.registry
+            why = sf.judge(saved, cluster=self.config.cluster, now=time.time(),
+                           max_age=self.config.state.max_age, known=reg)
+            self._state_note = (f"replaced by etcd's generation {reg.generation}"
+                                + (f" ({why})" if why else ""))
+            log.warning("gateway %s: etcd answered: registry generation %d lineage %s "
+                        "replaces the state file's generation %d lineage %s%s", self.id,
+                        reg.generation, reg.lineage or "-", saved.generation,
+                        saved.lineage or "-", f" ({why})" if why else "")
         self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
         self._applied_at = self._clock()
         if decision.detail:
             log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
         self._rebuild()
+        self._save_state()
 
     def _registry(self) -> Registry | None:
-        """The registry the follower holds (None: none read yet, or not started)."""
-        return self._follower.state.registry if self._follower else None
+        """The registry the follower holds, else the state file's while it is served (None:
+        none read yet, or not started)."""
+        reg = self._follower.state.registry if self._follower else None
+        if reg is None and self._saved is not None:
+            return self._saved.registry
+        return reg
 
     # ------------------------------------------------------------------ etcd side
 
@@ -400,7 +505,10 @@ class ClusterGateway:
             self._rebuild()
             raise mismatch
         self._layout_ok, self._layout_problem = True, ""
+        self._layout_from_file = False
+        self._verified_layout = self._layout
         self._rebuild()
+        self._save_state()
 
     async def _etcd_side_loop(self) -> None:
         await asyncio.sleep(self._rng.uniform(0, self._interval))
@@ -420,7 +528,7 @@ class ClusterGateway:
 
     async def _etcd_side_once(self) -> None:
         self._history_check()
-        if not self._layout_ok and not self._layout_mismatch:
+        if (not self._layout_ok or self._layout_from_file) and not self._layout_mismatch:
             with contextlib.suppress(lay.LayoutMismatch):
                 await self._check_layout()
         assert self._registration is not None and self._follower is not None
@@ -450,7 +558,8 @@ class ClusterGateway:
                              reg.slots if reg else slotfn.EMPTY)
         return vw.build(reg, self._cards.local, namespace=self.namespace,
                         placement=self.placement_name, fingerprint=fp,
-                        layout_ok=self._layout_ok, layout_problem=self._layout_problem)
+                        layout_ok=self._layout_ok, layout_problem=self._layout_problem,
+                        saved_at=self._saved.saved_at if self._saved else None)
 
     def _rebuild(self) -> None:
         old, new = self._view, self._build()

@@ -29,3 +29,5 @@ class GatewayStats:
     polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
     history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
     history_note: str = ""          # why the last one was adopted ("" when none was)
+    state_file_age: float | None = None   # age (s) of the state file served (None: not served)
+    state_note: str = ""            # what became of the state file (served, refused: why)
