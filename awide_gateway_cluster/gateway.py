@@ -374,8 +374,9 @@ class ClusterGateway:
             got = f"state file {path} not read within {max(1.0, self._call * 3):g} s"
         if isinstance(got, str):
             self._state_note = got
-            log.warning("gateway %s: %s; it starts with what etcd says (nothing while etcd "
-                        "does not answer)", self.id, got)
+            log.log(logging.INFO if got.startswith("no state file") else logging.WARNING,
+                    "gateway %s: %s; it starts with what etcd says (nothing while etcd "
+                    "does not answer)", self.id, got)
             return None
         return got
 
