@@ -29,6 +29,7 @@ Combinations that cannot work are refused when the file is loaded (exit code 2 f
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -50,8 +51,8 @@ from awide_cluster.contract.vouch import Allowed, parse_networks
 from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
 
 __all__ = [
-    "ConfigError", "GatewayConfig", "ModelSection", "NvmeSection", "TimingSection",
-    "load_config", "parse_config",
+    "ConfigError", "FabricTimeouts", "GatewayConfig", "ModelSection", "NvmeSection",
+    "StateSection", "TimingSection", "load_config", "parse_config",
 ]
 
 _DTYPES = ("float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2", "int8")
@@ -119,6 +120,16 @@ class ModelSection(Section):
         return v
 
 
+@dataclass(frozen=True, slots=True)
+class FabricTimeouts:
+    """The NVMe-oF timeouts of every ``nvme connect`` (seconds; docs/config.md, "NVMe-oF
+    timeouts")."""
+    ctrl_loss_tmo: int
+    reconnect_delay: int
+    fast_io_fail_tmo: int
+    keep_alive_tmo: int
+
+
 class NvmeSection(Section):
     program: str = Field(default="nvme", min_length=1, description="nvme-cli, looked up on PATH")
     sysfs_root: Path = Path("/sys")
@@ -135,6 +146,20 @@ class NvmeSection(Section):
     disconnect_forgotten: bool = Field(
         default=True,
         description="disconnect a card the registry no longer lists (never one merely out)")
+    ctrl_loss_tmo: int = Field(
+        default=60, ge=2, le=3600,
+        description="nvme connect --ctrl-loss-tmo: the kernel removes a controller whose "
+                    "target stayed unreachable this long (s)")
+    reconnect_delay: int = Field(
+        default=1, ge=1, le=60,
+        description="nvme connect --reconnect-delay: seconds between reconnect attempts")
+    fast_io_fail_tmo: int = Field(
+        default=1, ge=0, le=600,
+        description="I/O to a controller that lost its target fails after this (s), set "
+                    "through sysfs right after the connect (nvme-cli 2.3 has no option)")
+    keep_alive_tmo: int = Field(
+        default=2, ge=1, le=60,
+        description="nvme connect --keep-alive-tmo: a silent target is noticed within it (s)")
 
     @field_validator("hostnqn")
     @classmethod
@@ -161,11 +186,47 @@ class NvmeSection(Section):
         return v
 
     @model_validator(mode="after")
+    def _timeouts_fit(self) -> NvmeSection:
+        if self.fast_io_fail_tmo >= self.ctrl_loss_tmo:
+            raise ValueError(f"fast_io_fail_tmo ({self.fast_io_fail_tmo} s) must be shorter "
+                             f"than ctrl_loss_tmo ({self.ctrl_loss_tmo} s): I/O would wait "
+                             "until the controller is removed")
+        if self.reconnect_delay >= self.ctrl_loss_tmo:
+            raise ValueError(f"reconnect_delay ({self.reconnect_delay} s) must be shorter "
+                             f"than ctrl_loss_tmo ({self.ctrl_loss_tmo} s): no reconnect "
+                             "would be tried")
+        return self
+
+    @property
+    def fabric_timeouts(self) -> FabricTimeouts:
+        return FabricTimeouts(self.ctrl_loss_tmo, self.reconnect_delay, self.fast_io_fail_tmo,
+                              self.keep_alive_tmo)
+
+    @model_validator(mode="after")
     def _secret_needs_host(self) -> NvmeSection:
         if self.dhchap_secret_file is not None and self.hostnqn is None:
             raise ValueError("dhchap_secret_file needs hostnqn: the cards hold one "
                              "DH-HMAC-CHAP key per host NQN")
         return self
+
+
+class StateSection(Section):
+    """The state file: the last registry this gateway accepted, served at a start while etcd
+    does not answer (docs/gateway.md, "Starting in an etcd outage")."""
+
+    dir: Path | None = Field(
+        default=None,
+        description="directory of the state file <gateway id>.state.json (created 0700 if "
+                    "missing); none: no state file")
+    max_age: float = Field(default=86400.0, gt=0.0, le=30 * 86400.0,
+                           description="a state file older than this (s) is never served")
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_absolute():
+            raise ValueError(f"{v} is not an absolute path")
+        return v
 
 
 class GatewayConfig(Section):
@@ -210,6 +271,8 @@ class GatewayConfig(Section):
                 raise ValueError(f"host {host}: 1 to {HOST_NETWORKS_MAX} addresses or networks")
             parse_networks(nets)
         return v
+
+    state: StateSection = StateSection()
 
     @field_validator("cluster", "host", "pod")
     @classmethod

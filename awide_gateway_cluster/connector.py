@@ -43,6 +43,7 @@ from awide_cluster.nvme.errors import AlreadyConnected, NvmeError
 from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Sysfs
 from awide_gateway_cluster.cardpath import Probe
+from awide_gateway_cluster.config import FabricTimeouts
 from awide_gateway_cluster.view import CardPath
 
 log = logging.getLogger("awide_gateway_cluster.connector")
@@ -54,7 +55,8 @@ class Connector:
     def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
                  dhchap_secret_file: Path | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
-                 sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None) -> None:
+                 sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None,
+                 timeouts: FabricTimeouts | None = None) -> None:
         self.nvme, self.sysfs = nvme, sysfs
         # every card's reads of one probe round go to the worker's thread together; by default
         # a worker of this gateway's own (a worker serves one event loop, and a host program
@@ -67,6 +69,8 @@ class Connector:
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
         self.connected: dict[str, set[str]] = {}     # card id -> controllers connected for it
+
+        self.timeouts = timeouts
 
     async def _off_loop(self, fn: Callable[[], T], card: CardEntry, what: str) -> T:
         """A sysfs/file read off the event loop, on the probe worker, bounded. A read of the
@@ -144,8 +148,12 @@ class Connector:
                 log.warning("card %s: connect %s not tried: %s", card.id, target, e)
                 return Probe(note=f"connect not tried: {e}")
         try:
-            name = await self.nvme.connect(target, self.hostnqn, dhchap_secret=secret,
-                                           timeout=self.command_timeout)
+            t = self.timeouts
+            name = await self.nvme.connect(
+                target, self.hostnqn, dhchap_secret=secret, timeout=self.command_timeout,
+                ctrl_loss_tmo=t.ctrl_loss_tmo if t else None,
+                reconnect_delay=t.reconnect_delay if t else None,
+                keep_alive_tmo=t.keep_alive_tmo if t else None)
         except AlreadyConnected:
             ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
             found = [c for c in ctrls if _at_target(c, target)]
@@ -160,6 +168,7 @@ class Connector:
             if shown is None:
                 return Probe(note=f"nvme connect gave {name}, which sysfs does not show")
             ctrl = shown
+            await self._fast_io_fail(card, name)
         self.connected.setdefault(card.id, set()).add(ctrl.name)
         if ctrl.serial != card.serial:
             return _wrong_card(card, target, ctrl.serial, ctrl.model)
@@ -189,6 +198,20 @@ class Connector:
         log.warning("card %s: disconnected %s: %s", card.id, name, why)
         self.connected.get(card.id, set()).discard(name)
         return True
+
+    async def _fast_io_fail(self, card: CardEntry, name: str) -> None:
+        """Set the new controller's fast_io_fail_tmo (sysfs; nvme-cli 2.3 cannot). A failure
+        is logged and the card used anyway: I/O then waits for ctrl_loss_tmo at worst."""
+        t = self.timeouts
+        if t is None:
+            return
+        seconds = t.fast_io_fail_tmo
+        try:
+            await self._off_loop(lambda: self.sysfs.set_fast_io_fail_tmo(name, seconds), card,
+                                 "fast_io_fail")
+        except (OSError, ValueError, TimeoutError) as e:
+            log.warning("card %s: fast_io_fail_tmo of %s not set (I/O to a lost target waits "
+                        "up to ctrl_loss_tmo): %s", card.id, name, e)
 
     async def _verify(self, card: CardEntry, target: NvmeTarget, ctrl: Controller,
                       ns: Any) -> Probe | None:

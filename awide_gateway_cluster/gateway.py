@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
+from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
@@ -46,6 +47,7 @@ from awide_cluster.store.errors import (
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster import state_file as sf
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.backoff import CAP_INTERVALS, Backoff
 from awide_gateway_cluster.card_workers import CardWorkers
@@ -126,6 +128,16 @@ class ClusterGateway:
         self._held = False                        # the last tick held the record back
         self._started = False
         self._poll_now = asyncio.Event()
+        # the state file: the registry served while etcd has not answered since the start
+        # (None: none served), the layout verified live, the last state offered for writing
+        self._saved: sf.SavedState | None = None
+        self._state_note = ""
+        self._layout_from_file = False
+        self._verified_layout: LayoutRecord | None = None
+        self._offered: tuple[Registry, LayoutRecord | None] | None = None
+        d = config.state.dir
+        self._state_path = sf.path_for(d, self.id) if d is not None else None
+        self._keeper = sf.StateKeeper(self._state_path) if self._state_path else None
         self._follower: Follower | None = None
         self._registration: Registration | None = None
         # what the gateway uses of the registry: the entries the hosts' reports vouch for
@@ -165,11 +177,17 @@ class ClusterGateway:
         dead = ""
         if self._started and (poll is None or poll.done()):
             dead = "registry poll task is not running: the view is stale by definition"
+        saved = self._saved
+        problem = dead or (fs.problem if fs else "not started")
+        if saved is not None:
+            problem = (f"serving the state file ({saved.describe(time.time())}) until etcd "
+                       f"answers; {problem}")
         return GatewayStats(
             generation=self._view.generation,
             staleness=self._follower.staleness() if self._follower else None,
-            stale=bool(dead) or bool(fs and fs.problem) or fs is None or fs.last_ok is None,
-            problem=dead or (fs.problem if fs else "not started"),
+            stale=(bool(dead) or bool(fs and fs.problem) or fs is None or fs.last_ok is None
+                   or saved is not None),
+            problem=problem,
             polls=fs.polls if fs else 0, failed_polls=fs.failed_polls if fs else 0,
             registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
             hostile_targets=self._cards.hostile, cards_refused=self._cards.refused,
@@ -183,6 +201,8 @@ class ClusterGateway:
             history_resets=self._history_resets, history_note=self._history_note,
             entries_refused=self._vouching.refused if self._vouching else 0,
             refusals=self._vouching.problems() if self._vouching else (),
+            state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
+            state_note=self._state_note,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -249,19 +269,24 @@ class ClusterGateway:
         self._cards.connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     command_timeout=self.config.nvme.command_timeout,
-                                    read_label=self._read_label, worker=self._probe_worker)
+                                    read_label=self._read_label, worker=self._probe_worker,
+                                    timeouts=self.config.nvme.fabric_timeouts)
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call, rng=self._rng)
         self._poll_now = asyncio.Event()
-        self._poll_backoff.failures = 0 if await self._poll_once() else 1
+        saved = await self._read_state()
+        first = await self._poll_once()     # the first registry read is never delayed
+        self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
         try:
             await self._check_layout()
         except lay.LayoutMismatch:
             await self._close_store()
             raise
+        if saved is not None:
+            self._serve_saved(saved, first)
         if self._vouch_now.is_set():
             self._vouch_now.clear()
             try:
@@ -290,6 +315,8 @@ class ClusterGateway:
             await self._close_store()
             return
         self._started = False
+        if self._keeper is not None:
+            await self._keeper.flush(self._call * 3)
         tasks = self._tasks + self._cards.take_tasks()
         for t in tasks:
             t.cancel()
@@ -366,7 +393,7 @@ class ClusterGateway:
                 continue
             ok = False
             try:
-                ok = await self._poll_once()
+                ok = (await self._poll_once()).outcome != "failed"
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
             wait = self._poll_backoff.next(ok)
@@ -374,14 +401,82 @@ class ClusterGateway:
                 log.debug("registry poll failed %d times in a row: next in %.2f s",
                           self._poll_backoff.failures, wait)
 
-    async def _poll_once(self) -> bool:
-        """One poll, acted upon; False when etcd did not answer it."""
+    async def _poll_once(self) -> FollowStep:
+        """One poll, acted upon (its outcome is "failed" when etcd did not answer it)."""
         assert self._follower is not None
         self._history_check()
         taken = await self._follower.poll()
         self._history_check()
         self._take(taken)
-        return taken.outcome != "failed"
+        return taken
+
+    # ------------------------------------------------------------------ state file
+
+    async def _read_state(self) -> sf.SavedState | None:
+        """The state file, read (bounded, off the loop) and judged; None when there is none
+        or it may not be served (said in one log line)."""
+        path = self._state_path
+        if path is None:
+            return None
+        c = self.config
+        try:
+            async with asyncio.timeout(max(1.0, self._call * 3)):
+                got = await asyncio.to_thread(sf.read, path, cluster=c.cluster,
+                                              now=time.time(), max_age=c.state.max_age)
+        except TimeoutError:
+            got = f"state file {path} not read within {max(1.0, self._call * 3):g} s"
+        if isinstance(got, str):
+            self._state_note = got
+            log.log(logging.INFO if got.startswith("no state file") else logging.WARNING,
+                    "gateway %s: %s; it starts with what etcd says (nothing while etcd "
+                    "does not answer)", self.id, got)
+            return None
+        return got
+
+    def _serve_saved(self, saved: sf.SavedState, first: FollowStep) -> None:
+        """The first poll is done: serve ``saved`` if etcd did not answer it."""
+        assert self._follower is not None
+        now = time.time()
+        # the follower's words for a read etcd did not answer (an absent key, a refused
+        # document: etcd answered, and the file is not served)
+        unanswered = first.outcome == "failed" and first.detail.startswith("registry not read")
+        if self._follower.state.registry is not None or not unanswered:
+            self._state_note = "state file not needed: etcd answered at start"
+            log.info("gateway %s: etcd answered at start; state file (%s) not used",
+                     self.id, saved.describe(now))
+            return
+        self._saved = saved
+        self._state_note = f"serving the state file: {saved.describe(now)}"
+        if saved.layout is not None and saved.layout.same_layout(self._layout) and \
+                not self._layout_ok:
+            self._layout_ok, self._layout_problem = True, ""
+            self._layout_from_file = True
+            self._verified_layout = saved.layout
+        self._tasks.extend(self._cards.applied(None, saved.registry, 0.0))
+        log.warning("gateway %s serving from its state file, marked stale: %s; etcd did not "
+                    "answer: %s", self.id, saved.describe(now), first.detail or first.outcome)
+        self._publish(ev.ChangeEvent("stale", generation=saved.generation,
+                                     detail=f"serving the state file ({saved.describe(now)})"))
+        self._rebuild()
+
+    def _save_state(self) -> None:
+        """Offer the registry in use (the follower's, with only vouched entries when vouching)
+        and the layout verified for the state file, when either changed since the last
+        offer."""
+        if self._vouching is not None:
+            reg = self._used
+        else:
+            reg = self._follower.state.registry if self._follower else None
+        if self._keeper is None or reg is None:
+            return
+        key = (reg, self._verified_layout)
+        if key == self._offered:
+            return
+        self._offered = key
+        self._keeper.offer(sf.SavedState(
+            cluster=self.config.cluster, prefix=keys.prefix(self.config.cluster),
+            gateway=self.id, registry=reg, layout=self._verified_layout,
+            saved_at=time.time()))
 
     def _history_check(self) -> bool:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
@@ -422,10 +517,23 @@ class ClusterGateway:
     def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
+        saved, self._saved = self._saved, None
+        if old is None and saved is not None:
+            old = saved.registry
+            why = sf.judge(saved, cluster=self.config.cluster, now=time.time(),
+                           max_age=self.config.state.max_age, known=reg)
+            self._state_note = (f"replaced by etcd's generation {reg.generation}"
+                                + (f" ({why})" if why else ""))
+            log.warning("gateway %s: etcd answered: registry generation %d lineage %s "
+                        "replaces the state file's generation %d lineage %s%s", self.id,
+                        reg.generation, reg.lineage or "-", saved.generation,
+                        saved.lineage or "-", f" ({why})" if why else "")
         if self._vouching is not None:
             # entries accepted before are used at once; new or changed ones wait for the
             # hosts' reports, read after this registry (``_vouch_loop``)
-            old, self._used = self._used, self._vouching.use(reg, None)
+            used_before = self._used if self._used is not None else old
+            self._used = self._vouching.use(reg, None)
+            old = used_before
             if self._vouching.pending(reg):
                 self._vouch_now.set()
             reg = self._used
@@ -435,13 +543,19 @@ class ClusterGateway:
             log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
         self._rebuild()
+        self._save_state()
 
     def _registry(self) -> Registry | None:
         """The registry the gateway uses (None: none read yet, or not started): the one the
-        follower holds, with only the entries the hosts' reports vouch for."""
+        follower holds, with only the entries the hosts' reports vouch for; the state file's
+        while it is served and nothing was read from etcd."""
         if self._vouching is not None:
-            return self._used
-        return self._follower.state.registry if self._follower else None
+            reg = self._used
+        else:
+            reg = self._follower.state.registry if self._follower else None
+        if reg is None and self._saved is not None:
+            return self._saved.registry
+        return reg
 
     async def _vouch_loop(self) -> None:
         """Read the hosts' reports when an applied registry has new or changed entries, and
@@ -477,6 +591,7 @@ class ClusterGateway:
         old, self._used = self._used, self._vouching.use(src, reports)
         self._tasks.extend(self._cards.applied(old, self._used, SETTLE * self._interval))
         self._rebuild()
+        self._save_state()
 
     # ------------------------------------------------------------------ etcd side
 
@@ -504,7 +619,10 @@ class ClusterGateway:
             self._rebuild()
             raise mismatch
         self._layout_ok, self._layout_problem = True, ""
+        self._layout_from_file = False
+        self._verified_layout = self._layout
         self._rebuild()
+        self._save_state()
         return True
 
     async def _etcd_side_loop(self) -> None:
@@ -534,7 +652,7 @@ class ClusterGateway:
         """One tick of the etcd side; False when etcd did not answer a call of it."""
         self._history_check()
         ok = True
-        if not self._layout_ok and not self._layout_mismatch:
+        if (not self._layout_ok or self._layout_from_file) and not self._layout_mismatch:
             with contextlib.suppress(lay.LayoutMismatch):
                 ok = await self._check_layout()
         assert self._registration is not None and self._follower is not None
@@ -567,7 +685,8 @@ class ClusterGateway:
                              reg.slots if reg else slotfn.EMPTY)
         return vw.build(reg, self._cards.local, namespace=self.namespace,
                         placement=self.placement_name, fingerprint=fp,
-                        layout_ok=self._layout_ok, layout_problem=self._layout_problem)
+                        layout_ok=self._layout_ok, layout_problem=self._layout_problem,
+                        saved_at=self._saved.saved_at if self._saved else None)
 
     def _rebuild(self) -> None:
         old, new = self._view, self._build()

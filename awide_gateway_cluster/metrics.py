@@ -78,6 +78,12 @@ class GatewayCollector(Collector):
         if st.staleness is not None:
             staleness.add_metric([], st.staleness)
         yield staleness
+        age = GaugeMetricFamily("awide_gateway_state_file_age_seconds",
+                                "Age of the state file this gateway serves while etcd has not "
+                                "answered since its start (no sample otherwise)", labels=[])
+        if st.state_file_age is not None:
+            age.add_metric([], st.state_file_age)
+        yield age
         yield GaugeMetricFamily("awide_gateway_layout_ok",
                                 "1 once the cluster's key layout matched this gateway's",
                                 value=1 if st.layout_ok else 0)

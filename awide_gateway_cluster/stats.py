@@ -31,3 +31,5 @@ class GatewayStats:
     history_note: str = ""          # why the last one was adopted ("" when none was)
     entries_refused: int = 0        # registry entries no host report vouched for (per change)
     refusals: tuple[str, ...] = ()  # the refusals in force: card, host, field, why
+    state_file_age: float | None = None   # age (s) of the state file served (None: not served)
+    state_note: str = ""            # what became of the state file (served, refused: why)

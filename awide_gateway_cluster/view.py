@@ -60,6 +60,9 @@ class SlotView:
     fingerprint: str = ""
     layout_ok: bool = False
     layout_problem: str = "key layout not verified yet"
+    # not None while the registry is the gateway's state file (served at a start while etcd
+    # did not answer): the wall-clock time it was saved
+    saved_at: float | None = None
     by_card: dict[str, SlotState] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,11 +119,12 @@ def why_out(card: CardEntry, local: CardPath | None, layout_ok: bool,
 
 
 def build(reg: Registry | None, local: Mapping[str, CardPath], *, namespace: str,
-          placement: str, fingerprint: str, layout_ok: bool, layout_problem: str = "") -> SlotView:
+          placement: str, fingerprint: str, layout_ok: bool, layout_problem: str = "",
+          saved_at: float | None = None) -> SlotView:
     """The view of ``reg`` (None: no registry applied yet) with the local card states."""
     if reg is None:
         return SlotView(namespace=namespace, placement=placement, fingerprint=fingerprint,
-                        layout_ok=layout_ok, layout_problem=layout_problem)
+                        layout_ok=layout_ok, layout_problem=layout_problem, saved_at=saved_at)
     states = []
     for i, cid in enumerate(reg.slots.slots):
         card = reg.card(cid) if cid is not None else None
@@ -138,4 +142,5 @@ def build(reg: Registry | None, local: Mapping[str, CardPath], *, namespace: str
         generation=reg.generation, slots=tuple(states), table=reg.slots,
         unplaced=reg.slots.unplaced, namespace=namespace, placement=placement,
         fingerprint=fingerprint, layout_ok=layout_ok, layout_problem=layout_problem,
+        saved_at=saved_at,
     )

@@ -75,6 +75,7 @@ class NvmeCli:
 
     async def connect(self, target: NvmeTarget, hostnqn: str | None = None, *,
                       ctrl_loss_tmo: int | None = None, reconnect_delay: int | None = None,
+                      keep_alive_tmo: int | None = None,
                       dhchap_secret: DhchapSecret | None = None,
                       timeout: float | None = None) -> str:
         """Connect and return the new controller's name (``nvmeN``).
@@ -98,6 +99,8 @@ class NvmeCli:
             args.append(f"--ctrl-loss-tmo={_small_int('ctrl_loss_tmo', ctrl_loss_tmo, -1)}")
         if reconnect_delay is not None:
             args.append(f"--reconnect-delay={_small_int('reconnect_delay', reconnect_delay, 1)}")
+        if keep_alive_tmo is not None:
+            args.append(f"--keep-alive-tmo={_small_int('keep_alive_tmo', keep_alive_tmo, 1)}")
         secret = ""
         if dhchap_secret is not None:
             if not isinstance(dhchap_secret, DhchapSecret):

@@ -131,6 +131,21 @@ class Sysfs:
             return None
         return ctrl
 
+    def set_fast_io_fail_tmo(self, name: str, seconds: int) -> None:
+        """Write the controller's ``fast_io_fail_tmo`` attribute (Linux 5.10 and later): I/O
+        to a controller that lost its target fails after ``seconds`` instead of waiting for
+        ``ctrl_loss_tmo``. nvme-cli 2.3 has no connect option for it (``--fast_io_fail_tmo``
+        came with later releases), so the gateway sets it here right after the connect.
+        Raises OSError (or ValueError for a name that is not a controller's)."""
+        if not _CTRL.fullmatch(name):
+            raise ValueError(f"{name!r} is not a controller name")
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or not -1 <= seconds <= 86400:
+            raise ValueError(f"fast_io_fail_tmo must be an integer in -1..86400, got {seconds!r}")
+        base = self.class_dir / name
+        if not base.is_dir():
+            raise FileNotFoundError(f"controller {name} is not in {self.class_dir}")
+        (base / "fast_io_fail_tmo").write_text(f"{seconds}\n")
+
     def find_by_serial(self, serial: str) -> tuple[Controller, ...]:
         """Every controller reporting ``serial`` (several with multipath), by controller number."""
         wanted = serial.strip()

@@ -210,3 +210,35 @@ async def test_a_gateway_with_its_host_nqn_and_secret_serves_a_guarded_card(
     assert f"--dhchap-secret={KEY}" in json.dumps(world.calls())
     assert KEY not in shown and KEY not in caplog.text
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+# --- NVMe-oF timeouts -----------------------------------------------------------------------
+
+async def test_connect_carries_the_fabric_timeouts_from_config(tmp_path: Path, guarded) -> None:
+    world, card = guarded
+    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(_secret_file(tmp_path)),
+                  "ctrl_loss_tmo": 17, "reconnect_delay": 2, "fast_io_fail_tmo": 4,
+                  "keep_alive_tmo": 5})
+    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=c.nvme.dhchap_secret_file,
+                      timeouts=c.nvme.fabric_timeouts)
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
+    assert probe.good and probe.verified, probe
+    (connect,) = [c for c in world.calls() if c[0] == "connect"]
+    assert {"--ctrl-loss-tmo=17", "--reconnect-delay=2", "--keep-alive-tmo=5"} <= set(connect)
+    # nvme-cli 2.3 has no --fast_io_fail_tmo: the controller's sysfs attribute carries it
+    assert not any("fast_io_fail" in a for a in connect)
+    (ctrl,) = Sysfs(world.sysfs_root).controllers()
+    attr = Sysfs(world.sysfs_root).class_dir / ctrl.name / "fast_io_fail_tmo"
+    assert attr.read_text() == "4\n"
+
+
+def test_fabric_timeout_defaults_and_refusals() -> None:
+    t = cfg().nvme.fabric_timeouts
+    assert (t.ctrl_loss_tmo, t.reconnect_delay, t.fast_io_fail_tmo, t.keep_alive_tmo) == (
+        60, 1, 1, 2)
+    with pytest.raises(ConfigError) as err:
+        cfg(nvme={"ctrl_loss_tmo": 5, "fast_io_fail_tmo": 5})
+    assert err.value.field == "nvme" and "fast_io_fail_tmo (5 s) must be shorter" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        cfg(nvme={"ctrl_loss_tmo": 3, "reconnect_delay": 3})
+    assert "reconnect_delay (3 s) must be shorter" in str(err.value)
