@@ -181,6 +181,15 @@ def _status_default(option: str) -> str:
 _GW_TOP = gateway_config.GatewayConfig.model_fields
 
 QUOTES: tuple[Quote, ...] = (
+    # the config loader's limits (config/common.py)
+    Quote("docs/config.md", r"or is over (\d+ [KMG]iB) \(refused from its size",
+          size(common_config.MAX_CONFIG_BYTES), "common.MAX_CONFIG_BYTES"),
+    Quote("docs/config.md", r"collections nested deeper than (\d+) levels",
+          count(common_config.MAX_DEPTH), "common.MAX_DEPTH"),
+    Quote("docs/config.md", r"more than ([\d,]+) values, or",
+          count(common_config.MAX_NODES), "common.MAX_NODES"),
+    Quote("docs/config.md", r"or more than (\d+) alias uses",
+          count(common_config.MAX_ALIASES), "common.MAX_ALIASES"),
     # the bounds of what is read from etcd (contract/bounds.py, contract/untrusted.py)
     Quote("docs/registry.md", r"\| registry \| `registry` \| ([^|]+?) \|",
           size(bounds.REGISTRY_MAX_BYTES), "bounds.REGISTRY_MAX_BYTES"),
