@@ -129,6 +129,10 @@ class DaemonMetrics:
 
         self.is_leader = Gauge("awide_is_leader", "1 while this daemon holds the leader key",
                                registry=r)
+        self.intents_pending = Gauge("awide_intents_pending",
+                                     "Keys under intents/ at this daemon's last leader cycle "
+                                     "(over 64: a flood, taken 64 a cycle)",
+                                     registry=r)
         self.leader_changes = Counter("awide_leader_changes",
                                       "Changes of the leader daemon seen by this daemon",
                                       registry=r)

@@ -409,7 +409,9 @@ def read_yaml(path: str | Path) -> Any:
         return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "-"
+        # libyaml marks an error at the end of a file without a final newline one line past it
+        last = max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+        where = f"line {min(mark.line + 1, last)}" if mark is not None else "-"
         if isinstance(e, yaml.reader.ReaderError):
             where = f"line {text.count(chr(10), 0, e.position) + 1}"
             char = e.character
