@@ -250,6 +250,12 @@ QUOTES: tuple[Quote, ...] = (
           size(server.MAX_FIELD_SIZE), "api.server.MAX_FIELD_SIZE"),
     Quote("docs/operations.md", r"more than (\d+) headers",
           count(server.MAX_HEADERS), "api.server.MAX_HEADERS"),
+    Quote("docs/security.md", r"At most (\d+) connections are$",
+          count(server.MAX_CONNECTIONS), "api.server.MAX_CONNECTIONS"),
+    Quote("docs/security.md", r"^open in all and (\d+) from one peer",
+          count(server.MAX_PEER_CONNECTIONS), "api.server.MAX_PEER_CONNECTIONS"),
+    Quote("docs/security.md", r"its handshake within (\d+) s is cut",
+          number(server.HANDSHAKE_TIMEOUT), "api.server.HANDSHAKE_TIMEOUT"),
     # the store (store/config.py, store/bounded.py, store/transport.py)
     Quote("docs/store.md", r"max_answer_bytes`, default (\d+ \w+)",
           size(store_config.MAX_ANSWER_BYTES), "store.config.MAX_ANSWER_BYTES"),
