@@ -110,6 +110,8 @@ class ConnectionCap:
         self.open = 0
         self.by_peer: dict[str, int] = {}
         self.refused = 0
+        self.taken = 0              # connections let in since the start
+        self.peak = 0               # the most open at once
 
     def take(self, peer: str) -> bool:
         if self.open >= self.total or self.by_peer.get(peer, 0) >= self.per_peer:
@@ -120,6 +122,8 @@ class ConnectionCap:
                             self.by_peer.get(peer, 0), self.per_peer, self.refused)
             return False
         self.open += 1
+        self.taken += 1
+        self.peak = max(self.peak, self.open)
         self.by_peer[peer] = self.by_peer.get(peer, 0) + 1
         return True
 
@@ -265,7 +269,7 @@ class DaemonApi:
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         try:
             listener = socket.create_server((self._host, self._port), family=family,
-                                            backlog=128)
+                                            backlog=1024)
         except OSError as e:
             await runner.cleanup()
             raise ApiError(f"cannot listen on {self._host}:{self._port}: {e.strerror or e}") \

@@ -33,6 +33,7 @@ SCHEMA_VERSION = 1
 ELAPSED_MAX = 1e6               # seconds a probe may say it took (each is bounded by 30 s)
 HISTORY_RESETS_MAX = 2**31 - 1  # new etcd histories one daemon process may say it followed
 HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
+PROBE_NOTE_MAX = 300            # characters of why this daemon could not probe
 
 
 class ReportError(u.BadValue):
@@ -85,6 +86,9 @@ class HostReport:
     # and why it adopted the last one; written only when non-zero (older readers ignore them)
     history_resets: int = 0
     history_note: str = ""
+    # this daemon could not run some probes (out of file descriptors or memory): those cards
+    # carry their last observation; written only when non-empty (older readers ignore it)
+    probe_note: str = ""
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -99,6 +103,7 @@ _Version: TypeAlias = Annotated[str, u.chars(u.VERSION_MAX), u.PRINTABLE]
 _Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
 _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 _HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
+_ProbeNote: TypeAlias = Annotated[str, u.chars(PROBE_NOTE_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -136,6 +141,7 @@ class _ReportDoc(_Strict):
     cards: list[_CardDoc] = Field(default=[], max_length=u.REPORT_CARDS_MAX)
     history_resets: int = Field(default=0, ge=0, le=HISTORY_RESETS_MAX)
     history_note: _HistoryNote = ""
+    probe_note: _ProbeNote = ""
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -158,6 +164,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         host=doc.host, role=doc.role, version=doc.version, api=doc.api, run=doc.run,
         seq=doc.seq, cards=tuple(cards), dev_cluster=doc.dev_cluster, schema=doc.schema_,
         history_resets=doc.history_resets, history_note=doc.history_note,
+        probe_note=doc.probe_note,
     )
 
 
@@ -181,6 +188,7 @@ def to_dict(r: HostReport) -> dict[str, Any]:
         ],
         **({"history_resets": r.history_resets, "history_note": r.history_note}
            if r.history_resets else {}),
+        **({"probe_note": r.probe_note} if r.probe_note else {}),
     }
 
 

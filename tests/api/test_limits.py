@@ -149,15 +149,18 @@ async def _open_idle(server: DaemonApi, n: int) -> list[socket.socket]:
 
 async def test_idle_connections_past_the_cap_are_closed_at_once(api):
     """2,000 idle connections from one address: at most MAX_PEER_CONNECTIONS are held, the
-    others are closed as they are accepted (the client reads EOF), and once the held ones time
+    others are closed as they are accepted, and once the held ones time
     out (header_timeout) the API answers again."""
     n = 2000
     before = len(os.listdir("/proc/self/fd"))
     socks = await _open_idle(api, n)
     try:
-        await wait_until(lambda: api.cap.refused >= n - MAX_PEER_CONNECTIONS, BOUND,
-                         "every connection over the cap refused")
-        assert api.cap.open <= MAX_PEER_CONNECTIONS
+        await wait_until(lambda: api.cap.refused + api.cap.taken >= n, BOUND,
+                         "every connection let in or refused")
+        # held ones time out after header_timeout and free their place for later ones; never
+        # more than the cap open at once, and most refused at once
+        assert api.cap.peak <= MAX_PEER_CONNECTIONS
+        assert api.cap.refused >= n // 2
         # the server side holds at most the cap: the process has the clients' n sockets and
         # the few held ones (plus the test's own), never 2 x n
         assert len(os.listdir("/proc/self/fd")) - before <= n + MAX_PEER_CONNECTIONS + 8
