@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from awide_cluster import logs
 from awide_cluster.api import server
 from awide_cluster.cli.main import cli
 from awide_cluster.config import common as common_config
@@ -181,6 +182,11 @@ def _status_default(option: str) -> str:
 _GW_TOP = gateway_config.GatewayConfig.model_fields
 
 QUOTES: tuple[Quote, ...] = (
+    # the log's repeat filter (logs.py)
+    Quote("docs/operations.md", r"pass at most (\d+) times in \d+ s",
+          count(logs.REPEAT_BURST), "logs.REPEAT_BURST"),
+    Quote("docs/operations.md", r"pass at most \d+ times in (\d+) s",
+          number(logs.REPEAT_WINDOW), "logs.REPEAT_WINDOW"),
     # the config loader's limits (config/common.py)
     Quote("docs/config.md", r"or is over (\d+ [KMG]iB) \(refused from its size",
           size(common_config.MAX_CONFIG_BYTES), "common.MAX_CONFIG_BYTES"),
