@@ -288,8 +288,11 @@ class DaemonApi:
             try:
                 conn, addr = await loop.sock_accept(listener)
             except OSError as e:
+                if listener.fileno() < 0:
+                    return                              # closed: the API stops
                 if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    raise
+                    log.debug("API accept: %s", e)      # e.g. a client that reset first
+                    continue
                 out_of_files += 1
                 if out_of_files % 1000 == 1:
                     log.warning("API accept: %s (%d times): connections wait in the backlog",
