@@ -10,6 +10,12 @@ Under journald (``JOURNAL_STREAM`` names the device and inode of stderr, as syst
 for a unit whose stderr is the journal) every line starts with the syslog priority ``<N>``
 (``journalctl -p err`` finds the errors) and carries no time of its own (journald records
 one); each line of a traceback carries the priority too.
+
+Repeated lines are rate-limited (``RepeatFilter``, on the handler ``setup`` installs): the
+same message from the same logger at the same level passes ``REPEAT_BURST`` times per
+``REPEAT_WINDOW`` seconds; the first to pass after a window with suppressed copies says how
+many there were (``(N more like it in the last T s)``). A flood (refused connections, a probe
+that fails the same way every turn) costs a few lines a minute, not a line per event.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Literal
 
@@ -108,6 +115,47 @@ class JsonFormatter(logging.Formatter):
         return f"<{priority(record.levelno)}>{line}" if self.journald else line
 
 
+REPEAT_WINDOW = 30.0       # seconds of one window of an identical line
+REPEAT_BURST = 10          # copies of an identical line let through in one window
+REPEAT_KEYS_MAX = 1024     # distinct lines remembered; the oldest are forgotten beyond
+
+
+class RepeatFilter(logging.Filter):
+    """Let an identical line (logger, level, rendered message) through ``burst`` times per
+    ``window`` seconds; count the others and say the count on the next one let through."""
+
+    def __init__(self, window: float = REPEAT_WINDOW, burst: int = REPEAT_BURST, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 keys_max: int = REPEAT_KEYS_MAX) -> None:
+        super().__init__()
+        self.window, self.burst, self.clock, self.keys_max = window, burst, clock, keys_max
+        # line -> (window start, copies let through in it, copies suppressed in it)
+        self._seen: dict[tuple[str, int, str], tuple[float, int, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:                       # a traceback is never swallowed
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format is the handler's to report
+            return True
+        key = (record.name, record.levelno, text)
+        now = self.clock()
+        since, passed, dropped = self._seen.pop(key, (now, 0, 0))
+        if now - since >= self.window:
+            if dropped:
+                record.msg = f"{text} ({dropped} more like it in the last {now - since:.0f} s)"
+                record.args = None
+            since, passed, dropped = now, 0, 0
+        if passed >= self.burst:
+            self._seen[key] = (since, passed, dropped + 1)
+            return False
+        self._seen[key] = (since, passed + 1, dropped)
+        while len(self._seen) > self.keys_max:
+            del self._seen[next(iter(self._seen))]
+        return True
+
+
 def setup(level: str, fmt: Format = "text", *, fields: Mapping[str, str] | None = None,
           stream: IO[str] | None = None, env: Mapping[str, str] | None = None) -> None:
     """Configure the root logger: ``level`` (debug, info, warning, error) to ``stream``
@@ -119,4 +167,5 @@ def setup(level: str, fmt: Format = "text", *, fields: Mapping[str, str] | None 
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter(journald=journald, fields=fields) if fmt == "json"
                          else TextFormatter(journald=journald))
+    handler.addFilter(RepeatFilter())
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)

@@ -153,7 +153,7 @@ def test_metric_families_documented_both_ways():
                for name, kind in (*metrics.families(), *families(gateway))}
     doc = ROOT / "docs" / "metrics.md"
     documented = {m.group(1): n for n, line in lines(doc)
-                  if (m := re.match(r"\| `(awide_[a-z_]+)` \|", line))}
+                  if (m := re.match(r"\| `((?:awide|process)_[a-z_]+)` \|", line))}
     assert not sorted(exposed - set(documented)), \
         f"metrics not in docs/metrics.md: {sorted(exposed - set(documented))}"
     stale = [f"docs/metrics.md:{n}: {name}" for name, n in documented.items()

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from awide_cluster import logs
 from awide_cluster.api import server
 from awide_cluster.cli.main import cli
 from awide_cluster.config import common as common_config
@@ -181,6 +182,20 @@ def _status_default(option: str) -> str:
 _GW_TOP = gateway_config.GatewayConfig.model_fields
 
 QUOTES: tuple[Quote, ...] = (
+    # the log's repeat filter (logs.py)
+    Quote("docs/operations.md", r"pass at most (\d+) times in \d+ s",
+          count(logs.REPEAT_BURST), "logs.REPEAT_BURST"),
+    Quote("docs/operations.md", r"pass at most \d+ times in (\d+) s",
+          number(logs.REPEAT_WINDOW), "logs.REPEAT_WINDOW"),
+    # the config loader's limits (config/common.py)
+    Quote("docs/config.md", r"or is over (\d+ [KMG]iB) \(refused from its size",
+          size(common_config.MAX_CONFIG_BYTES), "common.MAX_CONFIG_BYTES"),
+    Quote("docs/config.md", r"collections nested deeper than (\d+) levels",
+          count(common_config.MAX_DEPTH), "common.MAX_DEPTH"),
+    Quote("docs/config.md", r"more than ([\d,]+) values, or",
+          count(common_config.MAX_NODES), "common.MAX_NODES"),
+    Quote("docs/config.md", r"or more than (\d+) alias uses",
+          count(common_config.MAX_ALIASES), "common.MAX_ALIASES"),
     # the bounds of what is read from etcd (contract/bounds.py, contract/untrusted.py)
     Quote("docs/registry.md", r"\| registry \| `registry` \| ([^|]+?) \|",
           size(bounds.REGISTRY_MAX_BYTES), "bounds.REGISTRY_MAX_BYTES"),
@@ -241,6 +256,12 @@ QUOTES: tuple[Quote, ...] = (
           size(server.MAX_FIELD_SIZE), "api.server.MAX_FIELD_SIZE"),
     Quote("docs/operations.md", r"more than (\d+) headers",
           count(server.MAX_HEADERS), "api.server.MAX_HEADERS"),
+    Quote("docs/security.md", r"At most (\d+) connections are$",
+          count(server.MAX_CONNECTIONS), "api.server.MAX_CONNECTIONS"),
+    Quote("docs/security.md", r"^open in all and (\d+) from one peer",
+          count(server.MAX_PEER_CONNECTIONS), "api.server.MAX_PEER_CONNECTIONS"),
+    Quote("docs/security.md", r"its handshake within (\d+) s is cut",
+          number(server.HANDSHAKE_TIMEOUT), "api.server.HANDSHAKE_TIMEOUT"),
     # the store (store/config.py, store/bounded.py, store/transport.py)
     Quote("docs/store.md", r"max_answer_bytes`, default (\d+ \w+)",
           size(store_config.MAX_ANSWER_BYTES), "store.config.MAX_ANSWER_BYTES"),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from awide_cluster.logs import (
     JsonFormatter,
+    RepeatFilter,
     TextFormatter,
     card_fields,
     priority,
@@ -97,3 +98,32 @@ def test_json_reads_the_card_from_the_message_when_not_given():
     assert (doc["card"], doc["card_host"]) == ("c0123456789a", "s2")
     plain = json.loads(f.format(record(logging.INFO, "lease 1a granted")))
     assert "card" not in plain and "card_host" not in plain
+
+
+def test_identical_lines_pass_a_burst_per_window_then_say_how_many_were_dropped():
+    now = [0.0]
+    f = RepeatFilter(window=30.0, burst=3, clock=lambda: now[0])
+
+    def rec(msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("awide_cluster.api.server", logging.WARNING, __file__, 1, msg,
+                                 args, None)
+
+    passed = [f.filter(rec("refused %s", "10.0.0.9")) for _ in range(1000)]
+    assert passed.count(True) == 3 and passed[:3] == [True] * 3
+    assert f.filter(rec("refused %s", "10.0.0.8"))        # another line is its own
+    now[0] = 31.0
+    r = rec("refused %s", "10.0.0.9")
+    assert f.filter(r) and r.getMessage() == "refused 10.0.0.9 (997 more like it in the last 31 s)"
+    assert f.filter(rec("refused %s", "10.0.0.9"))        # a new window: its burst again
+
+
+def test_a_traceback_is_never_dropped():
+    f = RepeatFilter(window=30.0, burst=1, clock=lambda: 0.0)
+    try:
+        raise ValueError("x")
+    except ValueError:
+        import sys
+        info = sys.exc_info()
+    recs = [logging.LogRecord("a", logging.ERROR, __file__, 1, "boom", None, info)
+            for _ in range(3)]
+    assert all(f.filter(r) for r in recs)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -66,6 +66,9 @@ class DaemonMetrics:
         self.labelled = ConstantLabels(self.registry, {"cluster": cluster})
         r = self.registry
         self.build = Info("awide_build", "Daemon identity", registry=r)
+        # process_open_fds against process_max_fds (and CPU, memory): Linux's /proc, read at
+        # each scrape by prometheus_client (docs/dependencies.md: no psutil)
+        ProcessCollector(registry=r)
         self.build.info({"host": host, "role": role, "version": version})
 
         self.polls = Counter("awide_polls", "Main loop turns (polls), by result",
@@ -129,6 +132,10 @@ class DaemonMetrics:
 
         self.is_leader = Gauge("awide_is_leader", "1 while this daemon holds the leader key",
                                registry=r)
+        self.intents_pending = Gauge("awide_intents_pending",
+                                     "Keys under intents/ at this daemon's last leader cycle "
+                                     "(over 64: a flood, taken 64 a cycle)",
+                                     registry=r)
         self.leader_changes = Counter("awide_leader_changes",
                                       "Changes of the leader daemon seen by this daemon",
                                       registry=r)

@@ -14,7 +14,10 @@ Read-only and bounded (docs/security.md): every method but GET is refused (405) 
 routing; a request line, a header field and the number of headers are capped (aiohttp's own
 parser limits: 400/431 and the connection closed); a connection that has not sent a whole
 request within ``header_timeout`` (aiohttp's keep-alive timer, which also runs from the
-connection's start) is closed; a request body is never read (and capped at 1 KiB).
+connection's start) is closed; a request body is never read (and capped at 1 KiB). At most
+``MAX_CONNECTIONS`` connections are open in all and ``MAX_PEER_CONNECTIONS`` from one peer
+address: the accept loop (``ConnectionCap``) closes any more at once, before a TLS handshake
+or a byte is read, and a TLS handshake must finish within ``HANDSHAKE_TIMEOUT``.
 
 Loopback by default. Off loopback it serves HTTPS only and every client must present a
 certificate signed by the configured client CA (``ApiTls``); plain HTTP there is refused at
@@ -23,8 +26,11 @@ start unless ``allow_insecure`` says otherwise (loudly logged).
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -50,6 +56,10 @@ MAX_HEADERS = 32              # header fields per request
 MAX_BODY = 1024               # request body (never read by a handler), bytes
 HEADER_TIMEOUT = 10.0         # seconds a connection may take to send a whole request, and may
                               # stay idle between two requests
+MAX_CONNECTIONS = 256         # open API connections in all; more are closed at once
+MAX_PEER_CONNECTIONS = 16     # open API connections from one peer address
+HANDSHAKE_TIMEOUT = 5.0       # seconds a TLS client may take to finish its handshake
+ACCEPT_BACKOFF = 0.1          # seconds the accept loop waits when the process is out of files
 
 
 class ApiError(RuntimeError):
@@ -90,6 +100,73 @@ async def _only_get(request: web.Request,
     return await handler(request)
 
 
+class ConnectionCap:
+    """Open connections, in all and by peer address; ``take`` says whether one more may open.
+    Refusals are counted (``refused``), and logged at most once per ``log_every`` refusals."""
+
+    def __init__(self, total: int = MAX_CONNECTIONS, per_peer: int = MAX_PEER_CONNECTIONS,
+                 log_every: int = 1000) -> None:
+        self.total, self.per_peer, self.log_every = total, per_peer, log_every
+        self.open = 0
+        self.by_peer: dict[str, int] = {}
+        self.refused = 0
+        self.taken = 0              # connections let in since the start
+        self.peak = 0               # the most open at once
+
+    def take(self, peer: str) -> bool:
+        if self.open >= self.total or self.by_peer.get(peer, 0) >= self.per_peer:
+            self.refused += 1
+            if self.refused % self.log_every == 1:
+                log.warning("API connection from %s refused: %d open (at most %d), %d from it "
+                            "(at most %d); %d refused so far", peer, self.open, self.total,
+                            self.by_peer.get(peer, 0), self.per_peer, self.refused)
+            return False
+        self.open += 1
+        self.taken += 1
+        self.peak = max(self.peak, self.open)
+        self.by_peer[peer] = self.by_peer.get(peer, 0) + 1
+        return True
+
+    def give_back(self, peer: str) -> None:
+        self.open -= 1
+        left = self.by_peer.get(peer, 1) - 1
+        if left > 0:
+            self.by_peer[peer] = left
+        else:
+            self.by_peer.pop(peer, None)
+
+
+class _Counted(asyncio.Protocol):
+    """The HTTP protocol of one accepted connection, giving its place back when it closes."""
+
+    def __init__(self, inner: asyncio.Protocol, release: Callable[[], None]) -> None:
+        self.inner, self._release = inner, release
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        release, self._release = self._release, _nothing
+        release()
+        self.inner.connection_lost(exc)
+
+
+def _nothing() -> None:
+    return None
+
+
 class DaemonApi:
     """The HTTP API of one daemon.
 
@@ -101,11 +178,12 @@ class DaemonApi:
         self, *, health: DaemonHealth, metrics: DaemonMetrics,
         view: Callable[[], Mapping[str, Any]], listen: str = DEFAULT_LISTEN,
         header_timeout: float = HEADER_TIMEOUT, tls: ApiTls | None = None,
-        allow_insecure: bool = False,
+        allow_insecure: bool = False, handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         if not header_timeout > 0:
             raise ApiError(f"header_timeout must be > 0, got {header_timeout!r}")
         self.header_timeout = header_timeout
+        self.handshake_timeout = handshake_timeout
         self.tls = tls
         self.allow_insecure = allow_insecure
         self._ssl = tls.context() if tls is not None else None     # CredentialError: bad file
@@ -117,7 +195,10 @@ class DaemonApi:
         except ListenError as e:
             raise ApiError(str(e)) from None
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self.cap = ConnectionCap()
         self.bound: tuple[str, int] | None = None
         metrics.bind_heartbeat(health.beat_age)
         self.app = self._make_app()
@@ -185,20 +266,81 @@ class DaemonApi:
                                max_line_size=MAX_LINE_SIZE, max_field_size=MAX_FIELD_SIZE,
                                max_headers=MAX_HEADERS)
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port, reuse_address=True,
-                           ssl_context=self._ssl)
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         try:
-            await site.start()
+            listener = socket.create_server((self._host, self._port), family=family,
+                                            backlog=1024)
         except OSError as e:
             await runner.cleanup()
             raise ApiError(f"cannot listen on {self._host}:{self._port}: {e.strerror or e}") \
                 from None
-        self._runner, self._site = runner, site
-        sockets = getattr(site._server, "sockets", None) or ()     # noqa: SLF001
-        addr = sockets[0].getsockname() if sockets else (self._host, self._port)
+        listener.setblocking(False)
+        self._runner, self._listener = runner, listener
+        addr = listener.getsockname()
         self.bound = (addr[0], addr[1])
+        self._accepting = asyncio.get_running_loop().create_task(self._accept(listener, runner))
+
+    async def _accept(self, listener: socket.socket, runner: web.AppRunner) -> None:
+        """Accept connections while the API runs; one over the cap is closed at once."""
+        loop = asyncio.get_running_loop()
+        out_of_files = 0
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(listener)
+            except OSError as e:
+                if listener.fileno() < 0:
+                    return                              # closed: the API stops
+                if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.debug("API accept: %s", e)      # e.g. a client that reset first
+                    continue
+                out_of_files += 1
+                if out_of_files % 1000 == 1:
+                    log.warning("API accept: %s (%d times): connections wait in the backlog",
+                                e.strerror, out_of_files)
+                await asyncio.sleep(ACCEPT_BACKOFF)
+                continue
+            peer = str(addr[0])
+            if not self.cap.take(peer):
+                conn.close()
+                continue
+            task = loop.create_task(self._serve(conn, peer, runner))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _serve(self, conn: socket.socket, peer: str, runner: web.AppRunner) -> None:
+        """Hand an accepted connection to aiohttp (after the TLS handshake, bounded)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.cap.give_back(peer)
+
+        server = runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: _Counted(server(), release), conn, ssl=self._ssl,
+                ssl_handshake_timeout=self.handshake_timeout if self._ssl is not None else None)
+        except (OSError, ssl.SSLError, ConnectionError, TimeoutError):
+            release()
+            conn.close()
+        except BaseException:
+            release()
+            conn.close()
+            raise
 
     async def stop(self) -> None:
         if self._runner is not None:
-            runner, self._runner, self._site = self._runner, None, None
+            runner, self._runner = self._runner, None
+            tasks = [t for t in (self._accepting, *self._handshakes) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._accepting = None
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
             await runner.cleanup()

@@ -1,12 +1,19 @@
 """Loading and validating YAML config files; the etcd section shared by daemon and gateway.
 
 A bad file raises ``ConfigError`` naming the file, the field and the reason; the CLI turns it
-into exit code 2 before anything touches etcd.
+into exit code 2 before anything touches etcd. ``read_yaml`` is the one loader of every config
+file (daemon, gateway, operator): a regular file of at most ``MAX_CONFIG_BYTES``, UTF-8, no
+collection nested deeper than ``MAX_DEPTH``, at most ``MAX_NODES`` values and ``MAX_ALIASES``
+alias uses, no key twice in a mapping; anything else is one line naming the file, never a
+traceback. A secret file (``etcd.password_file``, a TLS key) that others may read, or its
+group unless root shares it with the reader's group, is refused (``secret_mode_problem``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -86,6 +93,34 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def secret_mode_problem(mode: int, uid: int, gid: int, *, euid: int,
+                        groups: frozenset[int]) -> str | None:
+    """Why a secret file of this mode and owner may not be used by a reader of ``euid`` in
+    ``groups``, or None. Others may have no permission at all; the group may read only a file
+    root owns and shares with a group of the reader's (the ansible role's ``root:awide
+    0640``), or when root itself reads it. Pure."""
+    perm = stat.S_IMODE(mode)
+    if perm & 0o007:
+        return f"mode {perm:04o} lets others in: chmod 600 (a secret is its owner's only)"
+    if perm & 0o070 and not (uid == 0 and (euid == 0 or gid in groups)):
+        return (f"mode {perm:04o} lets its group in: chmod 600, or own it by root with the "
+                "daemon's group (root:awide 0640)")
+    return None
+
+
+def check_secret_file(path: Path) -> None:
+    """ValueError when ``path`` exists and ``secret_mode_problem`` refuses it; a missing file
+    is reported when it is read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    why = secret_mode_problem(st.st_mode, st.st_uid, st.st_gid, euid=os.geteuid(),
+                              groups=frozenset((os.getegid(), *os.getgroups())))
+    if why is not None:
+        raise ValueError(f"secret file {path}: {why}")
+
+
 class TlsSection(Section):
     ca_file: Path
     cert_file: Path | None = None
@@ -98,6 +133,8 @@ class TlsSection(Section):
         for p in (self.ca_file, self.cert_file, self.key_file):
             if p is not None and not p.is_file():
                 raise ValueError(f"{p} is not a readable file")
+        if self.key_file is not None:
+            check_secret_file(self.key_file)
         return self
 
 
@@ -187,6 +224,8 @@ class EtcdSection(Section):
                 f"a password is given but endpoint {i} {url!r} is plain http: the password "
                 "would travel in clear; every endpoint must be https:// "
                 "(etcd.allow_plaintext does not change this)")
+        if isinstance(v, Path):
+            check_secret_file(v)
         return v
 
     @model_validator(mode="after")
@@ -255,20 +294,137 @@ def parse(data: Any, model: type[M], file: str = "<config>") -> M:
         raise ConfigError(file, return_field, msg) from None
 
 
-def read_yaml(path: str | Path) -> Any:
-    """The data of a YAML file; ConfigError naming the file (and the line) when unreadable."""
-    name = str(path)
+class _Refused(yaml.MarkedYAMLError):
+    """A limit of the loader, raised while parsing or constructing (with its mark)."""
+
+
+class _NoDuplicates(yaml.constructor.SafeConstructor):
+    """PyYAML's safe constructor that refuses a key given twice in one mapping (PyYAML keeps
+    the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue                    # unhashable keys: PyYAML's own error; merges
+            key = self.construct_object(key_node)
+            if key in first:
+                raise _Refused(problem=f"key {key_node.value!r} given twice (first on line "
+                                       f"{first[key]}): each key once",
+                               problem_mark=key_node.start_mark)
+            first[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+class _PyLoader(_NoDuplicates, yaml.SafeLoader):
+    pass
+
+
+class _CLoader(_NoDuplicates, yaml.CSafeLoader):
+    """libyaml's parser (several times faster than PyYAML's) with the same constructor."""
+
+
+# libyaml when PyYAML was built with it (the wheels are), else PyYAML's own parser
+_LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = \
+    _CLoader if yaml.__with_libyaml__ else _PyLoader
+
+
+def _check_shape(text: str) -> None:
+    """Refuse collections nested deeper than ``MAX_DEPTH``, more than ``MAX_ALIASES`` alias
+    uses and more than ``MAX_NODES`` nodes, from the parser's events (iterative: composing a
+    deep document recurses), before anything is built (building is the slow part)."""
+    depth = aliases = nodes = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise _Refused(problem=f"more than {MAX_NODES} values: not a config file",
+                               problem_mark=mark)
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels",
+                               problem_mark=mark)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise _Refused(problem=f"more than {MAX_ALIASES} aliases (*name)",
+                               problem_mark=mark)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_DEPTH = 20
+MAX_ALIASES = 64
+MAX_NODES = 10_000      # a host of 64 cards is about 2,000
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _read_bounded(name: str) -> bytes:
+    """The bytes of a regular file of at most ``MAX_CONFIG_BYTES`` (never blocks on a FIFO,
+    never reads more than the bound plus one byte)."""
     try:
-        text = Path(path).read_text()
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ConfigError(name, "-", f"cannot read the file: {e.strerror or e}") from None
     try:
-        data = yaml.safe_load(text)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(name, "-", "not a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(name, "-", f"{st.st_size} bytes, over the bound of "
+                                         f"{MAX_CONFIG_BYTES} (1 MiB) for a config file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(name, "-", f"cannot read the file: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(name, "-", f"over the bound of {MAX_CONFIG_BYTES} bytes (1 MiB) for "
+                                     "a config file")
+    return data
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The data of a YAML config file within the loader's limits (module doc); ConfigError
+    naming the file (and the line) when it is unreadable, too large, not UTF-8, not YAML, too
+    deep or holds a key twice."""
+    name = str(path)
+    raw = _read_bounded(name)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(name, f"line {line}", f"not UTF-8 text (byte 0x{raw[e.start]:02x} "
+                                                f"at offset {e.start})") from None
+    try:
+        _check_shape(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "-"
-        raise ConfigError(name, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    return data
+        # libyaml marks an error at the end of a file without a final newline one line past it
+        last = max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+        where = f"line {min(mark.line + 1, last)}" if mark is not None else "-"
+        if isinstance(e, yaml.reader.ReaderError):
+            where = f"line {text.count(chr(10), 0, e.position) + 1}"
+            char = e.character
+            why = f"character #x{char:04x} is not allowed" if isinstance(char, int) \
+                else "a character that is not allowed"
+        else:
+            why = str(getattr(e, "problem", None) or e)
+        raise ConfigError(name, where, f"not valid YAML: {_one_line(why)}") from None
+    except RecursionError:
+        raise ConfigError(name, "-", "not valid YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as e:    # e.g. a timestamp 2001-02-30
+        raise ConfigError(name, "-", f"not valid YAML: a value cannot be read: "
+                                     f"{_one_line(e)}") from None
 
 
 def load(path: str | Path, model: type[M]) -> M:

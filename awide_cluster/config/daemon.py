@@ -27,7 +27,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.config import common
@@ -91,9 +91,11 @@ class ApiTlsSection(Section):
 
     @field_validator("cert_file", "key_file", "client_ca_file")
     @classmethod
-    def _readable(cls, v: Path) -> Path:
+    def _readable(cls, v: Path, info: ValidationInfo) -> Path:
         if not v.is_file():
             raise ValueError(f"{v} is not a readable file")
+        if info.field_name == "key_file":
+            common.check_secret_file(v)
         return v
 
 

@@ -41,6 +41,7 @@ HISTORY_RESETS_MAX = 2**31 - 1  # new etcd histories one daemon process may say 
 HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
 RESTART_GRACE_MAX = 3600        # seconds a restarting report may say it is held for
 UNTIL_MAX = 64                  # characters of its deadline's text
+PROBE_NOTE_MAX = 300            # characters of why this daemon could not probe
 
 
 class ReportError(u.BadValue):
@@ -104,6 +105,9 @@ class HostReport:
     history_note: str = ""
     # set on the report a daemon writes once more when it stops cleanly (None: a live report)
     restarting: Restarting | None = None
+    # this daemon could not run some probes (out of file descriptors or memory): those cards
+    # carry their last observation; written only when non-empty (older readers ignore it)
+    probe_note: str = ""
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -119,6 +123,7 @@ _Api: TypeAlias = Annotated[str, u.chars(u.API_MAX), u.PRINTABLE]
 _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 _HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
 _Until: TypeAlias = Annotated[str, u.chars(UNTIL_MAX), u.PRINTABLE]
+_ProbeNote: TypeAlias = Annotated[str, u.chars(PROBE_NOTE_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -162,6 +167,7 @@ class _ReportDoc(_Strict):
     history_resets: int = Field(default=0, ge=0, le=HISTORY_RESETS_MAX)
     history_note: _HistoryNote = ""
     restarting: _RestartingDoc | None = None
+    probe_note: _ProbeNote = ""
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -186,6 +192,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         history_resets=doc.history_resets, history_note=doc.history_note,
         restarting=(Restarting(grace=doc.restarting.grace, until=doc.restarting.until)
                     if doc.restarting is not None else None),
+        probe_note=doc.probe_note,
     )
 
 
@@ -211,6 +218,7 @@ def to_dict(r: HostReport) -> dict[str, Any]:
            if r.history_resets else {}),
         **({"restarting": {"grace": r.restarting.grace, "until": r.restarting.until}}
            if r.restarting is not None else {}),
+        **({"probe_note": r.probe_note} if r.probe_note else {}),
     }
 
 

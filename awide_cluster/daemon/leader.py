@@ -156,6 +156,8 @@ class LeaderLoop:
             self._get_history(t),
         )
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
+        if self.metrics is not None:
+            self.metrics.intents_pending.set(intents.count)
         if intents.more:
             log.warning("%d intents pending, over the bound of %d per cycle: the first %d now, "
                         "the others at the next cycles", intents.count, intents.max_keys,

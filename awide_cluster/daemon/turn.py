@@ -193,7 +193,8 @@ class TurnLoop:
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api_url(), run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations,
-            history_resets=self.history_resets, history_note=self.history_note)
+            history_resets=self.history_resets, history_note=self.history_note,
+            probe_note=self.probes.note)
         if self.lease.id is None:
             return ""
         try:

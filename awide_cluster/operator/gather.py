@@ -2,13 +2,17 @@
 
 One read is five concurrent reads: every endpoint's status, every endpoint's backend quota (its
 own ``/metrics`` gauge; unread is shown as unknown, no problem), the member list and etcd's
-alarm list, each within the store's call bound (0.5 s by default), and one bounded read of the
-whole cluster prefix within twice that (``EtcdStore.read_prefix``: pages of at most 64 keys,
-each value at most the largest bound of the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a
-value over its bound is refused by name and shown as a problem, so one big key hides nothing
-else; the first read of a few values near etcd's 1.5 MiB request limit costs etcd a few hundred
-ms). When the (linearizable) key read fails but some member answers, the keys are read again
-serializably from any member, so a cluster that lost quorum still shows what its members hold
+alarm list, each within the store's call bound (0.5 s by default), and the keys within twice
+that (``read_cluster_keys``): one bounded read of the whole cluster prefix
+(``EtcdStore.read_prefix``: pages of at most 64 keys, each value at most the largest bound of
+the layout, at most ``bounds.CLUSTER_MAX_KEYS`` keys; a value over its bound is refused by name
+and shown as a problem, so one big key hides nothing else; the first read of a few values near
+etcd's 1.5 MiB request limit costs etcd a few hundred ms) and, beside it, the fixed keys
+(``leader``, ``registry``, ``history``) read by name and the host reports under ``members/``
+within their own bound: a flood of other keys (intents, gateway records, strangers) cuts the
+whole read but hides none of them, and is counted per folder and named. When the
+(linearizable) key read fails but some member answers, the keys are read again serializably
+from any member, so a cluster that lost quorum still shows what its members hold
 (``read_error`` then says so). The whole read is also under ``bound`` as a safety net.
 
 ``StatusReader`` keeps the observations between reads (report ages, see ``record_read``):
@@ -19,17 +23,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from awide_cluster.contract import bounds
+from awide_cluster.contract import bounds, keys
 from awide_cluster.operator.freshness import Observations, record_read, saw_generation
 from awide_cluster.operator.model import ClusterStatus
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, ValueTooLarge
 from awide_cluster.store.port import ClusterInspector, StoreReader
-from awide_cluster.store.types import Alarm, EndpointStatus, Member, PrefixRead
+from awide_cluster.store.types import (
+    Alarm,
+    EndpointStatus,
+    KeyValue,
+    Member,
+    PrefixRead,
+    Refusal,
+)
 
 
 class StatusStore(StoreReader, ClusterInspector, Protocol):
@@ -51,12 +63,10 @@ async def read_raw(
     """One bounded read. Never raises a StoreError: failures are in the snapshot.
     ``keys_timeout``: the bound of each read of the prefix (None: the store's call bound)."""
 
-    def read_keys(serializable: bool = False) -> Awaitable[PrefixRead]:
-        return store.read_prefix("", max_keys=bounds.CLUSTER_MAX_KEYS,
-                                 max_value_bytes=bounds.REGISTRY_MAX_BYTES,
-                                 serializable=serializable, timeout=keys_timeout)
+    def read_keys(serializable: bool = False) -> Awaitable[KeyRead]:
+        return read_cluster_keys(store, serializable=serializable, timeout=keys_timeout)
 
-    async def keys() -> tuple[PrefixRead | None, str]:
+    async def keys() -> tuple[KeyRead | None, str]:
         try:
             return await read_keys(), ""
         except StoreError as e:
@@ -115,7 +125,79 @@ async def read_raw(
         wall=start_wall, mono=start_mono,
         refused=tuple(result.refused.values()) if result is not None else (),
         key_count=result.count if result is not None and result.more else None,
+        folder_counts=result.folder_counts if result is not None else (),
         alarms=tuple(alarm_list) if alarm_list is not None else None, alarms_error=alarms_error)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRead:
+    """The keys status read: the whole prefix (bounded) with the fixed keys and the host
+    reports read by name over it, and, when the prefix holds more keys than its bound, how
+    many keys each folder holds (``folder_counts``)."""
+
+    kvs: tuple[KeyValue, ...]
+    refused: Mapping[str, Refusal]
+    revision: int
+    count: int
+    more: bool
+    folder_counts: tuple[tuple[str, int], ...] = ()
+
+
+async def _by_name(store: StoreReader, key: str, *, serializable: bool,
+                   timeout: float | None) -> KeyValue | Refusal | None:
+    try:
+        return await store.get(key, serializable=serializable, timeout=timeout,
+                               max_value_bytes=bounds.value_bound(key))
+    except ValueTooLarge as e:
+        return Refusal(e.key, e.mod_revision, e.size, e.limit)
+
+
+async def _count(store: StoreReader, prefix: str, *, serializable: bool,
+                 timeout: float | None) -> int:
+    res = await store.range(prefix, prefix=True, keys_only=True, limit=1,
+                            serializable=serializable, timeout=timeout)
+    return res.count
+
+
+async def read_cluster_keys(store: StoreReader, *, serializable: bool = False,
+                            timeout: float | None = None) -> KeyRead:
+    """Every key under the cluster prefix within ``bounds.CLUSTER_MAX_KEYS``; the fixed keys
+    (leader, registry, history) and the host reports are read by name (``members/`` within
+    its own bound), so a flood of other keys hides none of them. StoreError when a read
+    fails."""
+    def prefix(folder: str, max_keys: int, max_value_bytes: int) -> Awaitable[PrefixRead]:
+        return store.read_prefix(folder, max_keys=max_keys, max_value_bytes=max_value_bytes,
+                                 serializable=serializable, timeout=timeout)
+
+    whole, members, fixed = await asyncio.gather(
+        prefix("", bounds.CLUSTER_MAX_KEYS, bounds.REGISTRY_MAX_BYTES),
+        prefix(keys.MEMBERS, bounds.MEMBERS_MAX_KEYS, bounds.REPORT_MAX_BYTES),
+        asyncio.gather(*(_by_name(store, k, serializable=serializable, timeout=timeout)
+                         for k in FIXED_KEYS)))
+    kvs = {kv.key: kv for kv in whole.kvs}
+    refused = dict(whole.refused)
+    for kv in members.kvs:
+        kvs[kv.key] = kv
+    refused.update(members.refused)
+    for key, got in zip(FIXED_KEYS, fixed, strict=True):
+        kvs.pop(key, None)
+        refused.pop(key, None)
+        if isinstance(got, KeyValue):
+            kvs[key] = got
+        elif isinstance(got, Refusal):
+            refused[key] = got
+    counts: tuple[tuple[str, int], ...] = ()
+    if whole.more:
+        folders = await asyncio.gather(*(_count(store, f, serializable=serializable,
+                                                timeout=timeout) for f in FOLDERS))
+        counts = tuple(zip(FOLDERS, folders, strict=True))
+    return KeyRead(kvs=tuple(sorted(kvs.values(), key=lambda kv: kv.key)), refused=refused,
+                   revision=whole.revision, count=whole.count, more=whole.more,
+                   folder_counts=counts)
+
+
+FIXED_KEYS = (keys.LEADER, keys.REGISTRY, keys.HISTORY)
+FOLDERS = (keys.MEMBERS, keys.INTENTS, keys.GATEWAYS, keys.LAYOUTS)
 
 
 def _quota(answer: int | StoreError | None) -> int | None:

@@ -30,6 +30,8 @@ class RawSnapshot:
     mono: float                            # monotonic time of the read (ages)
     refused: tuple[Refusal, ...] = ()      # keys whose value was over the read's bound
     key_count: int | None = None           # more keys than the read's bound: how many in all
+    # with key_count: (folder, keys in it) of each folder of the layout
+    folder_counts: tuple[tuple[str, int], ...] = ()
     alarms: tuple[Alarm, ...] | None = ()  # etcd's alarm list; None: the read failed
     alarms_error: str = ""
 

@@ -185,12 +185,27 @@ def within_bounds(raw: RawSnapshot
             "error", "value_too_large", key,
             f"key {key}: {why}, not read (everything else is shown; rewrite or delete it)"))
     if raw.key_count is not None:
-        problems.append(Problem(
-            "error", "too_many_keys", raw.cluster,
-            f"{raw.key_count} keys under the cluster prefix, over the bound of "
-            f"{bounds.CLUSTER_MAX_KEYS}: only the first {bounds.CLUSTER_MAX_KEYS} (in key "
-            "order) are shown"))
+        problems.append(Problem("error", "too_many_keys", raw.cluster, key_flood(raw, kv)))
     return kv, big, problems
+
+
+def key_flood(raw: RawSnapshot, kv: dict[str, KeyValue]) -> str:
+    """The ``too_many_keys`` message: how many keys, in which folders, and what is still
+    read by name (the fixed keys and the host reports). Pure."""
+    fixed = sum(1 for k in (keys.LEADER, keys.REGISTRY, keys.HISTORY) if k in kv)
+    where = [f"{n} under {folder}" for folder, n in
+             sorted(raw.folder_counts, key=lambda fc: (-fc[1], fc[0])) if n]
+    if raw.folder_counts:
+        elsewhere = raw.key_count or 0
+        elsewhere -= sum(n for _, n in raw.folder_counts) + fixed
+        if elsewhere > 0:
+            where.append(f"{elsewhere} elsewhere")
+    detail = f" ({', '.join(where)})" if where else ""
+    return (f"key flood: {raw.key_count} keys under the cluster prefix{detail}, over the "
+            f"bound of {bounds.CLUSTER_MAX_KEYS}: the leader, registry, history and host "
+            f"reports are read by name and shown; of the other keys only the first "
+            f"{bounds.CLUSTER_MAX_KEYS} in key order (gateway records or intents beyond may "
+            "look missing). Delete the junk keys")
 
 
 def refused_views(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import shutil
+import socket
 import ssl
 
 import aiohttp
@@ -13,11 +14,12 @@ import pytest
 
 from awide_cluster.api.health import DaemonHealth
 from awide_cluster.api.metrics import DaemonMetrics
-from awide_cluster.api.server import ApiError, ApiTls, DaemonApi
+from awide_cluster.api.server import MAX_PEER_CONNECTIONS, ApiError, ApiTls, DaemonApi
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.config.common import ConfigError
 from awide_cluster.store.credentials import CredentialError
 from awide_harness import make_test_pki
+from awide_harness.waits import wait_until
 
 HEADER_TIMEOUT = 0.5
 BOUND = 10.0          # generous: an answer or a close must come, on a loaded machine too
@@ -154,3 +156,29 @@ def test_the_config_refuses_off_loopback_without_tls_naming_the_field(files):
     assert daemon_config.parse(_cfg({"listen": "[::1]:9700"})).api.tls is None
     with pytest.raises(ConfigError, match="api.tls"):
         daemon_config.parse(_cfg({"listen": "10.0.0.1:9700", "tls": {**tls, "key_file": "/no"}}))
+
+
+async def test_silent_tls_connections_are_capped_and_cut_after_the_handshake_bound(files, pkis):
+    """200 connections that never send a ClientHello: at most MAX_PEER_CONNECTIONS are held,
+    the others are closed at once, and the held ones are cut after the handshake bound; then a
+    client with a certificate is answered."""
+    server = _api(ApiTls(files["cert"], files["key"], files["ca"]), handshake_timeout=0.5)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    socks = []
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            await loop.sock_connect(s, server.bound)
+            socks.append(s)
+        await wait_until(lambda: server.cap.refused + server.cap.taken >= 200, BOUND,
+                         "every connection let in or refused")
+        assert server.cap.peak <= MAX_PEER_CONNECTIONS and server.cap.refused >= 100
+        await wait_until(lambda: server.cap.open == 0, BOUND, "the silent ones cut")
+        a, _ = pkis
+        assert await _get(server, _client(a.ca_file, a.client_cert, a.client_key)) == 200
+    finally:
+        for s in socks:
+            s.close()
+        await server.stop()

@@ -5,13 +5,23 @@ time is closed. Raw sockets, so that nothing between the test and the server fix
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Sequence
 
 import pytest
 
 from awide_cluster.api.health import DaemonHealth
 from awide_cluster.api.metrics import DaemonMetrics
-from awide_cluster.api.server import MAX_FIELD_SIZE, MAX_HEADERS, MAX_LINE_SIZE, DaemonApi
+from awide_cluster.api.server import (
+    MAX_FIELD_SIZE,
+    MAX_HEADERS,
+    MAX_LINE_SIZE,
+    MAX_PEER_CONNECTIONS,
+    ConnectionCap,
+    DaemonApi,
+)
+from awide_harness.waits import wait_until
 
 HEADER_TIMEOUT = 0.5
 BOUND = 10.0          # generous: the close must come, on a loaded machine too
@@ -122,3 +132,49 @@ def test_a_header_timeout_must_be_positive():
         DaemonApi(health=DaemonHealth(loop_stale_after=1, report_stale_after=1),
                   metrics=DaemonMetrics(host="h1", role="storage", version="0"),
                   view=dict, header_timeout=0)
+
+
+async def _open_idle(server: DaemonApi, n: int) -> list[socket.socket]:
+    """``n`` plain TCP connections that never send a byte."""
+    assert server.bound is not None
+    loop = asyncio.get_running_loop()
+    out = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        await loop.sock_connect(s, server.bound)
+        out.append(s)
+    return out
+
+
+async def test_idle_connections_past_the_cap_are_closed_at_once(api):
+    """2,000 idle connections from one address: at most MAX_PEER_CONNECTIONS are held, the
+    others are closed as they are accepted, and once the held ones time
+    out (header_timeout) the API answers again."""
+    n = 2000
+    before = len(os.listdir("/proc/self/fd"))
+    socks = await _open_idle(api, n)
+    try:
+        await wait_until(lambda: api.cap.refused + api.cap.taken >= n, BOUND,
+                         "every connection let in or refused")
+        # held ones time out after header_timeout and free their place for later ones; never
+        # more than the cap open at once, and most refused at once
+        assert api.cap.peak <= MAX_PEER_CONNECTIONS
+        assert api.cap.refused >= n // 2
+        # the server side holds at most the cap: the process has the clients' n sockets and
+        # the few held ones (plus the test's own), never 2 x n
+        assert len(os.listdir("/proc/self/fd")) - before <= n + MAX_PEER_CONNECTIONS + 8
+        await wait_until(lambda: api.cap.open == 0, BOUND, "the held ones timed out")
+        status, _, _ = await _exchange(api, _get())
+        assert status == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_the_cap_counts_by_peer_and_in_all():
+    cap = ConnectionCap(total=3, per_peer=2)
+    assert cap.take("a") and cap.take("a") and not cap.take("a")
+    assert cap.take("b") and not cap.take("c")          # 3 open in all
+    cap.give_back("a")
+    assert cap.take("c") and cap.by_peer == {"a": 1, "b": 1, "c": 1} and cap.refused == 2

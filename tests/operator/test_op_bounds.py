@@ -9,7 +9,7 @@ from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.types import KeyValue, Refusal
+from awide_cluster.store.types import KeyValue, Put, Refusal
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 
@@ -118,3 +118,29 @@ def test_more_keys_than_the_bound_is_a_problem():
     st = build_status(raw, Observations(), StatusPolicy())
     (msg,) = problems(st, "too_many_keys").values()
     assert f"{bounds.CLUSTER_MAX_KEYS + 5} keys" in msg and "only the first" in msg
+
+
+async def test_a_key_flood_hides_no_fixed_key_and_is_named(shared_etcd, cluster_name):
+    """3,000 extra keys under intents/ (the operator role may write intents): the first 2,048
+    keys of the prefix in key order are nearly all intents, yet the leader, the registry and
+    every host report are read by name, and the flood is named with its folder."""
+    await state.awrite(shared_etcd.endpoints, cluster_name, state.healthy_state(cluster_name))
+    flood = 3000
+    async with slow_store(shared_etcd, cluster_name) as s:
+        names = [f"{keys.INTENTS}flood-{i:04d}" for i in range(flood)]
+        for at in range(0, flood, 100):
+            await s.txn([], [Put(k, b"{}") for k in names[at:at + 100]])
+    store = slow_store(shared_etcd, cluster_name)
+    try:
+        reader = StatusReader(store, cluster=cluster_name, endpoints=shared_etcd.endpoints,
+                              call_timeout=SLOW)
+        _, st = await reader.sample(0)
+    finally:
+        await store.close()
+    codes = {p.code for p in st.problems}
+    assert "no_leader" not in codes and "registry_missing" not in codes, st.problems
+    assert st.read_error == "" and st.leader.host == "h1" and st.registry.generation == 5
+    assert [h.host for h in st.hosts] == ["h1", "h2", "w1"]
+    assert [c.state for c in st.cards] == ["in", "in", "in"]
+    (msg,) = problems(st, "too_many_keys").values()
+    assert msg.startswith("key flood: ") and f"{flood} under {keys.INTENTS}" in msg, msg

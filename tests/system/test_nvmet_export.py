@@ -6,6 +6,7 @@ never reach a command line."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 from pathlib import Path
@@ -187,3 +188,72 @@ def _library_accepts(nqn: str) -> bool:
         return True
     except InvalidTarget:
         return False
+
+
+@pytest.mark.parametrize("env,named", [
+    ({"AWIDE_TRADDR": "storage-a.example"}, "AWIDE_TRADDR 'storage-a.example' is not an IPv4"),
+    ({"AWIDE_TRADDR": "10.0.0.1\n10.6.6.6"}, "AWIDE_TRADDR"),
+    ({"AWIDE_TRADDR": "10.0.0.256"}, "AWIDE_TRADDR"),
+    ({"AWIDE_TRADDR": "fe80::1%eth0"}, "AWIDE_TRADDR"),
+    ({"AWIDE_TRSVCID": "0"}, "AWIDE_TRSVCID '0' must be a number 1-65535"),
+    ({"AWIDE_TRSVCID": "65536"}, "AWIDE_TRSVCID '65536'"),
+    ({"AWIDE_TRSVCID": "4420 "}, "AWIDE_TRSVCID"),
+    ({"AWIDE_PORT_ID": "123456"}, "AWIDE_PORT_ID '123456' must be a number 0-65535"),
+    ({"AWIDE_DEVICE": "nvme0n1"}, "AWIDE_DEVICE 'nvme0n1' must be an absolute path"),
+    ({"AWIDE_DEVICE": "/etc/shadow"}, "AWIDE_DEVICE '/etc/shadow' must be under /dev/"),
+    ({"AWIDE_DEVICE": "/dev/../etc/shadow"}, "no '..'"),
+    ({"AWIDE_DEVICE": "/dev/nvme0n1\n/dev/sda"}, "AWIDE_DEVICE"),
+    ({"AWIDE_DEVICE": "/dev/disk/by-id/nvme x"}, "has characters outside"),
+    ({"NVMET_ROOT": "relative/nvmet"}, "NVMET_ROOT 'relative/nvmet' must be an absolute path"),
+    ({"AWIDE_DHCHAP_KEYS_FILE": "dhchap.keys"}, "AWIDE_DHCHAP_KEYS_FILE 'dhchap.keys'"),
+])
+def test_every_environment_value_is_checked_by_name(tmp_path: Path, env: dict,
+                                                    named: str) -> None:
+    r = _export(tmp_path, **env)
+    assert r.returncode == 2, r.stdout
+    assert named in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "nvmet").exists()
+
+
+def test_a_card_name_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    r = subprocess.run([str(SCRIPT), "up", "card0;x"], capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]}, timeout=10)
+    assert r.returncode == 2 and "card name 'card0;x'" in r.stderr
+
+
+@pytest.mark.parametrize("addr,fam", [("10.200.0.11", "ipv4"), ("fd00::11", "ipv6"),
+                                      ("::ffff:10.0.0.1", "ipv6")])
+def test_an_address_is_written_with_its_family(tmp_path: Path, addr: str, fam: str) -> None:
+    r = _export(tmp_path, AWIDE_TRADDR=addr, AWIDE_TRSVCID="65535", AWIDE_PORT_ID="0",
+                AWIDE_DEVICE="/dev/disk/by-path/pci-0000:01:00.0-nvme-1")
+    assert r.returncode == 0, r.stderr
+    port = tmp_path / "nvmet" / "ports" / "0"
+    assert (port / "addr_traddr").read_text() == addr + "\n"
+    assert (port / "addr_adrfam").read_text() == fam + "\n"
+
+
+def _python_accepts(addr: str) -> bool:
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return "%" not in addr
+
+
+_ADDR_CHARS = "0123456789abcdefABCDEF:."
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(addr=st.one_of(st.ip_addresses().map(str),
+                      st.ip_addresses(v=6).map(lambda a: a.exploded),
+                      st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),
+                      st.text(_ADDR_CHARS, min_size=0, max_size=12),
+                      st.lists(st.text("0123456789abcdef", max_size=5), min_size=1,
+                               max_size=10).map(":".join),
+                      st.lists(st.text("0123456789", max_size=4), min_size=1,
+                               max_size=5).map(".".join)))
+def test_the_script_accepts_exactly_the_addresses_python_accepts(tmp_path: Path,
+                                                                 addr: str) -> None:
+    r = _export(tmp_path, "down", AWIDE_TRADDR=addr)
+    assert (r.returncode == 0) == _python_accepts(addr), (addr, r.stderr)

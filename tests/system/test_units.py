@@ -190,3 +190,13 @@ def test_export_refuses_bad_values_naming_them(tmp_path: Path, env: dict, field:
     assert r.returncode == 2
     assert field in r.stderr
     assert not (tmp_path / "nvmet").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in UNITS.glob("*.service")))
+def test_every_service_bounds_its_files_and_tasks(name: str) -> None:
+    """No unit runs with systemd's default 1,024 files or an unbounded task count."""
+    s = _unit(name)["Service"]
+    assert 64 <= int(s["LimitNOFILE"]) <= 65536, name
+    assert 16 <= int(s["TasksMax"]) <= 4096, name
+    if name == "awide-cluster.service":     # the API cap (256) and the probes' reserve fit
+        assert int(s["LimitNOFILE"]) >= 4 * 256

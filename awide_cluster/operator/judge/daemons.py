@@ -155,6 +155,11 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
             "is stuck (its lease is still kept alive)"))
     if report.history_resets:
         problems.append(history_reset(host, report.history_resets, report.history_note))
+    if report.probe_note:
+        problems.append(Problem(
+            "warning", "probes_starved", host,
+            f"the daemon of {host} cannot run all its probes: {report.probe_note} (its cards "
+            "are not taken out for it; see its process_open_fds against process_max_fds)"))
     return report, _host_view(host, lead, age, report=report), problems
 
 
