@@ -19,6 +19,7 @@ import sys
 import click
 
 from awide_cluster.cli.lookup import (
+    EXIT_CONFIG,
     EXIT_OK,
     EXIT_UNHEALTHY,
     EXIT_UNREACHABLE,
@@ -37,8 +38,6 @@ from awide_cluster.contract.registry import CardEntry
 from awide_cluster.contract.untrusted import INTENT_REASON_MAX
 from awide_cluster.operator.target import ClusterTarget
 from awide_cluster.store.config import StoreConfig
-
-EXIT_CONFIG = 2
 
 
 def _load(path: str) -> daemon_config.DaemonConfig:
