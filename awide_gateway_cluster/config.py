@@ -232,8 +232,7 @@ def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
     if why:
         problems.append(("etcd.username", why))
     if problems:
-        field, reason = problems[0]
-        raise ConfigError(file, field, reason)
+        raise ConfigError.of(file, problems)
     return cfg
 
 

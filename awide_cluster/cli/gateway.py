@@ -46,7 +46,8 @@ def _load(path: str) -> GatewayConfig:
     try:
         return load_config(path)
     except ConfigError as e:
-        click.echo(str(e), err=True)         # FILE: field: reason (or: not a gateway config)
+        for line in e.lines():      # FILE: field: reason, each (or: not a gateway config)
+            click.echo(line, err=True)
         sys.exit(EXIT_CONFIG)
 
 

@@ -72,11 +72,16 @@ def resolve(config: str | None, endpoints: str | None, cluster: str | None,
     try:
         target = lookup(config=config, endpoints=endpoints, cluster=cluster,
                         call_timeout=call_timeout)
+    except (NoTarget, ValueError) as e:             # nothing named, or two ways at once
+        fail(str(e), EXIT_USAGE)
+    except ConfigError as e:                        # a file, or what the options gave
+        from_options = e.file.startswith(("--", "$"))
+        fail(f"{'usage' if from_options else 'config'} error: {e}",
+             EXIT_USAGE if from_options else EXIT_CONFIG)
+    try:
         store_config = target.store_config()
         if store_config.tls is not None:
-            store_config.tls.ssl_context()          # unreadable certificate: exit 2 now
-    except NoTarget as e:
-        fail(str(e), EXIT_USAGE)
+            store_config.tls.ssl_context()          # unreadable certificate: exit 78 now
     except ConfigError as e:
         fail(f"config error: {e}", EXIT_CONFIG)
     except (ssl.SSLError, OSError, ValueError) as e:

@@ -24,14 +24,14 @@ class Commands(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
-            e.exit_code = EXIT_USAGE
+            setattr(e, "exit_code", EXIT_USAGE)     # noqa: B010  (a class variable in click)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            e.exit_code = EXIT_USAGE
+            setattr(e, "exit_code", EXIT_USAGE)     # noqa: B010  (a class variable in click)
             raise
 
 
