@@ -168,12 +168,16 @@ def member_problems(roll: RollCall, by_id: dict[int, Member], quorum: Quorum,
                     members: tuple[Member, ...] | None, *, margin: str = "") -> list[Problem]:
     """A member down is a warning while the quorum holds (the cluster works, with less
     margin: said in the message), an error otherwise."""
-    kept = quorum == "ok"
-    problems = [
-        Problem("warning" if kept else "error", "etcd_member_down", r.name or r.endpoint,
-                f"etcd member {r.name or '?'} at {r.endpoint} does not answer: {r.error}"
-                + (f" (quorum kept: {margin})" if kept and margin else ""))
-        for r in roll.rows if not r.reachable and not r.error.startswith("not checked")]
+    problems: list[Problem] = []
+    for r in roll.rows:
+        if r.reachable or r.error.startswith("not checked"):
+            continue
+        said = f"etcd member {r.name or '?'} at {r.endpoint} does not answer: {r.error}"
+        if quorum == "ok":
+            problems.append(Problem("warning", "etcd_member_down", r.name or r.endpoint,
+                                    said + (f" (quorum kept: {margin})" if margin else "")))
+        else:
+            problems.append(Problem("error", "etcd_member_down", r.name or r.endpoint, said))
     if quorum == "ok":                      # a minority member cut off from the others
         for st in roll.answered:
             if st.leader == 0:
