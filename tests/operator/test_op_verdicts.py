@@ -64,7 +64,7 @@ CARDS = [state.card("h1", "card0", "SN-A1"), state.card("h1", "card1", "SN-A2"),
 def test_healthy_is_ok_exit_0():
     st = _status(state.healthy_state())
     assert (st.verdict, st.state, status_code(st), cards_code(st)) == ("healthy", "OK", 0, 0)
-    assert st.etcd.margin == "3 of 3 members up; 1 more failure(s) tolerated"
+    assert st.etcd.margin == "3 of 3 members up; one more failure tolerated"
     assert brief(st) == "c1 OK: 3 hosts, 3 cards (3 in), quorum 3/3"
     assert st.to_dict()["state"] == "OK"
 

@@ -161,7 +161,7 @@ def quorum_margin(count: MemberCount) -> str:
         return f"{head}, {count.majority} needed"
     if spare == 0:
         return f"{head}; one more failure loses writes"
-    return f"{head}; {spare} more failure(s) tolerated"
+    return f"{head}; {'one more failure' if spare == 1 else f'{spare} more failures'} tolerated"
 
 
 def member_problems(roll: RollCall, by_id: dict[int, Member], quorum: Quorum,
