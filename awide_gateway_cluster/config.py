@@ -21,7 +21,7 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     watch: true
     watch_stall_after: 30.0
 
-Combinations that cannot work are refused when the file is loaded (exit code 2 from
+Combinations that cannot work are refused when the file is loaded (exit code 78 from
 ``awide-cluster gateway check-config``), never discovered at run time.
 """
 

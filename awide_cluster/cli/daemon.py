@@ -151,7 +151,7 @@ def _intent(action: str) -> click.Command:
 
 
 def _check_reason(reason: str | None, *, required: bool = False) -> str | None:
-    """The --reason, stripped and checked (bounded, no control character), or exit 2."""
+    """The --reason, stripped and checked (bounded, no control character), or exit 64."""
     from awide_cluster.contract.untrusted import text_problem
     if reason is None:
         return None

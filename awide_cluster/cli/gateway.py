@@ -1,6 +1,6 @@
 """``awide-cluster gateway``: check a gateway config, or run the gateway library standalone.
 
-- ``gateway check-config FILE``: exit 0 and a one-line summary, or exit 2 and
+- ``gateway check-config FILE``: exit 0 and a one-line summary, or exit 78 and
   ``FILE: field: reason`` on stderr.
 - ``gateway watch --config FILE``: starts a ``ClusterGateway``, prints the slot table, then
   every change event, one line each (stdout flushed per line), and the table again after each

@@ -1,7 +1,7 @@
 """Loading and validating YAML config files; the etcd section shared by daemon and gateway.
 
 A bad file raises ``ConfigError`` naming the file, the field and the reason; the CLI turns it
-into exit code 2 before anything touches etcd.
+into exit code 78 before anything touches etcd.
 """
 
 from __future__ import annotations
