@@ -22,7 +22,7 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     watch_stall_after: 30.0
     hosts: {s1: [10.0.0.1], s2: [10.0.0.2, "fd00:2::/64"]}   # allowed target addresses
 
-Combinations that cannot work are refused when the file is loaded (exit code 2 from
+Combinations that cannot work are refused when the file is loaded (exit code 78 from
 ``awide-cluster gateway check-config``), never discovered at run time.
 """
 
@@ -328,8 +328,7 @@ def _refuse_plaintext(cfg: GatewayConfig, file: str) -> GatewayConfig:
     if why:
         problems.append(("etcd.username", why))
     if problems:
-        field, reason = problems[0]
-        raise ConfigError(file, field, reason)
+        raise ConfigError.of(file, problems)
     return cfg
 
 

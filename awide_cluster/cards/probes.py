@@ -39,6 +39,7 @@ from awide_cluster.cards.units import UnitStates
 from awide_cluster.cards.worker import ProbeWorker, shared_worker
 from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.runner import CommandRunner, CommandTimeout, RunnerError
+from awide_cluster.store.transport import connect_text
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -104,7 +105,7 @@ async def _http(url: str, timeout: float) -> tuple[bool, str]:
             async with session.get(url, allow_redirects=False) as resp:
                 status = resp.status
     except aiohttp.ClientError as exc:
-        return False, f"store {url}: {type(exc).__name__}: {exc}"
+        return False, f"store {url}: {type(exc).__name__}: {connect_text(exc)}"
     if 200 <= status < 300:
         return True, f"store {url} answered {status}"
     return False, f"store {url} answered {status}"

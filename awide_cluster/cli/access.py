@@ -97,7 +97,7 @@ def plan_cmd(config: str | None, endpoints: str | None, cluster: str | None,
 
 
 def read_passwords(directory: str | None, names: list[str]) -> dict[str, str]:
-    """``DIR/<user>`` for each name that has a file there; exit 2 on a file others can
+    """``DIR/<user>`` for each name that has a file there; exit 64 on a file others can
     read, an empty or oversized one. Contents are never shown."""
     if directory is None:
         return {}

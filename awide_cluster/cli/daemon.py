@@ -19,6 +19,7 @@ import sys
 import click
 
 from awide_cluster.cli.lookup import (
+    EXIT_CONFIG,
     EXIT_OK,
     EXIT_UNHEALTHY,
     EXIT_UNREACHABLE,
@@ -38,14 +39,13 @@ from awide_cluster.contract.untrusted import INTENT_REASON_MAX
 from awide_cluster.operator.target import ClusterTarget
 from awide_cluster.store.config import StoreConfig
 
-EXIT_CONFIG = 2
-
 
 def _load(path: str) -> daemon_config.DaemonConfig:
     try:
         return daemon_config.load(path)
     except ConfigError as e:
-        click.echo(str(e), err=True)
+        for line in e.lines():          # every problem found, one line each
+            click.echo(line, err=True)
         sys.exit(EXIT_CONFIG)
 
 
@@ -57,8 +57,8 @@ def _logging(level: str, fmt: str = "text", **fields: str) -> None:
 @cli.command("check-config")
 @click.argument("file", type=click.Path(dir_okay=False), required=False)
 def check_config(file: str | None) -> None:
-    """Check a daemon config file; exit 2 with FILE: field: reason if it is bad (FILE:
-    default $AWIDE_CONFIG, else /etc/awide-cluster/cluster.yaml)."""
+    """Check a daemon config file; exit 78 with FILE: field: reason for every problem if it
+    is bad (FILE: default $AWIDE_CONFIG, else /etc/awide-cluster/cluster.yaml)."""
     file = config_file(file, kind="daemon")
     cfg = _load(file)
     click.echo(f"{file}: ok (cluster {cfg.cluster}, host {cfg.host}, {cfg.role}, "
@@ -151,7 +151,7 @@ def _intent(action: str) -> click.Command:
 
 
 def _check_reason(reason: str | None, *, required: bool = False) -> str | None:
-    """The --reason, stripped and checked (bounded, no control character), or exit 2."""
+    """The --reason, stripped and checked (bounded, no control character), or exit 64."""
     from awide_cluster.contract.untrusted import text_problem
     if reason is None:
         return None

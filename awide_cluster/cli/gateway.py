@@ -1,6 +1,6 @@
 """``awide-cluster gateway``: check a gateway config, or run the gateway library standalone.
 
-- ``gateway check-config FILE``: exit 0 and a one-line summary, or exit 2 and
+- ``gateway check-config FILE``: exit 0 and a one-line summary, or exit 78 and
   ``FILE: field: reason`` on stderr.
 - ``gateway watch --config FILE``: starts a ``ClusterGateway``, prints the slot table, then
   every change event, one line each (stdout flushed per line), and the table again after each
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from awide_cluster.cli.lookup import EXIT_CONFIG
 from awide_cluster.cli.main import cli
 
 if TYPE_CHECKING:
@@ -45,15 +46,16 @@ def _load(path: str) -> GatewayConfig:
     try:
         return load_config(path)
     except ConfigError as e:
-        click.echo(str(e), err=True)         # FILE: field: reason (or: not a gateway config)
-        sys.exit(2)
+        for line in e.lines():      # FILE: field: reason, each (or: not a gateway config)
+            click.echo(line, err=True)
+        sys.exit(EXIT_CONFIG)
 
 
 @gateway.command("check-config")
 @click.argument("file", type=click.Path(dir_okay=False), required=False)
 def check_config(file: str | None) -> None:
-    """Validate a gateway config FILE (default $AWIDE_CONFIG; exit 2 and the field at fault
-    if it is bad, or one line if it is a daemon's)."""
+    """Validate a gateway config FILE (default $AWIDE_CONFIG; exit 78 and every field at
+    fault if it is bad, or one line if it is a daemon's)."""
     from awide_cluster.cli.lookup import config_file
     from awide_gateway_cluster.layout import namespace
     file = config_file(file, kind="gateway")

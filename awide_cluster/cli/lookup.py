@@ -1,14 +1,18 @@
 """What every operator command shares: which cluster (``operator.target.lookup``), the exit
 codes, and the "no such cluster" diagnosis.
 
-Exit codes of the operator commands (status, cards, drain, undrain, forget):
+Exit codes of the operator commands, the Nagios plugin convention for the checks (status,
+cards) and sysexits' codes for the errors of use (docs/operations.md, "Exit codes"):
 
-- ``0`` healthy / done;
-- ``1`` unhealthy, or a state an operator set (a drained card, a pending intent, a dev
-  cluster), or (drain/undrain/forget) not done: refused, declined, not applied in time;
-- ``2`` usage or config error: no cluster named, a bad or wrong kind of config file, no such
-  cluster in that etcd, a confirmation needed where no terminal can give it;
-- ``3`` etcd unreachable: no member answered.
+- ``0`` OK / done;
+- ``1`` WARNING: a state an operator set (a drained card, a pending intent, a dev cluster), a
+  daemon or an etcd member down with quorum kept; (drain/undrain/forget) not done: refused,
+  declined, not applied in time;
+- ``2`` CRITICAL: a problem of severity error (a card out, quorum lost, ...);
+- ``3`` UNKNOWN: etcd unreachable, no member answered;
+- ``64`` usage error (``EX_USAGE``): a bad option, no cluster named, no such cluster in that
+  etcd, a confirmation needed where no terminal can give it;
+- ``78`` config error (``EX_CONFIG``): a bad or wrong kind of config file, bad etcd settings.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from awide_cluster.operator.target import (
 )
 from awide_cluster.store.config import StoreConfig
 
-EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3     # Nagios plugins
+EXIT_USAGE, EXIT_CONFIG = 64, 78                                    # sysexits.h
+EXIT_UNHEALTHY = EXIT_WARNING       # an action not done (drain, undrain, forget, backup, ...)
+EXIT_UNREACHABLE = EXIT_UNKNOWN
 
 
 def target_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,19 +67,25 @@ def fail(message: str, code: int) -> NoReturn:
 
 def resolve(config: str | None, endpoints: str | None, cluster: str | None,
             call_timeout: float | None) -> tuple[ClusterTarget, StoreConfig]:
-    """The target and its store config, or exit 2 with one line saying why."""
+    """The target and its store config, or exit 64 (usage) or 78 (config) with one line
+    saying why."""
     try:
         target = lookup(config=config, endpoints=endpoints, cluster=cluster,
                         call_timeout=call_timeout)
+    except (NoTarget, ValueError) as e:             # nothing named, or two ways at once
+        fail(str(e), EXIT_USAGE)
+    except ConfigError as e:                        # a file, or what the options gave
+        from_options = e.file.startswith(("--", "$"))
+        fail(f"{'usage' if from_options else 'config'} error: {e}",
+             EXIT_USAGE if from_options else EXIT_CONFIG)
+    try:
         store_config = target.store_config()
         if store_config.tls is not None:
-            store_config.tls.ssl_context()          # unreadable certificate: exit 2 now
-    except NoTarget as e:
-        fail(str(e), EXIT_USAGE)
+            store_config.tls.ssl_context()          # unreadable certificate: exit 78 now
     except ConfigError as e:
-        fail(f"config error: {e}", EXIT_USAGE)
+        fail(f"config error: {e}", EXIT_CONFIG)
     except (ssl.SSLError, OSError, ValueError) as e:
-        fail(f"etcd settings: {e}", EXIT_USAGE)
+        fail(f"etcd settings: {e}", EXIT_CONFIG)
     warning = target.etcd.plaintext_warning()
     if warning:
         click.echo(f"awide-cluster: {warning}", err=True)
@@ -99,7 +112,7 @@ def config_file(given: str | None, *, kind: str) -> str:
     """The config file of ``check-config``/``run`` (``kind`` "daemon": FILE or --config, then
     $AWIDE_CONFIG, then /etc/awide-cluster/cluster.yaml) or of the gateway commands
     (``kind`` "gateway": FILE or --config, then $AWIDE_CONFIG; no default path: a gateway's
-    file lives with its engine). Exit 2 when none is given or found."""
+    file lives with its engine). Exit 64 when none is given or found."""
     import os
     from pathlib import Path
     if given:

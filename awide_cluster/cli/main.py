@@ -6,13 +6,36 @@ demo cluster runs from a source checkout (``make demo``)."""
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
 from awide_cluster import __version__
+from awide_cluster.cli.lookup import EXIT_USAGE
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """click's group with its usage errors (a bad option, a missing argument) exiting 64,
+    sysexits' EX_USAGE, instead of click's 2: 2 is CRITICAL in the Nagios plugin convention
+    the checks (status, cards) follow."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            setattr(e, "exit_code", EXIT_USAGE)     # noqa: B010  (a class variable in click)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            setattr(e, "exit_code", EXIT_USAGE)     # noqa: B010  (a class variable in click)
+            raise
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="awide-cluster")
 def cli() -> None:
     """Control plane of the ADP KV-cache card cluster."""

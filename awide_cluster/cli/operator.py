@@ -1,10 +1,12 @@
 """``awide-cluster status`` and ``awide-cluster cards``: the cluster at one look;
 ``awide-cluster backup``: a snapshot of etcd now.
 
-Exit codes (for scripts, see cli/lookup.py and docs/operations.md): 0 healthy; 1 unhealthy,
-or a state an operator set (a drained card, a pending intent, a dev cluster), or with
-``--strict`` any warning; 2 usage or config error (no such cluster included); 3 etcd
-unreachable. Shell completion comes from click::
+Exit codes (for scripts, see cli/lookup.py and docs/operations.md), the Nagios plugins': 0
+OK; 1 WARNING, a state an operator set (a drained card, a pending intent, a dev cluster) or a
+part down with the cluster working (a daemon, an etcd member with quorum kept), or with
+``--strict`` any warning; 2 CRITICAL, a problem of severity error; 3 UNKNOWN, etcd
+unreachable; 64 usage error (no such cluster included); 78 config error. Shell completion
+comes from click::
 
     eval "$(_AWIDE_CLUSTER_COMPLETE=bash_source awide-cluster)"     # bash
     eval "$(_AWIDE_CLUSTER_COMPLETE=zsh_source awide-cluster)"      # zsh
@@ -23,10 +25,12 @@ import click
 
 from awide_cluster.cli.interrupt import Interrupt
 from awide_cluster.cli.lookup import (
+    EXIT_CRITICAL,
     EXIT_OK,
     EXIT_UNHEALTHY,
-    EXIT_UNREACHABLE,
+    EXIT_UNKNOWN,
     EXIT_USAGE,
+    EXIT_WARNING,
     cluster_list,
     no_such_cluster,
     resolve,
@@ -44,6 +48,21 @@ from awide_cluster.store.etcd import EtcdStore
 
 CARD_CODES = {"card_out", "card_conflict", "card_unplaced", "registry_corrupt",
               "registry_missing", "keys_unreadable", "slot_table_mismatch", "card_drained"}
+Verdict = Callable[[ClusterStatus], int]
+
+
+def status_code(st: ClusterStatus) -> int:
+    """status's exit code: 0 OK, 1 WARNING, 2 CRITICAL (``ClusterStatus.exit_code``)."""
+    return st.exit_code
+
+
+def cards_code(st: ClusterStatus) -> int:
+    """cards' exit code: 2 when a card problem is an error (a card out, in conflict, without
+    a slot, the registry unreadable), 1 when a card is drained, else 0."""
+    found = [p for p in st.problems if p.code in CARD_CODES]
+    if any(p.severity == "error" for p in found):
+        return EXIT_CRITICAL
+    return EXIT_WARNING if found else EXIT_OK
 
 
 TAIL_LINES = 10     # history entries under the status screen of --watch
@@ -57,7 +76,7 @@ def history_tail(recent: deque[str]) -> str:
             + "\n".join(f"  {line}" for line in recent))
 
 
-def _unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
+def unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
     first = next((a.error for a in raw.answers if a.error), raw.read_error)
     eps = ", ".join(raw.endpoints)
     return (f"etcd unreachable: no member of {eps} answered (call bound {call_timeout:g} s; "
@@ -93,36 +112,40 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _run(config: str | None, endpoints: str | None, cluster: str | None,
          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
          stale_after: float, strict: bool, what: Callable[[ClusterStatus, str], str],
-         healthy: Callable[[ClusterStatus], bool], tail: bool = False) -> None:
+         judge: Verdict, tail: bool = False) -> None:
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
-    policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after)
+    policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after,
+                          hosts=target.hosts)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,
-                                 what, healthy, tail))
+                                 what, judge, tail))
     except KeyboardInterrupt:
-        code = EXIT_UNHEALTHY
+        code = EXIT_UNKNOWN
     sys.exit(code)
 
 
 async def _main(target: ClusterTarget, store_config: StoreConfig, policy: StatusPolicy,
                 fmt: str, watch: float | None, sample: float, strict: bool,
                 what: Callable[[ClusterStatus, str], str],
-                healthy: Callable[[ClusterStatus], bool], tail: bool = False) -> int:
+                judge: Verdict, tail: bool = False) -> int:
     store = EtcdStore(store_config)
     reader = StatusReader(store, cluster=target.cluster, endpoints=tuple(store_config.endpoints),
                           call_timeout=store_config.call_timeout, policy=policy)
 
     def verdict(st: ClusterStatus) -> int:
-        ok = healthy(st) and not (strict and st.problems)
-        return EXIT_OK if ok else EXIT_UNHEALTHY
+        code = judge(st)
+        return max(code, EXIT_WARNING) if strict and st.problems else code
 
     try:
         if watch is None:
             raw, st = await reader.sample(sample)
             if raw.unreachable:
-                click.echo(f"awide-cluster: {_unreachable_line(raw, store_config.call_timeout)}",
-                           err=True)
-                return EXIT_UNREACHABLE
+                line = unreachable_line(raw, store_config.call_timeout)
+                if fmt == "brief":
+                    click.echo(f"{target.cluster} UNKNOWN: {line}")
+                else:
+                    click.echo(f"awide-cluster: {line}", err=True)
+                return EXIT_UNKNOWN
             if _empty(raw):
                 found = await cluster_list(store_config)
                 click.echo(f"awide-cluster: {no_such_cluster(target, found)}", err=True)
@@ -130,7 +153,7 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
             click.echo(what(st, fmt))
             return verdict(st)
         tty = sys.stdout.isatty()
-        code = EXIT_UNHEALTHY
+        code = EXIT_UNKNOWN
         interrupt = Interrupt()
         follow, recent = Tail(), deque[str](maxlen=TAIL_LINES)
         try:
@@ -140,9 +163,9 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
                     break
                 raw, st = got
                 if raw.unreachable:
-                    text = (f"{_unreachable_line(raw, store_config.call_timeout)}   "
+                    text = (f"{unreachable_line(raw, store_config.call_timeout)}   "
                             f"(retrying every {watch:g} s)")
-                    code = EXIT_UNREACHABLE
+                    code = EXIT_UNKNOWN
                 elif _empty(raw):
                     found = await cluster_list(store_config)
                     text = f"{no_such_cluster(target, found)}   (retrying every {watch:g} s)"
@@ -173,24 +196,28 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
 @click.option("--strict", is_flag=True,
               help="every warning counts (exit 1), also the passing ones (a gateway catching "
                    "up, a version skew during an upgrade)")
+@click.option("--brief", "-b", is_flag=True,
+              help="one line (for prompts and scripts): CLUSTER STATE: what is wrong")
 def status(config: str | None, endpoints: str | None, cluster: str | None,
            call_timeout: float | None, fmt: str, watch: float | None, sample: float,
-           stale_after: float, strict: bool) -> None:
+           stale_after: float, strict: bool, brief: bool) -> None:
     """The whole cluster at one look: etcd, leader, hosts, cards, gateways, problems.
 
     Which cluster: --config FILE, --endpoints with --cluster, $AWIDE_CONFIG,
-    $AWIDE_ETCD_ENDPOINTS, else /etc/awide-cluster/cluster.yaml.
+    $AWIDE_ETCD_ENDPOINTS, else /etc/awide-cluster/cluster.yaml. Every host the config
+    (a daemon's: hosts) or the registry names is expected to report, witnesses included.
 
     With --watch (table format), the history entries the leader records meanwhile are shown
     under the screen (the newest 10).
 
-    Exit code 0 when healthy; 1 when a problem of severity error is found or a state an
-    operator set (a drained card, a pending intent, a dev cluster) is in force (with
-    --strict: any warning); 2 on a usage or config error (no such cluster included); 3 when
-    no etcd member answers.
+    Exit codes, as Nagios plugins': 0 OK; 1 WARNING: a state an operator set (a drained
+    card, a pending intent, a dev cluster) or a part down with the cluster working (a daemon,
+    an etcd member with quorum kept), with --strict any warning; 2 CRITICAL: a problem of
+    severity error (a card out, quorum lost, ...); 3 UNKNOWN: no etcd member answers. 64 on a
+    usage error (no such cluster included), 78 on a config error.
     """
-    _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, strict,
-         render, lambda st: st.verdict == "healthy", tail=True)
+    _run(config, endpoints, cluster, call_timeout, "brief" if brief else fmt, watch, sample,
+         stale_after, strict, render, status_code, tail=True)
 
 
 @cli.command()
@@ -200,12 +227,11 @@ def cards(config: str | None, endpoints: str | None, cluster: str | None,
           stale_after: float) -> None:
     """The card table only: slot, id, serial, host, target, state, health, since, reason.
 
-    Exit code 1 when a card is out, drained, in conflict or without a slot, or the registry
-    cannot be read; 2 and 3 as for status.
+    Exit code 2 when a card is out, in conflict or without a slot, or the registry cannot be
+    read; 1 when a card is drained; 3, 64 and 78 as for status.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, False,
-         render_cards,
-         lambda st: not any(p.code in CARD_CODES for p in st.problems))
+         render_cards, cards_code)
 
 
 @cli.command()
@@ -228,7 +254,7 @@ def backup(config: str | None, endpoints: str | None, cluster: str | None,
     does, through etcd's Maintenance API: restorable with `etcdutl snapshot restore`.
 
     Prints the file, its size and sha256. Exit code 0 when written; 1 when no member sent a
-    complete snapshot (nothing written); 2 on a usage or config error.
+    complete snapshot (nothing written); 64 on a usage error, 78 on a config error.
     """
     from awide_cluster.operator.backup import BackupError, take_snapshot
 

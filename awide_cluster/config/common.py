@@ -1,7 +1,7 @@
 """Loading and validating YAML config files; the etcd section shared by daemon and gateway.
 
 A bad file raises ``ConfigError`` naming the file, the field and the reason; the CLI turns it
-into exit code 2 before anything touches etcd. ``read_yaml`` is the one loader of every config
+into exit code 78 before anything touches etcd. ``read_yaml`` is the one loader of every config
 file (daemon, gateway, operator): a regular file of at most ``MAX_CONFIG_BYTES``, UTF-8, no
 collection nested deeper than ``MAX_DEPTH``, at most ``MAX_NODES`` values and ``MAX_ALIASES``
 alias uses, no key twice in a mapping; anything else is one line naming the file, never a
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -37,11 +38,24 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(Exception):
-    """An invalid config file. ``field`` is a dotted path (``etcd.endpoints.1``) or ``-``."""
+    """An invalid config file. ``field`` is a dotted path (``etcd.endpoints.1``) or ``-``.
+    ``str()`` is the first problem; ``problems`` every ``(field, reason)`` found in one
+    reading (the first included), ``lines()`` them as ``FILE: field: reason``."""
 
-    def __init__(self, file: str, field: str, reason: str) -> None:
+    def __init__(self, file: str, field: str, reason: str,
+                 more: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(f"{file}: {field}: {reason}")
         self.file, self.field, self.reason = file, field, reason
+        self.problems: tuple[tuple[str, str], ...] = ((field, reason), *more)
+
+    def lines(self) -> list[str]:
+        return [f"{self.file}: {field}: {reason}" for field, reason in self.problems]
+
+    @classmethod
+    def of(cls, file: str, problems: Sequence[tuple[str, str]]) -> ConfigError:
+        """One error for several problems (at least one)."""
+        (field, reason), *more = problems
+        return cls(file, field, reason, more)
 
 
 class WrongKind(ConfigError):
@@ -53,6 +67,9 @@ class WrongKind(ConfigError):
                                               f"config: {hint}")
         Exception.__init__(self, f"{file}: {self.reason}")
         self.found, self.wanted = found, wanted
+
+    def lines(self) -> list[str]:
+        return [str(self)]
 
 
 # Fields only one kind of file has (docs/config.md): a gateway config says ``mode: cluster``
@@ -282,16 +299,41 @@ def _field(err: ErrorDetails) -> str:
 
 
 def parse(data: Any, model: type[M], file: str = "<config>") -> M:
-    """Validate already-loaded data; ConfigError with the first field at fault."""
+    """Validate already-loaded data; ConfigError with every field at fault (the first in
+    ``str()``)."""
     if not isinstance(data, dict):
         raise ConfigError(file, "-", "the file must hold a YAML mapping of settings")
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        return_field = _field(err)
-        raise ConfigError(file, return_field, msg) from None
+        raise ConfigError.of(file, [
+            (_field(err), err["msg"].removeprefix("Value error, ") + shown_value(err))
+            for err in e.errors()]) from None
+
+
+_SECRET_FIELDS = ("password", "secret", "token")
+VALUE_SHOWN_MAX = 60        # characters of a refused value shown in a config error
+
+
+def shown_value(err: ErrorDetails) -> str:
+    """`` (got: VALUE)`` for a refused scalar, so the line says what was written; nothing for
+    a missing field, a mapping or a list, or a field that may hold a secret. A URL's user and
+    password are redacted; control characters escaped; long values cut."""
+    if err["type"] == "missing" or "input" not in err:
+        return ""
+    value = err["input"]
+    if any(s in str(part).lower() for part in err["loc"] for s in _SECRET_FIELDS):
+        return ""
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return f" (got: {value!r})"
+    if not isinstance(value, str):
+        return ""
+    if "@" in value and "://" in value:
+        value = redact_url(value)
+    text = repr(value)
+    if len(text) > VALUE_SHOWN_MAX:
+        text = text[:VALUE_SHOWN_MAX - 4] + "...'"
+    return f" (got: {text})"
 
 
 class _Refused(yaml.MarkedYAMLError):

@@ -236,8 +236,7 @@ def parse(data: Any, file: str = "<config>") -> DaemonConfig:
     cfg = common.parse(data, DaemonConfig, file)
     problems = combination_problems(cfg)
     if problems:
-        field, reason = problems[0]
-        raise ConfigError(file, field, reason)
+        raise ConfigError.of(file, problems)
     return cfg
 
 

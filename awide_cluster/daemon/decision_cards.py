@@ -119,7 +119,7 @@ def judge_card(c: CardEntry, before: Hysteresis, poll: Poll, policy: Policy,
         # every gateway, at every jitter)
         new = replace(new, health="sick", reason=poll.reason)
         if c.health != "sick" or c.reason != poll.reason:
-            log += (f"{describe(c)} bad poll {h.bad}/{policy.sick_polls}: {poll.reason}",)
+            log += (bad_poll_line(describe(c), h.bad, policy.sick_polls, poll.reason),)
     if c.state != "drained" and h.state != c.state:
         new = replace(new, state=h.state, changed_generation=stamp.generation,
                       changed_at=stamp.at)
@@ -139,3 +139,11 @@ def judge_cards(ledger: Ledger, polls: Mapping[str, Poll], reading: Reading, pol
     return Ledger(cards={cid: steps[cid].card for cid in ledger.cards},
                   health={**ledger.health, **{cid: s.health for cid, s in steps.items()}},
                   log=ledger.log + tuple(line for s in steps.values() for line in s.log))
+
+
+def bad_poll_line(card: str, bad: int, sick_polls: int, reason: str) -> str:
+    """``bad poll 2/3`` while the count goes toward out; once past it (a card already out
+    whose reason changed) the count alone, never ``5/3``."""
+    if bad <= sick_polls:
+        return f"{card} bad poll {bad}/{sick_polls}: {reason}"
+    return f"{card} still failing ({bad} bad polls in a row, out after {sick_polls}): {reason}"

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awide_cluster.daemon")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 2, 3
+# 78: sysexits' EX_CONFIG, as the CLI's config errors (the unit does not restart on it)
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_CLUSTER = 0, 1, 78, 3
 
 
 def store_for(cfg: DaemonConfig) -> EtcdStore:
@@ -357,7 +358,7 @@ class Daemon:
 
 async def run_daemon(config_path: str | Path, *, install_signals: bool = True) -> int:
     """``awide-cluster run``: load, start, run until SIGTERM/SIGINT; SIGHUP reloads.
-    The exit code: 0 clean stop, 2 bad config, 3 etcd cluster too small, 1 other failure."""
+    The exit code: 0 clean stop, 78 bad config, 3 etcd cluster too small, 1 other failure."""
     import signal
     try:
         cfg = daemon_config.load(config_path)

@@ -21,6 +21,15 @@ Quorum = Literal["ok", "lost", "unknown"]
 # HEALTH_WARN for the same reason). Other warnings pass by themselves and count only with
 # ``--strict``.
 OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster", "host_restarting"})
+# Warnings about redundancy lost: the cluster works, but a part of it is down (a daemon, a
+# witness's included, or an etcd member with quorum kept): they hold the exit code at 1 too,
+# until the part is back.
+DEGRADED = frozenset({"daemon_down", "etcd_member_down"})
+HOLDING = OPERATOR_SET | DEGRADED
+
+# The verdict as the Nagios plugin convention words it, and its exit code (docs/operations.md).
+STATE = {"healthy": "OK", "warn": "WARNING", "unhealthy": "CRITICAL"}
+EXIT_CODE = {"healthy": 0, "warn": 1, "unhealthy": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +44,15 @@ class Problem:
         """A state an operator set (a drain, an intent, a dev cluster): exit 1 until cleared."""
         return self.code in OPERATOR_SET
 
+    @property
+    def holds(self) -> bool:
+        """A warning that holds the exit code at 1 (set by an operator, or a part down)."""
+        return self.severity == "warning" and self.code in HOLDING
+
     def to_dict(self) -> dict[str, Any]:
         return {"severity": self.severity, "code": self.code, "subject": self.subject,
-                "message": self.message, "operator_set": self.operator_set}
+                "message": self.message, "operator_set": self.operator_set,
+                "holds": self.holds}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,7 @@ class EtcdView:
     members: tuple[EtcdMemberView, ...]
     alarms: tuple[EtcdAlarmView, ...] = ()      # raised alarms (etcd's alarm list)
     alarms_error: str = ""      # the alarm list could not be read ("" when it was)
+    margin: str = ""            # "2 of 3 members up; one more failure loses writes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +144,7 @@ class CardView:
     conflict: str               # why it is in conflict, "" if not
     unplaced: str               # why it has no slot, "" if it has one or needs none
     reported: str               # its host's latest observation: ok, sick: why, not found, no report
+    drained_by: str = ""        # a drained card: who drained it, when, why (from the history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,17 +209,33 @@ class ClusterStatus:
         return tuple(p for p in self.problems if p.operator_set)
 
     @property
+    def holding(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.holds)
+
+    @property
     def verdict(self) -> Verdict:
         """``unhealthy``: an error; ``warn``: no error but a state an operator set (a drained
-        card, a pending intent, a dev cluster); ``healthy`` otherwise (passing warnings, such
-        as a gateway catching up, may be listed)."""
+        card, a pending intent, a dev cluster) or a part down with the cluster working (a
+        daemon, an etcd member with quorum kept); ``healthy`` otherwise (passing warnings,
+        such as a gateway catching up, may be listed)."""
         if self.errors:
             return "unhealthy"
-        return "warn" if self.operator_set else "healthy"
+        return "warn" if self.holding else "healthy"
+
+    @property
+    def state(self) -> str:
+        """``OK``, ``WARNING`` or ``CRITICAL``: the verdict in the Nagios plugins' words."""
+        return STATE[self.verdict]
+
+    @property
+    def exit_code(self) -> int:
+        """0, 1 or 2: the verdict's exit code (3, UNKNOWN, is etcd unreachable: no status)."""
+        return EXIT_CODE[self.verdict]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "cluster": self.cluster, "healthy": self.healthy, "verdict": self.verdict,
+            "state": self.state,
             "taken_at": self.taken_at,
             "revision": self.revision, "read_error": self.read_error,
             "dev_cluster": self.dev_cluster,

@@ -15,7 +15,7 @@ import yaml
 
 from awide_cluster.operator.model import CardView, ClusterStatus, card_to_dict
 
-FORMATS = ("table", "json", "yaml")
+FORMATS = ("table", "json", "yaml")        # and "brief" (status --brief): one line
 
 
 def columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:
@@ -64,7 +64,8 @@ def card_lines(cards: Sequence[CardView]) -> list[str]:
     rows = []
     for c in cards:
         notes = "; ".join(x for x in (
-            c.reason, f"conflict: {c.conflict}" if c.conflict else "",
+            c.reason, f"drained {c.drained_by}" if c.drained_by else "",
+            f"conflict: {c.conflict}" if c.conflict else "",
             f"unplaced: {c.unplaced}" if c.unplaced else "",
             f"host sees: {c.reported}"
             if c.reported not in ("ok", "") and c.reported not in c.reason else "") if x)
@@ -80,15 +81,40 @@ def _count(n: int, what: str) -> str:
 
 
 def headline(st: ClusterStatus) -> str:
-    """``HEALTHY``, ``HEALTHY (2 warnings)``, ``WARN (1 set by an operator: card_drained)`` or
-    ``UNHEALTHY (3 problems)``: what the exit code says, in words."""
+    """``HEALTHY``, ``HEALTHY (2 warnings)``, ``WARN (1 set by an operator: card_drained)``,
+    ``WARN (1 down: daemon_down)`` or ``UNHEALTHY (3 problems)``: what the exit code says, in
+    words."""
     warnings = len(st.problems) - len(st.errors)
     if st.verdict == "unhealthy":
         return f"UNHEALTHY ({_count(len(st.errors), 'problem')})"
     if st.verdict == "warn":
-        codes = ", ".join(sorted({p.code for p in st.operator_set}))
-        return f"WARN ({len(st.operator_set)} set by an operator: {codes})"
+        parts = []
+        if st.operator_set:
+            codes = ", ".join(sorted({p.code for p in st.operator_set}))
+            parts.append(f"{len(st.operator_set)} set by an operator: {codes}")
+        down = [p for p in st.holding if not p.operator_set]
+        if down:
+            parts.append(f"{len(down)} down: {', '.join(sorted({p.code for p in down}))}")
+        return f"WARN ({'; '.join(parts)})"
     return f"HEALTHY ({_count(warnings, 'warning')})" if warnings else "HEALTHY"
+
+
+BRIEF_MAX = 200     # characters of the --brief line
+
+
+def brief(st: ClusterStatus) -> str:
+    """One line for prompts and scripts: ``CLUSTER STATE: what counts``, the same verdict as
+    the exit code (``OK``, ``WARNING``, ``CRITICAL``), e.g. ``demo WARNING: card_drained
+    SN1 (by ops@h1); 3 hosts, 8 cards (7 in), quorum 3/3``."""
+    counted = st.errors or st.holding
+    said = "; ".join(f"{p.code} {p.subject}" for p in counted[:3])
+    if len(counted) > 3:
+        said += f"; +{len(counted) - 3} more"
+    cards_in = sum(1 for c in st.cards if c.state == "in")
+    facts = (f"{_count(len(st.hosts), 'host')}, {_count(len(st.cards), 'card')} "
+             f"({cards_in} in), quorum {st.etcd.up}/{st.etcd.total}")
+    line = f"{st.cluster} {st.state}: " + (f"{said}; {facts}" if said else facts)
+    return line if len(line) <= BRIEF_MAX else line[:BRIEF_MAX - 3] + "..."
 
 
 def table(st: ClusterStatus) -> str:
@@ -107,7 +133,8 @@ def table(st: ClusterStatus) -> str:
     out.append("")
     answered = sum(1 for m in e.members if m.reachable)
     seen = f", {answered} answering" if answered > e.up else ""
-    out.append(f"ETCD  quorum {e.quorum} ({e.up}/{e.total} up{seen})   raft leader "
+    margin = e.margin if e.margin else f"{e.up}/{e.total} up"
+    out.append(f"ETCD  quorum {e.quorum} ({margin}{seen})   raft leader "
                f"{e.leader or 'none'}   term {e.raft_term if e.raft_term is not None else '?'}")
     if e.alarms:
         out.append("  ALARMS  " + ", ".join(f"{a.alarm} (raised by {a.member})"
@@ -187,6 +214,8 @@ def render(st: ClusterStatus, fmt: str) -> str:
         return yaml.safe_dump(st.to_dict(), sort_keys=False).rstrip()
     if fmt == "table":
         return table(st)
+    if fmt == "brief":
+        return brief(st)
     raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
 
 

@@ -45,3 +45,6 @@ class RawSnapshot:
 class StatusPolicy:
     stale_after: float = 3.0     # a report unchanged this long is stale (3 polls)
     behind_grace: float = 3.0    # a gateway may lag a registry generation younger than this
+    # the hosts the operator's config lists (a daemon config's ``hosts``; () with --endpoints):
+    # with the registry's hosts, every host status expects a report from
+    hosts: tuple[str, ...] = ()

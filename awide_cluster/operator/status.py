@@ -16,10 +16,12 @@ Problem codes and what to do about each are in docs/operations.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from awide_cluster.contract import bounds, keys, records
+from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.operator.freshness import Observations
@@ -94,6 +96,7 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
     gateways, intents = section("refused values", lambda: (
         refused_views(big, raw, seen, gateways, intents), _NONE), (gateways, intents))
     problems += cluster_problems(readable, leader, hosts.views)
+    cards, problems = who_drained(cards, problems, ring)
     problems.sort(key=lambda p: (_SEVERITY_ORDER[p.severity], p.code, p.subject))
     return ClusterStatus(
         cluster=raw.cluster, taken_at=records.iso(raw.wall), revision=raw.revision,
@@ -156,6 +159,26 @@ def cluster_problems(readable: bool, leader: LeaderView | None,
             f"DEV CLUSTER: {devs} run(s) with dev_cluster: true (an etcd cluster of fewer "
             "than 3 members is accepted): not for production"))
     return problems
+
+
+def who_drained(cards: tuple[CardView, ...], problems: list[Problem], ring: History | None
+                ) -> tuple[tuple[CardView, ...], list[Problem]]:
+    """A drained card's latest ``drained`` history entry says who, when and why: shown on the
+    card (``drained_by``) and in its ``card_drained`` problem. Nothing when the history no
+    longer holds it (a ring keeps the newest entries only)."""
+    latest: dict[str, str] = {}
+    for e in ring.entries if ring is not None else ():
+        if e.kind == "drained" and e.card:
+            who = e.by or "?"
+            latest[e.card] = f"by {who}" + (f" at {e.at}" if e.at else "") + (
+                f": {e.why}" if e.why else "")
+    if not latest:
+        return cards, problems
+    cards = tuple(dataclasses.replace(c, drained_by=latest[c.id])
+                  if c.state == "drained" and c.id in latest else c for c in cards)
+    problems = [dataclasses.replace(p, message=f"{p.message} (drained {latest[p.subject]})")
+                if p.code == "card_drained" and p.subject in latest else p for p in problems]
+    return cards, problems
 
 
 # ---------------------------------------------------------------------- bounds

@@ -41,7 +41,7 @@ INTENT_WAIT = 10.0          # lease TTL 5 s + 5 polls of 1 s: the daemon default
 
 
 class NoTarget(Exception):
-    """No cluster was named and no default config exists (a usage error: exit 2)."""
+    """No cluster was named and no default config exists (a usage error: exit 64)."""
 
 
 @dataclass(frozen=True, slots=True)

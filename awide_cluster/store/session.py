@@ -33,7 +33,7 @@ from awide_cluster.store.errors import (
 )
 from awide_cluster.store.hedge import EndpointRing, RetryBudget, hedged, write_once
 from awide_cluster.store.timeline import Claim, Timeline
-from awide_cluster.store.transport import SendState, Transport
+from awide_cluster.store.transport import SendState, Transport, connect_text
 
 T = TypeVar("T")
 
@@ -349,7 +349,8 @@ async def scan_quota(transport: Transport, endpoint: str) -> int:
                         raise BadResponse(f"{endpoint}: /metrics: quota {value!r} out of range")
                     return int(value)
     except (aiohttp.ClientError, OSError) as exc:
-        raise Unavailable(f"{endpoint}: /metrics: {type(exc).__name__}: {exc}") from exc
+        raise Unavailable(f"{endpoint}: /metrics: {type(exc).__name__}: {connect_text(exc)}") \
+            from exc
     except ValueError as exc:                   # aiohttp: a line over its buffer
         raise BadResponse(f"{endpoint}: /metrics: {exc}") from None
     raise BadResponse(f"{endpoint}: /metrics has no {QUOTA_GAUGE.decode()} within "

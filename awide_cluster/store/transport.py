@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 from typing import Any
 
@@ -45,6 +46,16 @@ async def _mark_connected(_session: Any, ctx: Any, _params: Any) -> None:
     state = ctx.trace_request_ctx
     if isinstance(state, SendState):
         state.connected = True
+
+
+_SSL_NOTE = re.compile(r" ssl:(?:<[^>]*>|\S+)")
+
+
+def connect_text(exc: BaseException) -> str:
+    """aiohttp's connect error without its ``ssl:default`` note (the TLS setting of the
+    attempt, which tells an operator nothing): ``Cannot connect to host 10.0.0.1:2379
+    [Connection refused]``."""
+    return _SSL_NOTE.sub("", str(exc))
 
 
 def _with_endpoint(exc: StoreError, endpoint: str) -> StoreError:
@@ -133,7 +144,7 @@ class Transport:
                 raw = await read_capped(resp, limit, f"{endpoint}: {what or path}", what or path,
                                         self)
         except aiohttp.ClientConnectorError as exc:
-            raise EtcdUnreachable(f"{endpoint}: cannot connect: {exc}") from exc
+            raise EtcdUnreachable(f"{endpoint}: cannot connect: {connect_text(exc)}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise Unavailable(f"{endpoint}: {type(exc).__name__}: {exc}",
                               maybe_applied=write) from exc
@@ -147,7 +158,7 @@ class Transport:
             resp = await session.post(endpoint + path, data=json.dumps(body).encode(),
                                       headers=self._headers())
         except aiohttp.ClientConnectorError as exc:
-            raise EtcdUnreachable(f"{endpoint}: cannot connect: {exc}") from exc
+            raise EtcdUnreachable(f"{endpoint}: cannot connect: {connect_text(exc)}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise Unavailable(f"{endpoint}: {type(exc).__name__}: {exc}") from exc
         if resp.status != 200:

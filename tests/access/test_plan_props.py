@@ -159,9 +159,9 @@ def test_cli_plan_and_refusals(tmp_path):
             (["--host", "h1,h1"], "host 'h1' is given twice"),
             (["--host", "a:b"], "host 'a:b' is not a valid name")):
         r = run(cli, ["access", "plan", *ep, *argv])
-        assert r.exit_code == 2 and said in r.output, r.output
+        assert r.exit_code == 64 and said in r.output, r.output
     r = run(cli, ["access", "plan", *ep])
-    assert r.exit_code == 2 and "say which daemon hosts" in r.output, r.output
+    assert r.exit_code == 64 and "say which daemon hosts" in r.output, r.output
     daemon = tmp_path / "cluster.yaml"
     daemon.write_text("cluster: c2\nhost: s1\nhosts: [s1, s2, w1]\nrole: witness\n"
                       "etcd: {endpoints: ['http://127.0.0.1:9']}\n")
@@ -174,8 +174,8 @@ def test_cli_plan_and_refusals(tmp_path):
     (pw / "root").write_text("secret-root\n")
     (pw / "root").chmod(0o644)
     r = run(cli, ["access", "apply", *ep, "--host", "h1", "--passwords", str(pw)])
-    assert r.exit_code == 2 and "readable by others" in r.output, r.output
+    assert r.exit_code == 64 and "readable by others" in r.output, r.output
     (pw / "root").chmod(0o600)
     r = run(cli, ["access", "apply", *ep, "--host", "h1", "--passwords", str(pw)])
-    assert r.exit_code == 2 and "plain http" in r.output, r.output
+    assert r.exit_code == 64 and "plain http" in r.output, r.output
     assert "secret-root" not in r.output

@@ -1,4 +1,4 @@
-"""The daemon config: every invalid case names the file, the field and the reason (exit 2)."""
+"""The daemon config: every invalid case names the file, the field and the reason (exit 78)."""
 
 from __future__ import annotations
 
@@ -186,13 +186,13 @@ def test_unreadable_files(tmp_path, text, field, words) -> None:
     f = tmp_path / "c.yaml"
     f.write_text(text)
     res = CliRunner().invoke(cli, ["check-config", str(f)])
-    assert res.exit_code == 2
+    assert res.exit_code == 78
     assert res.output.startswith(f"{f}: {field}: ") and words in res.output
 
 
 def test_missing_file(tmp_path) -> None:
     res = CliRunner().invoke(cli, ["check-config", str(tmp_path / "nope.yaml")])
-    assert res.exit_code == 2 and "cannot read the file" in res.output
+    assert res.exit_code == 78 and "cannot read the file" in res.output
 
 
 def test_check_config_ok(tmp_path) -> None:
@@ -216,7 +216,7 @@ def test_run_with_a_bad_file_exits_2_before_touching_etcd(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c",
                            "from awide_cluster.cli.main import main; main()",
                            "run", "--config", str(f)], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2
+    assert done.returncode == 78
     assert done.stderr.strip() == (
         f"{f}: timing.lease_ttl: 1 s is not longer than poll_interval + 2 x etcd.call_timeout "
         "= 1 + 2 x 0.5 = 2 s: the lease could expire between two keepalives of a healthy daemon")
@@ -249,7 +249,7 @@ def test_check_config_warns_about_the_plaintext_opt_out(tmp_path) -> None:
     assert "http://10.0.0.1:2379 is NOT encrypted" in res.stderr
     f.write_text(yaml.safe_dump(with_("etcd.allow_plaintext", False, data)))
     res = CliRunner().invoke(cli, ["check-config", str(f)])
-    assert res.exit_code == 2
+    assert res.exit_code == 78
     assert f"{f}: etcd.endpoints.0: http://10.0.0.1:2379 is plain http" in res.stderr
     f.write_text(yaml.safe_dump(BASE))               # loopback only: nothing to warn about
     res = CliRunner().invoke(cli, ["check-config", str(f)])
@@ -276,4 +276,4 @@ def test_status_and_gateway_check_config_warn_about_the_opt_out_too(tmp_path) ->
     assert "WARNING: etcd.allow_plaintext is true" in res.stderr
     g.write_text(yaml.safe_dump({**gw, "etcd": {"endpoints": ["http://10.0.0.1:2379"]}}))
     res = CliRunner().invoke(cli, ["gateway", "check-config", str(g)])
-    assert res.exit_code == 2 and "etcd.endpoints.0" in res.stderr, res.stderr
+    assert res.exit_code == 78 and "etcd.endpoints.0" in res.stderr, res.stderr

@@ -138,7 +138,7 @@ def test_the_password_is_in_no_log_answer_or_error(secured, tmp_path) -> None:
         _wait(lambda: "reload refused" in log.read_text(errors="replace"), "the refused reload",
               log)
         r = _cli("check-config", str(config))
-        assert r.returncode == 2 and "etcd.endpoints" in r.stderr and "***@" in r.stderr, r.stderr
+        assert r.returncode == 78 and "etcd.endpoints" in r.stderr and "***@" in r.stderr, r.stderr
         seen += [r.stdout, r.stderr]
     finally:
         text = _stop(proc, log)

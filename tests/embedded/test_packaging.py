@@ -53,6 +53,13 @@ def test_the_wheel_holds_the_runtime_packages(wheel: zipfile.ZipFile) -> None:
         assert must in names, must
 
 
+def test_the_license_is_an_spdx_expression(wheel: zipfile.ZipFile) -> None:
+    """PEP 639: ``license = "Apache-2.0"``, no deprecated table (setuptools' banner at install)."""
+    meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    text = wheel.read(meta).decode()
+    assert "License-Expression: Apache-2.0" in text, text[:1500]
+
+
 def test_the_wheel_carries_no_harness_part(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     bad_names = [n for n in names for f in FORBIDDEN_NAMES if f in n]

@@ -109,12 +109,12 @@ def test_poison_at_every_key_kind(tmp_path: Path) -> None:
         assert {x.id for x in after.cards} == {x.id for x in before.cards}
         entry = after.card(c.card_id(victim))
         assert entry is not None and entry.state == "out"
-        # status names the bad keys, exit 1, no traceback
+        # status names the bad keys, exit 2 (CRITICAL), no traceback
         eps = ",".join(c.etcd.endpoints)
         p = subprocess.run([*CLI, "status", "--endpoints", eps, "--cluster", spec.cluster,
                             "--sample", "0",
                             "-o", "json"], capture_output=True, text=True, timeout=60)
-        assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
         assert "Traceback" not in p.stderr
         doc = json.loads(p.stdout)
         codes = {(x["code"], x["subject"]) for x in doc["problems"]}

@@ -3,7 +3,7 @@ NOSPACE alarm: every write refused, reads still answered), is held for several p
 recovered by the documented procedure (delete, compact, defragment each member, disarm).
 
 - no card goes out on any gateway, during the outage or after it; status names the alarm
-  (exit 1, ``etcd_alarm_nospace``, ``writes_refused``); each daemon says its writes are
+  (exit 2, ``etcd_alarm_nospace``, ``writes_refused``); each daemon says its writes are
   refused (``/v1/status``, ``/readyz``, ``/metrics``); after the recovery the registry is
   written again and a card killed then goes out within the normal bound;
 - a daemon frozen during the outage still loses its cards once writes return.
@@ -195,7 +195,7 @@ def test_a_full_quota_takes_no_card_out_and_detection_works_after(tmp_path, etcd
         # machine did not answer in time says "unread" instead: it is asked again)
         code, st = wait(lambda: named(status(c), {"etcd_alarm_nospace", "writes_refused"}),
                         "status names the alarm and the refused writes")
-        assert code == 1
+        assert code == 2
         assert st["etcd"]["alarms"] and st["etcd"]["alarms"][0]["alarm"] == "NOSPACE"
         assert c.registry().generation == gen0
         assert ever_out(c, ids, t_fill) == []

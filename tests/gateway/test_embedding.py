@@ -113,7 +113,7 @@ def test_check_config_exit_codes(tmp_path: Path):
                          "from awide_cluster.cli.main import main; main()",
                          "gateway", "check-config", str(bad)],
                         cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert no.returncode == 2
+    assert no.returncode == 78
     assert no.stderr.strip().startswith(f"{bad}: timing: poll_interval")
 
 

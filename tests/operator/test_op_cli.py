@@ -51,7 +51,7 @@ def test_unhealthy_exit_code_and_strict(shared_etcd, cluster_name):
     kvs[keys.LEADER] = None
     state.write(shared_etcd.endpoints, cluster_name, kvs)
     r = run("status", *target(shared_etcd, cluster_name))
-    assert r.exit_code == 1 and "UNHEALTHY (1 problem)" in r.output and "no_leader" in r.output
+    assert r.exit_code == 2 and "UNHEALTHY (1 problem)" in r.output and "no_leader" in r.output
     # warnings only: healthy, unless --strict
     kvs = state.healthy_state(cluster_name)
     kvs[keys.gateway("g2")] = state.gateway("g2", stale=True)
@@ -73,7 +73,7 @@ def test_cards_command(shared_etcd, cluster_name):
     state.write(shared_etcd.endpoints, cluster_name,
                 {keys.REGISTRY: regdoc.encode(state.registry(cards, 6, cluster=cluster_name))})
     r = run("cards", *target(shared_etcd, cluster_name), "-o", "json")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     states = {c["serial"]: c["state"] for c in json.loads(r.output)["cards"]}
     assert states == {"SN-A1": "out", "SN-A2": "unregistered", "SN-B1": "unregistered"}
 
@@ -91,25 +91,25 @@ def test_config_file_of_a_gateway(shared_etcd, cluster_name, tmp_path):
     assert json.loads(r.output)["cluster"] == cluster_name
 
 
-def test_config_errors_exit_2(tmp_path):
+def test_config_errors_exit_78_usage_errors_64(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cluster: c1\netcd:\n  endpoints: [localhost:2379]\n")
     r = CliRunner().invoke(cli, ["status", "--config", str(bad)])
-    assert r.exit_code == 2 and "etcd.endpoints" in r.output and "http(s)://HOST:PORT" in r.output
+    assert r.exit_code == 78 and "etcd.endpoints" in r.output and "http(s)://HOST:PORT" in r.output
     r = CliRunner().invoke(cli, ["status", "--config", str(tmp_path / "missing.yaml")])
-    assert r.exit_code == 2 and "cannot read the file" in r.output
+    assert r.exit_code == 78 and "cannot read the file" in r.output
     nameless = tmp_path / "nameless.yaml"
     nameless.write_text("etcd: {endpoints: ['http://127.0.0.1:2379']}\n")
     r = CliRunner().invoke(cli, ["status", "--config", str(nameless)])
-    assert r.exit_code == 2 and "cluster: missing" in r.output
+    assert r.exit_code == 78 and "cluster: missing" in r.output
     nowhere = {"AWIDE_CONFIG": None, "AWIDE_ETCD_ENDPOINTS": None,
                "AWIDE_DEFAULT_CONFIG": str(tmp_path / "absent.yaml")}
-    assert CliRunner().invoke(cli, ["status"], env=nowhere).exit_code == 2
-    assert CliRunner().invoke(cli, ["status", "--endpoints", "http://127.0.0.1:1"]).exit_code == 2
-    assert CliRunner().invoke(cli, ["status", "-o", "xml"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["status"], env=nowhere).exit_code == 64
+    assert CliRunner().invoke(cli, ["status", "--endpoints", "http://127.0.0.1:1"]).exit_code == 64
+    assert CliRunner().invoke(cli, ["status", "-o", "xml"]).exit_code == 64
     r = CliRunner().invoke(cli, ["status", "--endpoints", "http://127.0.0.1:1",
                                  "--cluster", "bad/name"])
-    assert r.exit_code == 2 and "not a valid name" in r.output
+    assert r.exit_code == 64 and "not a valid name" in r.output
 
 
 def test_watch_refreshes_until_interrupted(shared_etcd, cluster_name):

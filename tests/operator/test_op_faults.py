@@ -76,7 +76,7 @@ async def test_quorum_lost_is_named_and_keys_still_shown(etcd3):
     assert sum(p.code == "etcd_member_down" for p in st.problems) == 2
     assert "serializable" in st.read_error       # what the surviving member holds
     assert len(st.cards) == 3 and not st.healthy
-    assert "quorum lost (0/3 up, 1 answering)" in render(st, "table")
+    assert "quorum lost (0 of 3 members up, 2 needed, 1 answering)" in render(st, "table")
 
 
 async def test_frozen_member_is_down_within_the_bound(shared_etcd, cluster_name):

@@ -65,9 +65,9 @@ def test_lookup_order(shared_etcd, cluster_name, tmp_path):
     r = run("status", "--sample", "0", env={"AWIDE_DEFAULT_CONFIG": str(mine)})
     assert r.exit_code == 0, r.output
     assert header(r).startswith(f"cluster {cluster_name}: HEALTHY")
-    # nothing given, no default: exit 2 naming every way
+    # nothing given, no default: exit 64 naming every way
     r = run("status", env={"AWIDE_DEFAULT_CONFIG": str(tmp_path / "absent.yaml")})
-    assert r.exit_code == 2
+    assert r.exit_code == 64
     assert "say which cluster" in r.output and "absent.yaml does not exist" in r.output
     assert "$AWIDE_CONFIG" in r.output
     # $AWIDE_CONFIG before the default (a gateway's file works as well)
@@ -86,13 +86,13 @@ def test_lookup_order(shared_etcd, cluster_name, tmp_path):
                                             "AWIDE_CLUSTER": other})
     assert r.exit_code == 0 and header(r).startswith(f"cluster {other}:"), r.output
     r = run("status", "--sample", "0", env={"AWIDE_ETCD_ENDPOINTS": eps})
-    assert r.exit_code == 2 and "$AWIDE_CLUSTER" in r.output
+    assert r.exit_code == 64 and "$AWIDE_CLUSTER" in r.output
     # --cluster with a file: another cluster on the same etcd
     r = run("status", "--sample", "0", "--cluster", other, env={"AWIDE_CONFIG": str(mine)})
     assert r.exit_code == 0 and header(r).startswith(f"cluster {other}:"), r.output
     # both sources on the command line: a usage error
     r = run("status", "--config", str(mine), "--endpoints", eps, "--cluster", other)
-    assert r.exit_code == 2 and "not both" in r.output
+    assert r.exit_code == 64 and "not both" in r.output
 
 
 def test_intent_commands_use_the_same_lookup(shared_etcd, cluster_name, tmp_path):
@@ -130,7 +130,7 @@ def test_intent_commands_use_the_same_lookup(shared_etcd, cluster_name, tmp_path
     assert [p["operator_set"] for p in doc["problems"]] == [True]
     # a --reason with a control character is refused before anything is written
     r = run("undrain", "h1/card0", "--reason", "a\x1b[2Jb", env={"AWIDE_CONFIG": str(mine)})
-    assert r.exit_code == 2 and "control character" in r.output
+    assert r.exit_code == 64 and "control character" in r.output
 
 
 def test_wrong_kind_of_file_is_named_in_one_line(shared_etcd, tmp_path):
@@ -141,7 +141,7 @@ def test_wrong_kind_of_file_is_named_in_one_line(shared_etcd, tmp_path):
                                 (["gateway", "check-config", str(dm)], "daemon", "gateway"),
                                 (["gateway", "watch", "--config", str(dm)], "daemon", "gateway")):
         r = run(*args)
-        assert r.exit_code == 2, (args, r.output)
+        assert r.exit_code == 78, (args, r.output)
         lines = r.output.splitlines()
         assert len(lines) == 1, (args, r.output)
         assert f"this is a {found} config, not a {wanted} config" in lines[0]
@@ -149,20 +149,20 @@ def test_wrong_kind_of_file_is_named_in_one_line(shared_etcd, tmp_path):
     # a daemon file with one stray field is still judged as a daemon file: the field is named
     stray = daemon_file(tmp_path / "stray.yaml", shared_etcd, "c1", model={"name": "x"})
     r = run("check-config", str(stray))
-    assert r.exit_code == 2 and "model: Extra inputs are not permitted" in r.output
+    assert r.exit_code == 78 and "model: Extra inputs are not permitted" in r.output
     assert run("check-config", str(dm)).exit_code == 0
     assert run("gateway", "check-config", str(gw)).exit_code == 0
     # the same lookup for their file: $AWIDE_CONFIG, then (a daemon's) the default path
     r = run("check-config", env={"AWIDE_DEFAULT_CONFIG": str(dm)})
     assert r.exit_code == 0 and r.output.startswith(f"{dm}: ok"), r.output
     r = run("check-config", env={"AWIDE_CONFIG": str(gw), "AWIDE_DEFAULT_CONFIG": str(dm)})
-    assert r.exit_code == 2 and "this is a gateway config" in r.output
+    assert r.exit_code == 78 and "this is a gateway config" in r.output
     r = run("check-config", env={"AWIDE_DEFAULT_CONFIG": str(tmp_path / "absent.yaml")})
-    assert r.exit_code == 2 and "absent.yaml does not exist" in r.output
+    assert r.exit_code == 64 and "absent.yaml does not exist" in r.output
     r = run("gateway", "check-config", env={"AWIDE_CONFIG": str(gw)})
     assert r.exit_code == 0 and r.output.startswith(f"{gw}: ok"), r.output
     r = run("gateway", "watch", env={"AWIDE_DEFAULT_CONFIG": str(dm)})
-    assert r.exit_code == 2 and "say which gateway config file" in r.output
+    assert r.exit_code == 64 and "say which gateway config file" in r.output
 
 
 def test_no_such_cluster_names_the_ones_found(shared_etcd, cluster_name, tmp_path):
@@ -176,7 +176,7 @@ def test_no_such_cluster_names_the_ones_found(shared_etcd, cluster_name, tmp_pat
                  ["forget", "SN-A1", "--config", str(mine), "--cluster", typo, "--yes",
                   "--reason", "r"]):
         r = run(*args)
-        assert r.exit_code == 2, (args, r.output)
+        assert r.exit_code == 64, (args, r.output)
         assert f"no such cluster {typo!r}" in r.output, r.output
         found = r.output.split("clusters found: ", 1)[1].strip()
         assert cluster_name in found.split(", ") or "..." in found

@@ -26,9 +26,9 @@ async def test_forget_refuses_a_card_its_host_still_reports(shared_etcd, cluster
     async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
         reg = await lab.registry()
         card = lab.card(reg, "h1", "card0")
-        # no --reason where no terminal can ask: exit 2 before etcd is even read
+        # no --reason where no terminal can ask: exit 64 before etcd is even read
         code, out, err = await lab.cli("forget", "h1/card0", "--yes")
-        assert code == 2 and "forget needs --reason" in err, (out, err)
+        assert code == 64 and "forget needs --reason" in err, (out, err)
         # a host still reports it: refused, nothing written
         code, out, err = await lab.cli("forget", "h1/card0", "--yes", "--reason", "test")
         assert code == 1, (out, err)
@@ -58,9 +58,9 @@ async def test_forget_a_dead_card_asks_and_records_why(shared_etcd, cluster_name
                                             if c.host == "h2"), "h2's cards out")
         gone0, gone1 = lab.card(reg, "h2", "card0"), lab.card(reg, "h2", "card1")
         slot = reg.slots.slot_of(gone0.id)
-        # a script without --yes: it says what would happen, then exit 2, nothing written
+        # a script without --yes: it says what would happen, then exit 64, nothing written
         code, out, err = await lab.cli("forget", "h2/card0", "--reason", "RMA 4411")
-        assert code == 2, (out, err)
+        assert code == 64, (out, err)
         assert f"will be forgotten: it leaves the registry and slot {slot} is freed" in out
         assert "needs --yes" in err and "nothing was written" in err
         assert await lab.intent(gone0.id) is None

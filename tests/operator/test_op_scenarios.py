@@ -56,7 +56,7 @@ async def test_healthy_cluster(shared_etcd, cluster_name):
     assert "HEALTHY" in text and "PROBLEMS  none" in text
     for c in st.cards:
         assert c.id in text and c.serial in text
-    assert "quorum ok (3/3 up)" in text
+    assert "quorum ok (3 of 3 members up; one more failure tolerated)" in text
     cards_doc = json.loads(render_cards(st, "json"))
     assert [c["serial"] for c in cards_doc["cards"]] == [c.serial for c in st.cards]
 

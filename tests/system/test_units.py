@@ -126,7 +126,7 @@ def test_daemon_unit_is_notify_with_watchdog_and_no_restart_on_bad_config() -> N
     s = _unit("awide-cluster.service")["Service"]
     assert s["Type"] == "notify"
     assert int(s["WatchdogSec"]) > 0
-    assert s["RestartPreventExitStatus"] == "2"
+    assert s["RestartPreventExitStatus"] == "78"
     assert "check-config" in s["ExecStartPre"]
 
 

@@ -126,6 +126,10 @@ def judge_hosts(
             "error", "host_down", host,
             f"host {host} has cards in the registry but no report: its daemon is down or cut "
             "off (its lease expired)"))
+    configured = set(reg.hosts if reg is not None else ()) | set(policy.hosts)
+    for host in sorted(configured - known - registry_hosts):
+        views.append(_host_view(host, lead, None, error="no report"))
+        problems.append(daemon_down(host))
     if lead and lead not in known and lead not in registry_hosts:
         problems.append(Problem("warning", "leader_without_report", lead,
                                 f"leader {lead} has no host report"))
@@ -135,6 +139,17 @@ def judge_hosts(
                                 f"daemons run different versions: {', '.join(versions)}"))
     views.sort(key=lambda v: v.host)
     return HostsRead(reports=reports, views=tuple(views)), problems
+
+
+def daemon_down(host: str) -> Problem:
+    """A configured host without cards (a witness, or a storage host whose cards are not
+    admitted) and without a report: the cluster works, with one daemon fewer to lead (and,
+    usually, one etcd member fewer: see the etcd section)."""
+    return Problem(
+        "warning", "daemon_down", host,
+        f"host {host} has no report: its daemon is down or cut off (its lease expired); no "
+        "card depends on it, but it can no longer lead, and its etcd member (if any) is "
+        f"checked above; look at `systemctl status awide-cluster` on {host}")
 
 
 def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: StatusPolicy

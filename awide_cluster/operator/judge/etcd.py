@@ -50,7 +50,7 @@ def judge_etcd(raw: RawSnapshot) -> tuple[EtcdView, tuple[Problem, ...]]:
     count = count_members(roll, raw.members, raw.endpoints)
     quorum, quorum_problem = judge_quorum(count, first_error(raw))
     problems = [quorum_problem] if quorum_problem is not None else []
-    problems += member_problems(roll, by_id, quorum, raw.members)
+    problems += member_problems(roll, by_id, quorum, raw.members, margin=quorum_margin(count))
     alarms, alarm_problems = judge_alarms(raw.alarms, raw.alarms_error, by_id, quorum)
     problems += alarm_problems
     problems += judge_space(roll.rows)
@@ -61,7 +61,8 @@ def judge_etcd(raw: RawSnapshot) -> tuple[EtcdView, tuple[Problem, ...]]:
         leader=_member_name(leader_id, by_id) if leader_id else "",
         raft_term=max(terms) if terms else None,
         members=tuple(sorted(roll.rows, key=lambda r: (r.name, r.endpoint))),
-        alarms=alarms, alarms_error=raw.alarms_error if raw.alarms is None else "")
+        alarms=alarms, alarms_error=raw.alarms_error if raw.alarms is None else "",
+        margin=quorum_margin(count) if count.answered else "")
     return view, tuple(problems)
 
 
@@ -152,12 +153,31 @@ def raft_leader(answered: tuple[EndpointStatus, ...]) -> int:
 
 # ---------------------------------------------------------------------- 3. members
 
+def quorum_margin(count: MemberCount) -> str:
+    """How many more member failures the quorum survives, in words."""
+    spare = count.up - count.majority
+    head = f"{count.up} of {count.total} members up"
+    if spare < 0:
+        return f"{head}, {count.majority} needed"
+    if spare == 0:
+        return f"{head}; one more failure loses writes"
+    return f"{head}; {'one more failure' if spare == 1 else f'{spare} more failures'} tolerated"
+
+
 def member_problems(roll: RollCall, by_id: dict[int, Member], quorum: Quorum,
-                    members: tuple[Member, ...] | None) -> list[Problem]:
-    problems = [
-        Problem("error", "etcd_member_down", r.name or r.endpoint,
-                f"etcd member {r.name or '?'} at {r.endpoint} does not answer: {r.error}")
-        for r in roll.rows if not r.reachable and not r.error.startswith("not checked")]
+                    members: tuple[Member, ...] | None, *, margin: str = "") -> list[Problem]:
+    """A member down is a warning while the quorum holds (the cluster works, with less
+    margin: said in the message), an error otherwise."""
+    problems: list[Problem] = []
+    for r in roll.rows:
+        if r.reachable or r.error.startswith("not checked"):
+            continue
+        said = f"etcd member {r.name or '?'} at {r.endpoint} does not answer: {r.error}"
+        if quorum == "ok":
+            problems.append(Problem("warning", "etcd_member_down", r.name or r.endpoint,
+                                    said + (f" (quorum kept: {margin})" if margin else "")))
+        else:
+            problems.append(Problem("error", "etcd_member_down", r.name or r.endpoint, said))
     if quorum == "ok":                      # a minority member cut off from the others
         for st in roll.answered:
             if st.leader == 0:

@@ -142,7 +142,7 @@ def behind(g: records.GatewayRecord, generation: int, seen: Observations, mono: 
                        f"{head}: seen behind for {behind_for:.1f} s by this reader (over "
                        f"{policy.behind_grace:g} s)")
     if seen.reads <= 1:
-        how = "one read only: how long it lags is not measured (--sample 0)"
+        how = "one read only: how long it lags is not measured yet"
     else:
         how = f"seen behind for {behind_for:.1f} s so far (within {policy.behind_grace:g} s)"
     return Problem("warning", "gateway_catching_up", g.id, f"{head}: {how}")
