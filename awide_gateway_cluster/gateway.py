@@ -15,8 +15,10 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   them all at once each poll interval, so their blocking reads go to the probe worker's one
   thread together (``card_workers.CardWorkers``).
 
-The registry watch is ``registry_watch.RegistryWatch``; the registry's poll and its steps
-(``follower.Follower``), the etcd side (layout, registration) and the view stay here.
+The registry watch is ``registry_watch.RegistryWatch``, the vouching's reads of the reports
+``vouch_loop.VouchLoop``, the state file's use ``state_keeping.StateKeeping``; the registry's
+poll and its steps (``follower.Follower``), the etcd side (layout, registration) and the view
+stay here.
 
 The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
 one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
@@ -35,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
-from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
@@ -58,9 +59,11 @@ from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.registry_watch import RegistryWatch
+from awide_gateway_cluster.state_keeping import StateKeeping
 from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import Hub, Subscription
-from awide_gateway_cluster.vouching import Vouching, read_reports
+from awide_gateway_cluster.vouch_loop import VouchLoop
+from awide_gateway_cluster.vouching import Vouching
 
 if TYPE_CHECKING:
     from awide_cluster.store.etcd import EtcdStore
@@ -80,11 +83,6 @@ SETTLE = 0.25
 # hide. The deploy's members notify every 1.4 s (config.daemon.ETCD_PROGRESS_NOTIFY), under
 # this window at the default 1 s poll, so a notification stands in for every serializable poll
 PROOF_WINDOW = 1.5
-
-
-# while registry entries are refused, the reports are read again every this many poll
-# intervals (a host whose report was missing may vouch again; nothing else re-reads them)
-VOUCH_RETRY_POLLS = 10
 
 
 class ClusterGateway:
@@ -128,22 +126,14 @@ class ClusterGateway:
         self._held = False                        # the last tick held the record back
         self._started = False
         self._poll_now = asyncio.Event()
-        # the state file: the registry served while etcd has not answered since the start
-        # (None: none served), the layout verified live, the last state offered for writing
-        self._saved: sf.SavedState | None = None
-        self._state_note = ""
-        self._layout_from_file = False
-        self._verified_layout: LayoutRecord | None = None
-        self._offered: tuple[Registry, LayoutRecord | None] | None = None
-        d = config.state.dir
-        self._state_path = sf.path_for(d, self.id) if d is not None else None
-        self._keeper = sf.StateKeeper(self._state_path) if self._state_path else None
+        self._state = StateKeeping(config, self._call)     # the state file
         self._follower: Follower | None = None
         self._registration: Registration | None = None
         # what the gateway uses of the registry: the entries the hosts' reports vouch for
-        self._vouching = Vouching(config.allowed()) if config.vouch else None
-        self._used: Registry | None = None
-        self._vouch_now = asyncio.Event()
+        self._vouch = VouchLoop(
+            Vouching(config.allowed()), source=self._followed, store=self._started_store,
+            changed=self._vouched, failed=self._loop_failed, interval=self._interval,
+            call_timeout=self._call) if config.vouch else None
         self._cards = CardWorkers(config, rng=self._rng, registry=self._registry,
                                   view=self.snapshot, changed=self._rebuild,
                                   publish=self._publish)
@@ -177,7 +167,7 @@ class ClusterGateway:
         dead = ""
         if self._started and (poll is None or poll.done()):
             dead = "registry poll task is not running: the view is stale by definition"
-        saved = self._saved
+        saved = self._state.saved
         problem = dead or (fs.problem if fs else "not started")
         if saved is not None:
             problem = (f"serving the state file ({saved.describe(time.time())}) until etcd "
@@ -199,10 +189,10 @@ class ClusterGateway:
             watch_progress=fs.progress if fs else 0,
             polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
-            entries_refused=self._vouching.refused if self._vouching else 0,
-            refusals=self._vouching.problems() if self._vouching else (),
+            entries_refused=self._vouch.vouching.refused if self._vouch else 0,
+            refusals=self._vouch.vouching.problems() if self._vouch else (),
             state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
-            state_note=self._state_note,
+            state_note=self._state.note,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -277,7 +267,7 @@ class ClusterGateway:
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call, rng=self._rng)
         self._poll_now = asyncio.Event()
-        saved = await self._read_state()
+        saved = await self._state.read()
         first = await self._poll_once()     # the first registry read is never delayed
         self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
         try:
@@ -287,19 +277,14 @@ class ClusterGateway:
             raise
         if saved is not None:
             self._serve_saved(saved, first)
-        if self._vouch_now.is_set():
-            self._vouch_now.clear()
-            try:
-                await self._vouch_once()
-            except Exception as e:      # noqa: BLE001 - its loop tries again at once
-                self._loop_failed("vouching", e)
-                self._vouch_now.set()
+        if self._vouch is not None:
+            await self._vouch.at_start()
         self._started = True
         loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
         if self.config.watch:
             loops.append(self._registry_watch.run(self._follower))
-        if self._vouching is not None:
-            loops.append(self._vouch_loop())
+        if self._vouch is not None:
+            loops.append(self._vouch.run())
         self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
                        for i, c in enumerate(loops)]
         if self._cards.first_probe:
@@ -315,8 +300,7 @@ class ClusterGateway:
             await self._close_store()
             return
         self._started = False
-        if self._keeper is not None:
-            await self._keeper.flush(self._call * 3)
+        await self._state.flush(self._call * 3)
         tasks = self._tasks + self._cards.take_tasks()
         for t in tasks:
             t.cancel()
@@ -412,47 +396,16 @@ class ClusterGateway:
 
     # ------------------------------------------------------------------ state file
 
-    async def _read_state(self) -> sf.SavedState | None:
-        """The state file, read (bounded, off the loop) and judged; None when there is none
-        or it may not be served (said in one log line)."""
-        path = self._state_path
-        if path is None:
-            return None
-        c = self.config
-        try:
-            async with asyncio.timeout(max(1.0, self._call * 3)):
-                got = await asyncio.to_thread(sf.read, path, cluster=c.cluster,
-                                              now=time.time(), max_age=c.state.max_age)
-        except TimeoutError:
-            got = f"state file {path} not read within {max(1.0, self._call * 3):g} s"
-        if isinstance(got, str):
-            self._state_note = got
-            log.log(logging.INFO if got.startswith("no state file") else logging.WARNING,
-                    "gateway %s: %s; it starts with what etcd says (nothing while etcd "
-                    "does not answer)", self.id, got)
-            return None
-        return got
-
     def _serve_saved(self, saved: sf.SavedState, first: FollowStep) -> None:
         """The first poll is done: serve ``saved`` if etcd did not answer it."""
         assert self._follower is not None
-        now = time.time()
-        # the follower's words for a read etcd did not answer (an absent key, a refused
-        # document: etcd answered, and the file is not served)
-        unanswered = first.outcome == "failed" and first.detail.startswith("registry not read")
-        if self._follower.state.registry is not None or not unanswered:
-            self._state_note = "state file not needed: etcd answered at start"
-            log.info("gateway %s: etcd answered at start; state file (%s) not used",
-                     self.id, saved.describe(now))
+        if not self._state.serve(saved, first, etcd_registry=self._follower.state.registry,
+                                 layout=self._layout, layout_ok=self._layout_ok):
             return
-        self._saved = saved
-        self._state_note = f"serving the state file: {saved.describe(now)}"
-        if saved.layout is not None and saved.layout.same_layout(self._layout) and \
-                not self._layout_ok:
+        if self._state.layout_from_file:
             self._layout_ok, self._layout_problem = True, ""
-            self._layout_from_file = True
-            self._verified_layout = saved.layout
         self._tasks.extend(self._cards.applied(None, saved.registry, 0.0))
+        now = time.time()
         log.warning("gateway %s serving from its state file, marked stale: %s; etcd did not "
                     "answer: %s", self.id, saved.describe(now), first.detail or first.outcome)
         self._publish(ev.ChangeEvent("stale", generation=saved.generation,
@@ -460,23 +413,8 @@ class ClusterGateway:
         self._rebuild()
 
     def _save_state(self) -> None:
-        """Offer the registry in use (the follower's, with only vouched entries when vouching)
-        and the layout verified for the state file, when either changed since the last
-        offer."""
-        if self._vouching is not None:
-            reg = self._used
-        else:
-            reg = self._follower.state.registry if self._follower else None
-        if self._keeper is None or reg is None:
-            return
-        key = (reg, self._verified_layout)
-        if key == self._offered:
-            return
-        self._offered = key
-        self._keeper.offer(sf.SavedState(
-            cluster=self.config.cluster, prefix=keys.prefix(self.config.cluster),
-            gateway=self.id, registry=reg, layout=self._verified_layout,
-            saved_at=time.time()))
+        """Offer the registry in use and the layout verified for the state file."""
+        self._state.save(self._in_use())
 
     def _history_check(self) -> bool:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
@@ -517,26 +455,11 @@ class ClusterGateway:
     def _apply(self, old: Registry | None, decision: FollowStep) -> None:
         reg = decision.registry
         assert reg is not None
-        saved, self._saved = self._saved, None
-        if old is None and saved is not None:
-            old = saved.registry
-            why = sf.judge(saved, cluster=self.config.cluster, now=time.time(),
-                           max_age=self.config.state.max_age, known=reg)
-            self._state_note = (f"replaced by etcd's generation {reg.generation}"
-                                + (f" ({why})" if why else ""))
-            log.warning("gateway %s: etcd answered: registry generation %d lineage %s "
-                        "replaces the state file's generation %d lineage %s%s", self.id,
-                        reg.generation, reg.lineage or "-", saved.generation,
-                        saved.lineage or "-", f" ({why})" if why else "")
-        if self._vouching is not None:
-            # entries accepted before are used at once; new or changed ones wait for the
-            # hosts' reports, read after this registry (``_vouch_loop``)
-            used_before = self._used if self._used is not None else old
-            self._used = self._vouching.use(reg, None)
-            old = used_before
-            if self._vouching.pending(reg):
-                self._vouch_now.set()
-            reg = self._used
+        served = self._state.end_serving(reg, judge=old is None)
+        if served is not None:
+            old = served
+        if self._vouch is not None:
+            old, reg = self._vouch.applied(reg, old)
         self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
         self._applied_at = self._clock()
         if decision.detail:
@@ -549,47 +472,23 @@ class ClusterGateway:
         """The registry the gateway uses (None: none read yet, or not started): the one the
         follower holds, with only the entries the hosts' reports vouch for; the state file's
         while it is served and nothing was read from etcd."""
-        if self._vouching is not None:
-            reg = self._used
-        else:
-            reg = self._follower.state.registry if self._follower else None
-        if reg is None and self._saved is not None:
-            return self._saved.registry
+        reg = self._in_use()
+        if reg is None and self._state.saved is not None:
+            return self._state.saved.registry
         return reg
 
-    async def _vouch_loop(self) -> None:
-        """Read the hosts' reports when an applied registry has new or changed entries, and
-        every ``VOUCH_RETRY_POLLS`` poll intervals while entries are refused."""
-        assert self._vouching is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(VOUCH_RETRY_POLLS * self._interval):
-                    await self._vouch_now.wait()
-            self._vouch_now.clear()
-            src = self._follower.state.registry if self._follower else None
-            if src is None or not (self._vouching.pending(src) or self._vouching.refusals):
-                continue
-            try:
-                await self._vouch_once()
-            except Exception as e:      # noqa: BLE001 - no content may end this loop
-                self._loop_failed("vouching", e)
-                await asyncio.sleep(self._interval)
-                self._vouch_now.set()
+    def _in_use(self) -> Registry | None:
+        """The registry read from etcd that the gateway uses (only the vouched entries when
+        vouching)."""
+        return self._vouch.used if self._vouch is not None else self._followed()
 
-    async def _vouch_once(self) -> None:
-        """One bounded read of the reports, then the registry applied before it judged."""
-        assert self._vouching is not None and self._follower is not None
-        src = self._follower.state.registry
-        if src is None:
-            return
-        async with asyncio.timeout(self._call * 2.5):
-            reports = await read_reports(self._started_store(), self._call * 2)
-        self._vouching.reads += 1
-        if self._follower.state.registry is not src:
-            self._vouch_now.set()       # a newer one was applied meanwhile: read again
-            return
-        old, self._used = self._used, self._vouching.use(src, reports)
-        self._tasks.extend(self._cards.applied(old, self._used, SETTLE * self._interval))
+    def _followed(self) -> Registry | None:
+        """The registry the follower holds (None: none read yet, or not started)."""
+        return self._follower.state.registry if self._follower else None
+
+    def _vouched(self, old: Registry | None, used: Registry) -> None:
+        """The hosts' reports changed what the gateway uses of the registry."""
+        self._tasks.extend(self._cards.applied(old, used, SETTLE * self._interval))
         self._rebuild()
         self._save_state()
 
@@ -619,8 +518,7 @@ class ClusterGateway:
             self._rebuild()
             raise mismatch
         self._layout_ok, self._layout_problem = True, ""
-        self._layout_from_file = False
-        self._verified_layout = self._layout
+        self._state.layout_verified(self._layout)
         self._rebuild()
         self._save_state()
         return True
@@ -652,7 +550,7 @@ class ClusterGateway:
         """One tick of the etcd side; False when etcd did not answer a call of it."""
         self._history_check()
         ok = True
-        if (not self._layout_ok or self._layout_from_file) and not self._layout_mismatch:
+        if (not self._layout_ok or self._state.layout_from_file) and not self._layout_mismatch:
             with contextlib.suppress(lay.LayoutMismatch):
                 ok = await self._check_layout()
         assert self._registration is not None and self._follower is not None
@@ -686,7 +584,7 @@ class ClusterGateway:
         return vw.build(reg, self._cards.local, namespace=self.namespace,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._layout_ok, layout_problem=self._layout_problem,
-                        saved_at=self._saved.saved_at if self._saved else None)
+                        saved_at=self._state.saved.saved_at if self._state.saved else None)
 
     def _rebuild(self) -> None:
         old, new = self._view, self._build()
