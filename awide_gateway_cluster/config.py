@@ -86,6 +86,11 @@ class TimingSection(Section):
         default=10, ge=1, le=3600,
         description="every Nth registry poll is linearizable, the others serializable "
                     "(1 = all linearizable); bounds what a lagging member can hide")
+    etcd_progress_notify: float = Field(
+        default=1.4, ge=0.1, le=600.0,
+        description="the etcd members' --experimental-watch-progress-notify-interval "
+                    "(seconds): the proof window never ends before the next notification is "
+                    "due, and a registry watch silent for it moves to another member")
 
 
 class ModelSection(Section):
@@ -244,7 +249,8 @@ class GatewayConfig(Section):
     watch_stall_after: float = Field(
         default=30.0, ge=2.0, le=3600.0,
         description="a registry watch silent this long (no event, no progress notification) "
-                    "is re-opened on another member; keep it above the members' "
+                    "is re-opened on another member at the latest (at once when the proof "
+                    "window is shorter); keep it above the members' "
                     "--experimental-watch-progress-notify-interval")
     wipe_on_start: bool = Field(default=False,
                                 description="always refused in cluster mode: cards are shared")

@@ -58,6 +58,7 @@ from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
 from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import Registration, check_layout
+from awide_gateway_cluster.registry_watch import PROOF_WINDOW as PROOF_WINDOW  # re-exported
 from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.state_keeping import StateKeeping
 from awide_gateway_cluster.stats import GatewayStats
@@ -78,11 +79,6 @@ log = logging.getLogger("awide_gateway_cluster")
 # the same and slows nothing (docs/decisions.md, "Quiet after a change").
 SETTLE = 0.25
 
-# a turn's serializable poll is left out when a progress notification of the watch proved the
-# view fresh within this many poll intervals; it is also the bound of what a notification may
-# hide. The deploy's members notify every 1.4 s (config.daemon.ETCD_PROGRESS_NOTIFY), under
-# this window at the default 1 s poll, so a notification stands in for every serializable poll
-PROOF_WINDOW = 1.5
 
 
 class ClusterGateway:
@@ -140,7 +136,8 @@ class ClusterGateway:
         self._registry_watch = RegistryWatch(
             store=self._started_store, take=self._take, history_check=self._history_check,
             poll_now=lambda: self._poll_now.set(), interval=self._interval,
-            stall_after=config.watch_stall_after, rng=self._rng)
+            notify_interval=t.etcd_progress_notify, stall_after=config.watch_stall_after,
+            rng=self._rng)
         self._view = self._build()
         self.placement = Placement(self.snapshot)
 
@@ -186,7 +183,8 @@ class ClusterGateway:
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
             watch_events=fs.events if fs else 0, watch_restarts=self._registry_watch.restarts,
-            watch_progress=fs.progress if fs else 0,
+            watch_progress=fs.progress if fs else 0, watch_moves=self._registry_watch.moves,
+            watch_member=self._registry_watch.member,
             polls_skipped=self._follower.skipped if self._follower else 0,
             history_resets=self._history_resets, history_note=self._history_note,
             entries_refused=self._vouch.vouching.refused if self._vouch else 0,
@@ -372,7 +370,7 @@ class ClusterGateway:
                     asked = True
             self._poll_now.clear()
             wait = self._interval
-            if not asked and self._follower.skips(PROOF_WINDOW * self._interval):
+            if not asked and self._follower.skips(self._registry_watch.window):
                 self._follower.skip()       # the watch proved the view fresh meanwhile
                 continue
             ok = False

@@ -26,6 +26,8 @@ class GatewayStats:
     watch_events: int = 0           # registry watch events taken (each checked like a poll)
     watch_restarts: int = 0         # registry watches opened again after they ended
     watch_progress: int = 0         # watch progress notifications taken
+    watch_moves: int = 0            # watch streams moved to another member after a silence
+    watch_member: str | None = None     # the member the registry watch streams from
     polls_skipped: int = 0          # turns whose poll was left out: the watch proved freshness
     history_resets: int = 0         # new etcd histories followed (restored or rebuilt etcd)
     history_note: str = ""          # why the last one was adopted ("" when none was)

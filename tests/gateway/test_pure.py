@@ -19,7 +19,7 @@ from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.config import ConfigError, load_config, parse_config
 from awide_gateway_cluster.events import diff
 from awide_gateway_cluster.follower import FollowState, step
-from awide_gateway_cluster.gateway import PROOF_WINDOW
+from awide_gateway_cluster.registry_watch import NOTIFY_MARGIN, PROOF_WINDOW, proof_window
 from awide_gateway_cluster.view import CardPath, build
 from tests.gateway.support import make_card
 
@@ -51,9 +51,20 @@ def test_config_defaults():
     assert c.etcd.call_timeout == 0.5
     assert c.timing.linearizable_every == 10 and c.watch_stall_after == 30.0
     assert c.timing.registration_ttl == 30    # gateways/<id> outlives a crash by 30 s at most
-    # the deploy's progress notifications arrive within a gateway's proof window at its default
-    # poll interval, with 0.1 s to spare for their delivery: each one stands in for a poll
-    assert ETCD_PROGRESS_NOTIFY + 0.1 <= PROOF_WINDOW * c.timing.poll_interval
+    # the gateway's notify interval is the deploy's; its proof window at the default poll
+    # interval leaves the notifications a quarter of their interval to spare (they arrive
+    # 1.40-1.54 s apart at 1.4 s): each one stands in for a poll
+    assert c.timing.etcd_progress_notify == ETCD_PROGRESS_NOTIFY
+    window = proof_window(c.timing.poll_interval, c.timing.etcd_progress_notify)
+    assert window >= ETCD_PROGRESS_NOTIFY * NOTIFY_MARGIN >= ETCD_PROGRESS_NOTIFY + 0.3
+
+
+def test_the_proof_window_is_never_below_the_notify_interval_with_its_margin():
+    assert proof_window(1.0, 1.4) == pytest.approx(1.75)
+    assert proof_window(4.0, 1.4) == PROOF_WINDOW * 4.0          # the poll interval's share
+    assert proof_window(0.1, 1.4) == pytest.approx(1.75)         # a fast poll: never below
+    assert proof_window(1.0, 1.4, measured=2.0) == pytest.approx(2.5)   # a slower member
+    assert proof_window(1.0, 1.4, measured=1.0) == pytest.approx(1.75)  # never narrower
 
 
 def test_a_dumped_config_loads_back_with_the_keys_a_file_takes():

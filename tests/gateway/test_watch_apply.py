@@ -277,3 +277,32 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
         finally:
             await gw.stop()
             await store.close()
+
+
+async def test_a_watch_on_a_frozen_member_moves_to_another_within_the_proof_window(
+        etcd, leader, world, cluster_name):
+    """A frozen member keeps its socket open and says nothing: the gateway's watch, silent for
+    its proof window (1.75 s: the members' 1.4 s notify interval with its margin), moves to
+    the next member at once, and a change made after the freeze comes through the watch."""
+    a, b = served(world, 2)
+    await leader.publish([a])
+    cfg = config(cluster_name, etcd.endpoints, world, watch=True,
+                 timing={"poll_interval": 1.0, "lease_ttl": 10})
+    gw = gateway(cfg, world)
+    await gw.start()
+    try:
+        member = await wait_until(lambda: gw.stats().watch_progress >= 1
+                                  and gw.stats().watch_member, what="the watch streaming")
+        etcd.freeze(etcd.endpoints.index(member))
+        # silent for at most the window after the freeze, then one stream opened on the next
+        await wait_until(lambda: gw.stats().watch_member not in (None, member),
+                         timeout=1.75 + 1.0, what=f"the watch moved off frozen {member}")
+        events = gw.stats().watch_events
+        reg = await leader.publish([a, b])
+        await wait_until(lambda: gw.stats().watch_events > events
+                         and gw.snapshot().generation == reg.generation,
+                         what="the change through the moved watch")
+        st = gw.stats()
+        assert st.watch_moves >= 1 and st.watch_member != member and not st.stale
+    finally:
+        await gw.stop()
