@@ -20,11 +20,11 @@ Quorum = Literal["ok", "lost", "unknown"]
 # status's exit code at 1 (a forgotten drain is never invisible; Ceph's ``noout`` is
 # HEALTH_WARN for the same reason). Other warnings pass by themselves and count only with
 # ``--strict``.
-OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster", "host_restarting"})
+OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster"})
 # Warnings about redundancy lost: the cluster works, but a part of it is down (a daemon, a
 # witness's included, or an etcd member with quorum kept): they hold the exit code at 1 too,
 # until the part is back.
-DEGRADED = frozenset({"daemon_down", "etcd_member_down"})
+DEGRADED = frozenset({"daemon_down", "etcd_member_down", "host_restarting"})
 HOLDING = OPERATOR_SET | DEGRADED
 
 # The verdict as the Nagios plugin convention words it, and its exit code (docs/operations.md).

@@ -385,7 +385,7 @@ def test_rendered_configs_pass_check_config(rendered: dict) -> None:
 
 def test_a_config_check_config_refuses_is_never_written(rendered: dict) -> None:
     res = _failure(rendered["stdout"], "Write and check cluster.yaml", "w2")
-    assert res["msg"] == "failed to validate" and res["exit_status"] == 2, res
+    assert res["msg"] == "failed to validate" and res["exit_status"] == 78, res
     assert "cards" in res["stderr"], res                  # check-config names the field
     assert (rendered["out"] / "w2" / "cluster.yaml").read_text() == rendered["old_w2"]
 
@@ -662,7 +662,7 @@ def test_upgrade_refusal_shows_every_problem_line(ansible_tools: Path, etcd3,
     assert r.returncode != 0
     msg = _failure(r.stdout, "Refuse to upgrade an unhealthy cluster", "h00")["msg"]
     assert len(msg) > 2000
-    assert "nothing was changed" in msg and "status exit 1" in msg
+    assert "nothing was changed" in msg and "status exit 2" in msg
     for h in hosts:
         assert f"error report_corrupt {h}: report of host {h} refused" in msg, (h, msg)
     assert "no_leader" in msg
