@@ -54,9 +54,10 @@ def test_table_shows_every_row_and_missed_goals() -> None:
 def test_select_figures() -> None:
     assert select("2,4") == ["bench.fig1_4_cluster"]
     assert select("5,6") == ["bench.fig5_propagation", "bench.fig6_capacity"]
-    assert len(select(None)) == 5
+    assert select("9") == ["bench.fig9_storm"]
+    assert len(select(None)) == 6
     with pytest.raises(SystemExit):
-        select("9")
+        select("10")
 
 
 @pytest.mark.slow
