@@ -94,12 +94,15 @@ STARTS_CLUSTERS = frozenset({
     "access/test_access_cluster.py",
     "access/test_access_tour.py",
     "bench/test_soak.py",
+    "embedded/test_api_flood.py",
     "embedded/test_harness.py",
     "embedded/test_logs_daemon.py",
     "embedded/test_metrics_labels.py",
+    "embedded/test_planned_absence.py",
     "embedded/test_poison.py",
     "embedded/test_restore.py",
     "embedded/test_tour.py",
+    "embedded/test_witness_down.py",
 })
 _NOT_FAST = ("slow", "system")
 
