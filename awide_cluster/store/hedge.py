@@ -36,10 +36,12 @@ T = TypeVar("T")
 
 # the retry budget of one store client, like gRPC's retry throttling: extra requests (hedges
 # and retries) at most BUDGET_RATIO of the calls, saved up to BUDGET_BURST; a new client
-# starts with BUDGET_START (a storm of new clients must not start with a burst each)
+# starts with BUDGET_START (a storm of new clients must not start with a burst each, but a new
+# client must reach the third member of three when the first is frozen and the second lags
+# behind a revision it has already seen: one hedge and one retry)
 BUDGET_RATIO = 0.1
 BUDGET_BURST = 10.0
-BUDGET_START = 1.0
+BUDGET_START = 2.0
 
 
 class RetryBudget:
@@ -49,7 +51,9 @@ class RetryBudget:
     in thousandths of a token (whole numbers: ten calls at 0.1 earn exactly one)."""
 
     def __init__(self, ratio: float = BUDGET_RATIO, burst: float = BUDGET_BURST,
-                 start: float = BUDGET_START) -> None:
+                 start: float | None = None) -> None:
+        if start is None:       # the default start, within a smaller burst
+            start = min(BUDGET_START, burst)
         if ratio < 0 or burst < 1 or not 0 <= start <= burst:
             raise ValueError("a retry budget needs ratio >= 0, burst >= 1, 0 <= start <= burst")
         self.ratio, self.burst = ratio, burst

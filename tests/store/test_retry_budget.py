@@ -28,14 +28,14 @@ def test_extra_requests_never_exceed_the_burst_plus_the_ratio_of_calls(
     assert b.extra + b.refused == sum(wants)
 
 
-def test_a_new_client_has_one_extra_request_then_one_per_ten_calls() -> None:
-    b = RetryBudget()                       # the defaults: one to start, then 10 % of calls
-    assert [b.spend() for _ in range(2)] == [True, False]
+def test_a_new_client_has_two_extra_requests_then_one_per_ten_calls() -> None:
+    b = RetryBudget()                       # the defaults: two to start, then 10 % of calls
+    assert [b.spend() for _ in range(3)] == [True, True, False]
     granted = 0
     for _ in range(100):
         b.call()
         granted += b.spend()
-    assert granted == 10 and b.extra == 11 and b.refused == 91
+    assert granted == 10 and b.extra == 12 and b.refused == 91
 
 
 def test_unused_calls_save_up_to_the_burst() -> None:
@@ -113,3 +113,13 @@ async def test_a_connection_never_made_moves_on_free() -> None:
     empty.spend()
     assert await call(members, empty) == "b"
     assert members.asked == ["a", "b"] and empty.extra == 1
+
+
+async def test_a_new_client_reaches_the_third_member_past_a_frozen_and_a_lagging_one() -> None:
+    # a frozen first member (hedged after the delay) and a second that answers below a
+    # revision the client has seen (an error answer): the default budget pays for both
+    members = Members({"b": Unavailable("b: answered at revision 7, below revision 8")})
+    budget = RetryBudget()
+    budget.call()
+    assert await call(members, budget) == "c"
+    assert members.asked == ["a", "b", "c"] and budget.extra == 2
