@@ -43,7 +43,7 @@ from awide_cluster.nvme.errors import AlreadyConnected, NvmeError
 from awide_cluster.nvme.runner import RunnerError
 from awide_cluster.nvme.sysfs import Controller, Sysfs
 from awide_gateway_cluster.cardpath import Probe
-from awide_gateway_cluster.config import FabricTimeouts
+from awide_gateway_cluster.config import FabricTimeouts, GatewayConfig
 from awide_gateway_cluster.view import CardPath
 
 log = logging.getLogger("awide_gateway_cluster.connector")
@@ -313,3 +313,30 @@ def _wrong_card(card: CardEntry, target: NvmeTarget, serial: str, model: str) ->
            f"serial {card.serial!r} model {card.model!r}: not this card")
     log.error("card %s REFUSED: %s", card.id, msg)
     return Probe(refused=msg)
+
+
+def for_config(config: GatewayConfig, *, nvme: NvmeCli | None, sysfs: Sysfs | None,
+               read_label: Callable[..., Any] | None,
+               worker: ProbeWorker | None) -> Connector:
+    """The gateway's connector: ``nvme``, ``sysfs`` and ``read_label`` as given (tests and
+    embedding), else the host's own (nvme-cli, ``/sys``, the directory cards' label reader)."""
+    if nvme is None:
+        from awide_cluster.nvme.runner import Runner
+        nvme = NvmeCli(Runner(), program=config.nvme.program,
+                       timeout=config.nvme.command_timeout)
+    if sysfs is None:
+        sysfs = Sysfs(config.nvme.sysfs_root)
+    if read_label is None:
+        read_label = _default_label_reader()
+    return Connector(nvme, sysfs, hostnqn=config.nvme.hostnqn,
+                     dhchap_secret_file=config.nvme.dhchap_secret_file,
+                     command_timeout=config.nvme.command_timeout, read_label=read_label,
+                     worker=worker, timeouts=config.nvme.fabric_timeouts)
+
+
+def _default_label_reader() -> Callable[..., Any] | None:
+    try:
+        from awide_cluster.cards.directory import read_label
+    except ImportError:
+        return None
+    return read_label

@@ -6,19 +6,16 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   events are applied as they come, checked exactly like a polled answer (no second read),
   and whose progress notifications prove the view fresh, so that a serializable poll is left
   out while they come (the linearizable one never is);
-- the etcd side: layout check until done, then ``gateways/<id>`` registration on a lease,
-  starting at a random delay of up to one poll interval after the first registry read and
-  the layout read (a start storm's writes spread over it);
-- each of the two etcd loops backs off with jitter while its calls fail (``backoff``), the
-  last known state served meanwhile;
+- the etcd side (``etcd_side.EtcdSide``): layout check until done, then ``gateways/<id>``
+  on a lease, after a random start-up delay of up to one poll interval;
+- each etcd loop backs off with jitter while its calls fail, the last known state served;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
   them all at once each poll interval, so their blocking reads go to the probe worker's one
   thread together (``card_workers.CardWorkers``).
 
 The registry watch is ``registry_watch.RegistryWatch``, the vouching's reads of the reports
 ``vouch_loop.VouchLoop``, the state file's use ``state_keeping.StateKeeping``; the registry's
-poll and its steps (``follower.Follower``), the etcd side (layout, registration) and the view
-stay here.
+poll and its steps (``follower.Follower``) and the view stay here.
 
 The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
 one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
@@ -42,10 +39,8 @@ from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.build import store_from
-from awide_cluster.store.errors import (
-    StoreError,
-)
 from awide_cluster.store.port import Store
+from awide_gateway_cluster import connector
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster import state_file as sf
@@ -53,11 +48,13 @@ from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.backoff import CAP_INTERVALS, Backoff
 from awide_gateway_cluster.card_workers import CardWorkers
 from awide_gateway_cluster.config import GatewayConfig
-from awide_gateway_cluster.connector import Connector
-from awide_gateway_cluster.errors import EngineRefused, NotStarted, WipeRefused
+from awide_gateway_cluster.engine import EngineSlot
+from awide_gateway_cluster.errors import NotStarted
+from awide_gateway_cluster.etcd_side import SETTLE as SETTLE  # re-exported
+from awide_gateway_cluster.etcd_side import EtcdSide
 from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
-from awide_gateway_cluster.registration import Registration, check_layout
+from awide_gateway_cluster.registration import Registration
 from awide_gateway_cluster.registry_watch import PROOF_WINDOW as PROOF_WINDOW  # re-exported
 from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.state_keeping import StateKeeping
@@ -71,13 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awide_gateway_cluster")
 
-# the quiet time after a registry change is applied, as a share of the poll interval: the
-# gateway's own etcd writes caused by the change (the ``gateways/<id>`` rewrite with the new
-# generation) wait until it has passed, and so does the probe of a card the change put back in
-# service. Right after a change every gateway of the cluster applies it at the same moment and
-# etcd fans its event out to all of them: a write there slows the others' apply, later it costs
-# the same and slows nothing (docs/decisions.md, "Quiet after a change").
-SETTLE = 0.25
 
 
 
@@ -96,8 +86,6 @@ class ClusterGateway:
         self.id = config.id
         self.namespace = lay.namespace(config.model)
         self.placement_name = config.key_placement
-        self._layout = LayoutRecord(self.namespace, self.placement_name,
-                                        created_by=self.id)
         self._store, self._own_store = store, store is None
         self._nvme, self._sysfs, self._read_label = nvme, sysfs, read_label
         self._probe_worker = probe_worker     # None: one of its own
@@ -107,24 +95,26 @@ class ClusterGateway:
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
         cap = CAP_INTERVALS * self._interval
         self._poll_backoff = Backoff(self._interval, cap, self._rng)
-        self._side_backoff = Backoff(self._interval, cap, self._rng)
-        self._layout_ok = self._layout_mismatch = False
-        self._layout_problem = "key layout not verified yet (etcd not reached)"
         self._tasks: list[asyncio.Task[None]] = []
-        self._engine: str | None = None
+        self._engine = EngineSlot(self.id, config.cluster, self.namespace, self._refused)
         self._hub = Hub()
         self._loop_errors = 0
         self._epoch = 0                           # the store's history epoch acted upon
         self._history_resets = 0
         self._history_note = ""
         self._last_loop_error = ""
-        self._applied_at: float | None = None     # clock time the last registry was applied
-        self._held = False                        # the last tick held the record back
         self._started = False
         self._poll_now = asyncio.Event()
         self._state = StateKeeping(config, self._call)     # the state file
         self._follower: Follower | None = None
         self._registration: Registration | None = None
+        self._side = EtcdSide(
+            LayoutRecord(self.namespace, self.placement_name, created_by=self.id),
+            store=self._started_store, state=self._state, record=self._gateway_record,
+            history_check=self._history_check, changed=self._rebuild, save=self._save_state,
+            publish=self._publish, generation=lambda: self._view.generation,
+            failed=self._loop_failed, interval=self._interval, call_timeout=self._call,
+            clock=self._clock, rng=self._rng)
         # what the gateway uses of the registry: the entries the hosts' reports vouch for
         self._vouch = VouchLoop(
             Vouching(config.allowed()), source=self._followed, store=self._started_store,
@@ -179,7 +169,7 @@ class ClusterGateway:
             registries_rejected=fs.rejected if fs else 0, version_skew=fs.skew if fs else 0,
             hostile_targets=self._cards.hostile, cards_refused=self._cards.refused,
             registration_failures=self._registration.failures if self._registration else 0,
-            layout_ok=self._layout_ok,
+            layout_ok=self._side.ok,
             events_dropped=sum(getattr(s, "dropped", 0) for s in self._hub._subs),
             loop_errors=self._loop_errors,
             watch_events=fs.events if fs else 0, watch_restarts=self._registry_watch.restarts,
@@ -197,35 +187,21 @@ class ClusterGateway:
 
     def attach_engine(self, name: str) -> None:
         """Bind the one engine this gateway serves; a second one is refused."""
-        if not isinstance(name, str) or not name:
-            raise ValueError("engine name must be a non-empty string")
-        if self._engine is not None:
-            msg = (f"gateway {self.id} already serves engine {self._engine!r}: one engine per "
-                   f"gateway, engine {name!r} refused (give it its own gateway)")
-            self._publish(ev.ChangeEvent("refused", detail=msg, generation=self._view.generation))
-            raise EngineRefused(msg)
-        self._engine = name
-        log.info("engine %s attached to gateway %s", name, self.id)
+        self._engine.attach(name)
 
     def detach_engine(self, name: str) -> None:
-        if self._engine != name:
-            raise EngineRefused(f"engine {name!r} is not the one attached ({self._engine!r})")
-        self._engine = None
+        self._engine.detach(name)
 
     @property
     def engine(self) -> str | None:
-        return self._engine
+        return self._engine.name
 
     def request_wipe(self) -> None:
         """Always refused in cluster mode: the cards are shared by every gateway."""
-        msg = self._wipe_message("on request")
-        self._publish(ev.ChangeEvent("refused", detail=msg, generation=self._view.generation))
-        raise WipeRefused(msg)
+        raise self._engine.wipe_refused("on request")
 
-    def _wipe_message(self, when: str) -> str:
-        return (f"wipe refused ({when}): the cards of cluster {self.config.cluster} are shared "
-                f"by every gateway of the cluster (namespace {self.namespace} and others); "
-                "a gateway in cluster mode never wipes them")
+    def _refused(self, msg: str) -> None:
+        self._publish(ev.ChangeEvent("refused", detail=msg, generation=self._view.generation))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -240,36 +216,25 @@ class ClusterGateway:
         if self._started:
             return
         if self.config.wipe_on_start:
-            raise WipeRefused(self._wipe_message("at start, wipe_on_start is set"))
+            raise self._engine.wipe_refused("at start, wipe_on_start is set", tell=False)
         if self._store is None:
             self._store = _make_store(self.config)
         store = self._store
-        if self._nvme is None:
-            from awide_cluster.nvme.cli import NvmeCli
-            from awide_cluster.nvme.runner import Runner
-            self._nvme = NvmeCli(Runner(), program=self.config.nvme.program,
-                                 timeout=self.config.nvme.command_timeout)
-        if self._sysfs is None:
-            from awide_cluster.nvme.sysfs import Sysfs
-            self._sysfs = Sysfs(self.config.nvme.sysfs_root)
-        if self._read_label is None:
-            self._read_label = _default_label_reader()
-        self._cards.connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
-                                    dhchap_secret_file=self.config.nvme.dhchap_secret_file,
-                                    command_timeout=self.config.nvme.command_timeout,
-                                    read_label=self._read_label, worker=self._probe_worker,
-                                    timeouts=self.config.nvme.fabric_timeouts)
+        self._cards.connector = connector.for_config(
+            self.config, nvme=self._nvme, sysfs=self._sysfs, read_label=self._read_label,
+            worker=self._probe_worker)
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
                                   linearizable_every=self.config.timing.linearizable_every)
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call, rng=self._rng)
+        self._side.registration = self._registration
         self._poll_now = asyncio.Event()
         saved = await self._state.read()
         first = await self._poll_once()     # the first registry read is never delayed
         self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
         try:
-            await self._check_layout()
+            await self._side.check_layout()
         except lay.LayoutMismatch:
             await self._close_store()
             raise
@@ -278,7 +243,7 @@ class ClusterGateway:
         if self._vouch is not None:
             await self._vouch.at_start()
         self._started = True
-        loops = [self._poll_loop(), self._etcd_side_loop(), self._cards.probe_round_loop()]
+        loops = [self._poll_loop(), self._side.run(), self._cards.probe_round_loop()]
         if self.config.watch:
             loops.append(self._registry_watch.run(self._follower))
         if self._vouch is not None:
@@ -398,10 +363,10 @@ class ClusterGateway:
         """The first poll is done: serve ``saved`` if etcd did not answer it."""
         assert self._follower is not None
         if not self._state.serve(saved, first, etcd_registry=self._follower.state.registry,
-                                 layout=self._layout, layout_ok=self._layout_ok):
+                                 layout=self._side.layout, layout_ok=self._side.ok):
             return
         if self._state.layout_from_file:
-            self._layout_ok, self._layout_problem = True, ""
+            self._side.taken_from_file()
         self._tasks.extend(self._cards.applied(None, saved.registry, 0.0))
         now = time.time()
         log.warning("gateway %s serving from its state file, marked stale: %s; etcd did not "
@@ -424,8 +389,7 @@ class ClusterGateway:
         assert self._follower is not None and self._registration is not None
         self._epoch = store.timeline_epoch
         self._follower.sync_history()
-        self._registration.history_reset()
-        self._layout_ok = False
+        self._side.history_reset()
         self._history_resets += 1
         self._history_note = clean_text(store.timeline_note, 300)
         log.warning("gateway %s: etcd history changed: %s; keeping registry generation %d "
@@ -459,7 +423,7 @@ class ClusterGateway:
         if self._vouch is not None:
             old, reg = self._vouch.applied(reg, old)
         self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
-        self._applied_at = self._clock()
+        self._side.applied_at = self._clock()
         if decision.detail:
             log.warning("%s", decision.detail)
         log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
@@ -492,50 +456,16 @@ class ClusterGateway:
 
     # ------------------------------------------------------------------ etcd side
 
-    async def _check_layout(self, *, create: bool = True) -> bool:
-        """Check (and with ``create``, record if absent) the key layout; False when etcd did
-        not answer. Raises LayoutMismatch."""
-        try:
-            async with asyncio.timeout(self._call * 3.5):
-                mismatch = await check_layout(self._started_store(), self._layout,
-                                              timeout=self._call, create=create)
-        except (StoreError, TimeoutError) as e:
-            log.debug("layout of %s not checked yet: %s", self.namespace, e)
-            return False
-        if mismatch == "absent":
-            self._layout_problem = ("key layout not recorded yet (the namespace's first "
-                                    "gateway records it after its start-up delay)")
-            self._rebuild()
-            return True
-        if mismatch != "ok":
-            self._layout_ok, self._layout_problem = False, str(mismatch)
-            self._layout_mismatch = True
-            log.error("%s", mismatch)
-            self._publish(ev.ChangeEvent("layout_mismatch", detail=str(mismatch),
-                                         generation=self._view.generation))
-            self._rebuild()
-            raise mismatch
-        self._layout_ok, self._layout_problem = True, ""
-        self._state.layout_verified(self._layout)
-        self._rebuild()
-        self._save_state()
-        return True
-
-    async def _etcd_side_loop(self) -> None:
-        # start-up jitter: the first registration (and layout record) of gateways started
-        # together spreads over one poll interval
-        await asyncio.sleep(self._rng.uniform(0, self._interval))
-        while True:
-            ok = False
-            try:
-                ok = await self._etcd_side_once()
-            except Exception as e:      # noqa: BLE001 - no content may end this loop
-                self._loop_failed("registration", e)
-            wait = self._side_backoff.next(ok)
-            if not ok:
-                log.debug("registration failed %d times in a row: next in %.2f s",
-                          self._side_backoff.failures, wait)
-            await asyncio.sleep(wait)
+    def _gateway_record(self) -> GatewayRecord:
+        """This gateway's ``gateways/<id>`` record as it stands."""
+        assert self._follower is not None
+        v = self._view
+        return GatewayRecord(
+            id=self.id, host=self.config.host, pod=self.config.pod,
+            namespace=self.namespace, placement=self.placement_name,
+            fingerprint=v.fingerprint, generation=v.generation, engine=self._engine.name,
+            version=__version__, stale=bool(self._follower.state.problem),
+        )
 
     def _loop_failed(self, what: str, e: BaseException) -> None:
         why = clean_text(f"{what} failed: {type(e).__name__}: {e}", 300)
@@ -543,35 +473,6 @@ class ClusterGateway:
         if why != self._last_loop_error:
             log.error("%s; the loop goes on", why, exc_info=e)
         self._last_loop_error = why
-
-    async def _etcd_side_once(self) -> bool:
-        """One tick of the etcd side; False when etcd did not answer a call of it."""
-        self._history_check()
-        ok = True
-        if (not self._layout_ok or self._state.layout_from_file) and not self._layout_mismatch:
-            with contextlib.suppress(lay.LayoutMismatch):
-                ok = await self._check_layout()
-        assert self._registration is not None and self._follower is not None
-        v = self._view
-        record = GatewayRecord(
-            id=self.id, host=self.config.host, pod=self.config.pod,
-            namespace=self.namespace, placement=self.placement_name,
-            fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
-            version=__version__, stale=bool(self._follower.state.problem),
-        )
-        now = self._clock()
-        # a record changed by a registry applied less than SETTLE ago waits for the next tick
-        # (the keepalive does not), never two ticks in a row: written within a poll interval
-        # and SETTLE of the apply, within two intervals however often the registry changes
-        hold = (not self._held and self._applied_at is not None
-                and now - self._applied_at < SETTLE * self._interval)
-        self._held = hold
-        try:
-            async with asyncio.timeout(self._call * 3.5):
-                ok = await self._registration.tick(record, now, hold=hold) and ok
-        except TimeoutError:
-            ok = False
-        return ok
 
     # ------------------------------------------------------------------ view
 
@@ -581,7 +482,7 @@ class ClusterGateway:
                              reg.slots if reg else slotfn.EMPTY)
         return vw.build(reg, self._cards.local, namespace=self.namespace,
                         placement=self.placement_name, fingerprint=fp,
-                        layout_ok=self._layout_ok, layout_problem=self._layout_problem,
+                        layout_ok=self._side.ok, layout_problem=self._side.problem,
                         saved_at=self._state.saved.saved_at if self._state.saved else None)
 
     def _rebuild(self) -> None:
@@ -602,10 +503,3 @@ class ClusterGateway:
 def _make_store(config: GatewayConfig) -> EtcdStore:
     return store_from(config.etcd, config.cluster)
 
-
-def _default_label_reader() -> Callable[..., Any] | None:
-    try:
-        from awide_cluster.cards.directory import read_label
-    except ImportError:
-        return None
-    return read_label

@@ -1,0 +1,137 @@
+"""The gateway's etcd side: the key layout check (until it is done), then ``gateways/<id>``.
+
+``EtcdSide`` runs one loop on the gateway's event loop. Its first tick waits a random delay
+of up to one poll interval (the writes of a start storm spread over it); each tick checks the
+key layout of the namespace while it is not verified (``registration.check_layout``), then
+refreshes the registration (``registration.Registration``). While its calls fail it backs
+off with jitter (``backoff``), the last known state served meanwhile. It holds what the
+gateway knows of its layout (``ok``, ``problem``, ``mismatch``); the gateway
+(``gateway.ClusterGateway``) builds its view from that and acts on each change through the
+callbacks (``changed``: the view, ``save``: the state file, ``publish``: the events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+from awide_cluster.contract.records import GatewayRecord, LayoutRecord
+from awide_cluster.store.errors import StoreError
+from awide_cluster.store.port import Store
+from awide_gateway_cluster import events as ev
+from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster.backoff import CAP_INTERVALS, Backoff
+from awide_gateway_cluster.registration import Registration, check_layout
+from awide_gateway_cluster.state_keeping import StateKeeping
+
+log = logging.getLogger("awide_gateway_cluster")
+
+# the quiet time after a registry change is applied, as a share of the poll interval: the
+# gateway's own etcd writes caused by the change (the ``gateways/<id>`` rewrite with the new
+# generation) wait until it has passed, and so does the probe of a card the change put back in
+# service. Right after a change every gateway of the cluster applies it at the same moment and
+# etcd fans its event out to all of them: a write there slows the others' apply, later it costs
+# the same and slows nothing (docs/decisions.md, "Quiet after a change").
+SETTLE = 0.25
+
+
+class EtcdSide:
+    def __init__(self, layout: LayoutRecord, *, store: Callable[[], Store],
+                 state: StateKeeping, record: Callable[[], GatewayRecord],
+                 history_check: Callable[[], bool], changed: Callable[[], None],
+                 save: Callable[[], None], publish: Callable[[ev.ChangeEvent], None],
+                 generation: Callable[[], int],
+                 failed: Callable[[str, BaseException], None], interval: float,
+                 call_timeout: float, clock: Callable[[], float], rng: random.Random) -> None:
+        self.layout = layout
+        self._store, self._state, self._record = store, state, record
+        self._history_check, self._changed, self._save = history_check, changed, save
+        self._publish, self._generation, self._failed = publish, generation, failed
+        self._interval, self._call, self._clock, self._rng = interval, call_timeout, clock, rng
+        self._backoff = Backoff(interval, CAP_INTERVALS * interval, rng)
+        self.ok = self.mismatch = False
+        self.problem = "key layout not verified yet (etcd not reached)"
+        self.registration: Registration | None = None
+        self.applied_at: float | None = None     # clock time the last registry was applied
+        self._held = False                       # the last tick held the record back
+
+    def taken_from_file(self) -> None:
+        """The state file's layout is served as verified (etcd did not answer at start)."""
+        self.ok, self.problem = True, ""
+
+    def history_reset(self) -> None:
+        """A new etcd history: the layout is checked again, the record written again."""
+        self.ok = False
+        if self.registration is not None:
+            self.registration.history_reset()
+
+    async def check_layout(self, *, create: bool = True) -> bool:
+        """Check (and with ``create``, record if absent) the key layout; False when etcd did
+        not answer. Raises LayoutMismatch."""
+        try:
+            async with asyncio.timeout(self._call * 3.5):
+                mismatch = await check_layout(self._store(), self.layout,
+                                              timeout=self._call, create=create)
+        except (StoreError, TimeoutError) as e:
+            log.debug("layout of %s not checked yet: %s", self.layout.namespace, e)
+            return False
+        if mismatch == "absent":
+            self.problem = ("key layout not recorded yet (the namespace's first "
+                            "gateway records it after its start-up delay)")
+            self._changed()
+            return True
+        if mismatch != "ok":
+            self.ok, self.problem = False, str(mismatch)
+            self.mismatch = True
+            log.error("%s", mismatch)
+            self._publish(ev.ChangeEvent("layout_mismatch", detail=str(mismatch),
+                                         generation=self._generation()))
+            self._changed()
+            raise mismatch
+        self.ok, self.problem = True, ""
+        self._state.layout_verified(self.layout)
+        self._changed()
+        self._save()
+        return True
+
+    async def run(self) -> None:
+        # start-up jitter: the first registration (and layout record) of gateways started
+        # together spreads over one poll interval
+        await asyncio.sleep(self._rng.uniform(0, self._interval))
+        while True:
+            ok = False
+            try:
+                ok = await self.once()
+            except Exception as e:      # noqa: BLE001 - no content may end this loop
+                self._failed("registration", e)
+            wait = self._backoff.next(ok)
+            if not ok:
+                log.debug("registration failed %d times in a row: next in %.2f s",
+                          self._backoff.failures, wait)
+            await asyncio.sleep(wait)
+
+    async def once(self) -> bool:
+        """One tick of the etcd side; False when etcd did not answer a call of it."""
+        self._history_check()
+        ok = True
+        if (not self.ok or self._state.layout_from_file) and not self.mismatch:
+            with contextlib.suppress(lay.LayoutMismatch):
+                ok = await self.check_layout()
+        assert self.registration is not None
+        record = self._record()
+        now = self._clock()
+        # a record changed by a registry applied less than SETTLE ago waits for the next tick
+        # (the keepalive does not), never two ticks in a row: written within a poll interval
+        # and SETTLE of the apply, within two intervals however often the registry changes
+        hold = (not self._held and self.applied_at is not None
+                and now - self.applied_at < SETTLE * self._interval)
+        self._held = hold
+        try:
+            async with asyncio.timeout(self._call * 3.5):
+                ok = await self.registration.tick(record, now, hold=hold) and ok
+        except TimeoutError:
+            ok = False
+        return ok
