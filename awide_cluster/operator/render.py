@@ -128,6 +128,8 @@ def table(st: ClusterStatus) -> str:
         out.append(f"!!! DEV CLUSTER: {devs} run with dev_cluster: true - NOT FOR PRODUCTION !!!")
     if st.read_error:
         out.append(f"note: {st.read_error}")
+    out += [f"!!! {'PAUSED' if w.scope == 'pause' else w.scope.upper() + ' ' + w.name} by "
+            f"{w.by or '?'} until {w.until}: {w.reason}"[:80] for w in st.windows]
 
     e = st.etcd
     out.append("")
