@@ -45,7 +45,7 @@ async def history(lab: Lab) -> str:
     return out
 
 
-async def test_pause_and_maintenance(shared_etcd, cluster_name, tmp_path) -> None:
+async def test_pause_and_maintenance(shared_etcd, cluster_name, tmp_path):
     async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
         reg = await lab.registry()
         sick = lab.card(reg, "h1", "card0")
