@@ -34,7 +34,11 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import HISTORY_CORRUPT, WINDOWS_CORRUPT
+from awide_cluster.contract.untrusted import (
+    HISTORY_CORRUPT,
+    WINDOW_REQUEST_CORRUPT,
+    WINDOWS_CORRUPT,
+)
 from awide_cluster.daemon import history_entries
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.decision_windows import window_entries
@@ -182,8 +186,11 @@ class LeaderLoop:
         good_intents, bad_intents = sort_intents(intents)
         good_asks, bad_asks = sort_window_requests(asks)
         windows, windows_problem = windows_found(win_kv)
-        if windows_problem and self.metrics is not None:
-            self.metrics.value_refused(WINDOWS_CORRUPT)
+        if self.metrics is not None:
+            if windows_problem:
+                self.metrics.value_refused(WINDOWS_CORRUPT)
+            for _ in bad_asks:
+                self.metrics.value_refused(WINDOW_REQUEST_CORRUPT)
         snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers,
