@@ -14,10 +14,13 @@ What each may do, keys relative to the cluster prefix ``/awide/<cluster>/`` (con
 - a daemon (host ``h``) writes its own report ``members/h``, the ``leader`` key (its
   campaign), the ``registry``, the ``history`` ring (written in the registry's transaction)
   and ``intents/`` (the leader deletes consumed intents in the registry's transaction; etcd
-  has no delete-only permission);
+  has no delete-only permission), the ``windows`` record and ``window-requests/`` (consumed
+  like intents);
 - a gateway ``g`` of namespace ``ns`` writes ``gateways/g`` and ``layouts/ns``; the shared
   gateway role writes every ``gateways/`` and ``layouts/`` key instead;
-- the operator writes ``intents/`` (drain, undrain, forget);
+- the operator writes ``intents/`` (drain, undrain, forget) and ``window-requests/`` (pause,
+  resume, host maintenance, silence, unsilence), nothing else (not ``windows``: the leader
+  decides what is in force);
 - the reader writes nothing.
 
 etcd permissions are a key or a key range ``[key, range_end)``; a prefix is the range up to
@@ -205,7 +208,9 @@ def access_plan(cluster: str, hosts: Iterable[str], gateways: Iterable[GatewayId
             Permission.one(base + keys.LEADER, "WRITE"),
             Permission.one(base + keys.REGISTRY, "WRITE"),
             Permission.one(base + keys.HISTORY, "WRITE"),
-            Permission.under(base + keys.INTENTS, "WRITE"))
+            Permission.under(base + keys.INTENTS, "WRITE"),
+            Permission.one(base + keys.WINDOWS, "WRITE"),
+            Permission.under(base + keys.WINDOW_REQUESTS, "WRITE"))
     for g in gws:
         add(gateway_user(cluster, g.gateway_id), "gateway",
             Permission.one(base + keys.gateway(g.gateway_id), "WRITE"),
@@ -214,7 +219,8 @@ def access_plan(cluster: str, hosts: Iterable[str], gateways: Iterable[GatewayId
         add(gateway_user(cluster), "gateways",
             Permission.under(base + keys.GATEWAYS, "WRITE"),
             Permission.under(base + keys.LAYOUTS, "WRITE"))
-    add(operator_user(cluster), "operator", Permission.under(base + keys.INTENTS, "WRITE"))
+    add(operator_user(cluster), "operator", Permission.under(base + keys.INTENTS, "WRITE"),
+        Permission.under(base + keys.WINDOW_REQUESTS, "WRITE"))
     add(reader_user(cluster), "reader")
     return AccessPlan(cluster=keys.check_name("cluster", cluster),
                       users=tuple(u for u, _ in planned),

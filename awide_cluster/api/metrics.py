@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from awide_cluster.contract.registry import STATES, Registry
+from awide_cluster.contract.windows import Windows
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS
 from awide_cluster.telemetry import ConstantLabels
 
@@ -172,6 +173,19 @@ class DaemonMetrics:
                                         "good state, by what it found in etcd", ["found"],
                                         registry=r)
 
+        self.card_silenced = Gauge("awide_card_silenced",
+                                   "1 while an operator's silence of the card is in force, else "
+                                   "0 (exported by the leader only; the alert rules carry it "
+                                   "as the label silenced)",
+                                   ["card", "card_name", "host"], registry=r)
+        self.paused = Gauge("awide_paused",
+                            "1 while the cluster is paused (the leader takes no card out), "
+                            "else 0 (exported by the leader only)", registry=r)
+        self.host_maintenance = Gauge("awide_host_maintenance",
+                                      "1 while the host is in a maintenance window (exported "
+                                      "by the leader only)", ["host"], registry=r)
+        self._silenced_seen: set[tuple[str, str, str]] = set()
+        self._maintenance_seen: set[str] = set()
         self._cards_seen: set[tuple[str, str, str]] = set()
         self._local_ids: dict[str, str] = {}        # card name on this host -> id labelled
         self._leader: str | None = None
@@ -246,6 +260,33 @@ class DaemonMetrics:
         self.cards_unplaced.set(len(reg.slots.unplaced))
         self.cards_conflict.set(sum(1 for c in reg.cards if c.conflict is not None))
 
+    def observe_silenced(self, reg: Registry | None, windows: Windows | None) -> None:
+        """The operator windows in force as the leader decided them (None: this daemon does
+        not lead: every series removed): ``awide_card_silenced`` per registry card,
+        ``awide_paused``, ``awide_host_maintenance`` per host in a window."""
+        now: set[tuple[str, str, str]] = set()
+        for c in reg.cards if reg is not None else ():
+            now.add((c.id, c.name, c.host))
+            on = windows is not None and c.id in windows.cards
+            self.card_silenced.labels(card=c.id, card_name=c.name, host=c.host).set(
+                1 if on else 0)
+        for key in self._silenced_seen - now:
+            try:
+                self.card_silenced.remove(*key)
+            except KeyError:
+                pass
+        self._silenced_seen = now
+        self.paused.set(1 if windows is not None and windows.pause is not None else 0)
+        hosts = set(windows.hosts) if windows is not None else set()
+        for h in hosts:
+            self.host_maintenance.labels(host=h).set(1)
+        for h in self._maintenance_seen - hosts:
+            try:
+                self.host_maintenance.remove(h)
+            except KeyError:
+                pass
+        self._maintenance_seen = hosts
+
     def registry_write(self, result: str) -> None:
         """``result``: written, conflict (fenced or raced) or error."""
         self.registry_writes.labels(result=result).inc()
@@ -277,6 +318,8 @@ class DaemonMetrics:
         observation only sets the baseline, and a gap with no leader is not a change by itself.
         """
         self.is_leader.set(1 if me else 0)
+        if not me and (self._silenced_seen or self._maintenance_seen):
+            self.observe_silenced(None, None)   # only the leader says what is in force
         if holder is None:
             return
         if self._leader_known and holder != self._leader:

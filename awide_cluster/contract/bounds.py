@@ -32,6 +32,11 @@ REGISTRY_MAX_BYTES = 512 * KIB
 RECORD_MAX_BYTES = 4 * KIB
 HISTORY_MAX_BYTES = 256 * KIB
 HISTORY_MAX_ENTRIES = 500
+# the windows record (``windows``): a pause, and at most WINDOWS_MAX_HOSTS hosts in maintenance
+# and WINDOWS_MAX_CARDS cards silenced, each about 0.5 KiB with every text at its maximum
+WINDOWS_MAX_BYTES = 128 * KIB
+WINDOWS_MAX_HOSTS = 64
+WINDOWS_MAX_CARDS = 128
 
 MEMBERS_MAX_KEYS = 128
 INTENTS_MAX_KEYS = 64
@@ -47,6 +52,8 @@ def value_bound(key: str) -> int:
         return REGISTRY_MAX_BYTES
     if key == keys.HISTORY:
         return HISTORY_MAX_BYTES
+    if key == keys.WINDOWS:
+        return WINDOWS_MAX_BYTES
     return RECORD_MAX_BYTES
 
 

@@ -13,6 +13,8 @@ INTENTS = "intents/"
 GATEWAYS = "gateways/"
 LAYOUTS = "layouts/"
 HISTORY = "history"             # the leader's ring of the newest registry changes
+WINDOWS = "windows"             # the leader's record of pause, maintenance and silences
+WINDOW_REQUESTS = "window-requests/"    # operators' pause/maintenance/silence requests
 
 
 class BadName(ValueError):
@@ -41,6 +43,13 @@ def member(host: str) -> str:
 
 def intent(card_id: str) -> str:
     return INTENTS + check_name("card id", card_id)
+
+
+def window_request(scope: str, name: str = "") -> str:
+    """``window-requests/pause``, ``window-requests/host.<host>``, ``window-requests/card.<id>``."""
+    if scope == "pause":
+        return WINDOW_REQUESTS + "pause"
+    return WINDOW_REQUESTS + f"{scope}." + check_name(scope, name)
 
 
 def gateway(gateway_id: str) -> str:

@@ -49,6 +49,8 @@ GATEWAY_RECORD_CORRUPT = "gateway_record_corrupt"
 LAYOUT_CORRUPT = "layout_corrupt"
 INTENT_CORRUPT = "intent_corrupt"
 HISTORY_CORRUPT = "history_corrupt"
+WINDOWS_CORRUPT = "windows_corrupt"
+WINDOW_REQUEST_CORRUPT = "window_request_corrupt"
 VALUE_TOO_LARGE = "value_too_large"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.health import Hysteresis
@@ -16,6 +16,8 @@ from awide_cluster.contract.registry import (
     card_id,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
+from awide_cluster.contract.windows import NONE as NO_WINDOWS
+from awide_cluster.contract.windows import Windows
 
 Action = Literal["drain", "undrain", "forget"]
 # what started a cycle: the leader's own poll (one per poll period), or a host report that
@@ -58,6 +60,14 @@ class ClusterSnapshot:
     # the last poll cycle counts); "report": a cycle run because a host report arrived (only
     # the reports that advanced since the last cycle are observed, nothing else counts)
     trigger: Trigger = "poll"
+    # the operator windows (decision_windows): as etcd holds them (None: none, or unusable:
+    # ``windows_problem`` says why), the requests read (``WindowAsk``s) and the refused ones
+    # (key -> (mod_revision, why)), and the leader's wall clock (Unix seconds) they expire by
+    windows: Windows | None = None
+    windows_problem: str = ""
+    window_requests: tuple[Any, ...] = ()
+    bad_window_requests: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    wall: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +110,10 @@ class Decision:
     memory: LeaderMemory
     log: tuple[str, ...]
     moves: tuple[slotfn.Move, ...] = ()
+    # the operator windows in force after this cycle, whether to write them, what changed
+    windows: Windows = NO_WINDOWS
+    windows_write: bool = False
+    window_events: tuple[Any, ...] = ()
 
 
 # --- the views the phases hand each other -------------------------------------------------

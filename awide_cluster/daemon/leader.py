@@ -31,11 +31,17 @@ from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import HISTORY_CORRUPT
+from awide_cluster.contract.untrusted import (
+    HISTORY_CORRUPT,
+    WINDOW_REQUEST_CORRUPT,
+    WINDOWS_CORRUPT,
+)
 from awide_cluster.daemon import history_entries
 from awide_cluster.daemon.clock import Clock
+from awide_cluster.daemon.decision_windows import window_entries
 from awide_cluster.daemon.leader_read import (
     LeaderRead,
     StoredHistory,
@@ -44,6 +50,8 @@ from awide_cluster.daemon.leader_read import (
     registry_found,
     sort_intents,
     sort_reports,
+    sort_window_requests,
+    windows_found,
 )
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
@@ -86,6 +94,8 @@ def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
         success.append(Put(keys.REGISTRY, regdoc.encode(d.registry)))
     if ring is not None:
         success.append(Put(keys.HISTORY, histdoc.encode(ring)))
+    if d.windows_write:
+        success.append(Put(keys.WINDOWS, windoc.encode(d.windows)))
     for key, rev in d.consumed:
         compares.append(Compare(key, "mod", "equal", rev))
         success.append(Delete(key))
@@ -123,6 +133,7 @@ class LeaderLoop:
         self.history: histdoc.History | None = None     # the ring as this term knows it
         self.announced = False          # this term's "leader" history entry is written
         self.history_refused = 0        # rings found unreadable (and started afresh)
+        self.windows = windoc.NONE      # the operator windows in force, as the last cycle decided
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -146,14 +157,19 @@ class LeaderLoop:
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
         cycle repairs it."""
         t = self.call_timeout
-        members, reg_kv, intents, leader_kv, ring = await asyncio.gather(
-            self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
-                                   max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
-            self._get_registry(t),
-            self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
-                                   max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
-            self.store.get(keys.LEADER, timeout=t),
-            self._get_history(t),
+        (members, reg_kv, intents, leader_kv, ring), (win_kv, asks) = await asyncio.gather(
+            asyncio.gather(
+                self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
+                                       max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
+                self._get_registry(t),
+                self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
+                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
+                self.store.get(keys.LEADER, timeout=t),
+                self._get_history(t)),
+            asyncio.gather(                 # the operator windows (decision_windows)
+                self._get_windows(t),
+                self.store.read_prefix(keys.WINDOW_REQUESTS, max_keys=bounds.INTENTS_MAX_KEYS,
+                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t)),
         )
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if self.metrics is not None:
@@ -168,9 +184,19 @@ class LeaderLoop:
         hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
         stored = self._registry_found(reg_kv)
         good_intents, bad_intents = sort_intents(intents)
+        good_asks, bad_asks = sort_window_requests(asks)
+        windows, windows_problem = windows_found(win_kv)
+        if self.metrics is not None:
+            if windows_problem:
+                self.metrics.value_refused(WINDOWS_CORRUPT)
+            for _ in bad_asks:
+                self.metrics.value_refused(WINDOW_REQUEST_CORRUPT)
         snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
-                        bad_intents=bad_intents, strangers=hosts.strangers)
+                        bad_intents=bad_intents, strangers=hosts.strangers,
+                        windows=windows, windows_problem=windows_problem,
+                        window_requests=good_asks, bad_window_requests=bad_asks,
+                        wall=records.parse_time(self.clock.wall()) or 0.0)
         return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
 
@@ -198,6 +224,14 @@ class LeaderLoop:
         except ValueTooLarge as e:
             return history_found(e)
         return history_found(kv)
+
+    async def _get_windows(self, timeout: float) -> KeyValue | ValueTooLarge | None:
+        """The windows in force (``windows``), within their bound."""
+        try:
+            return await self.store.get(keys.WINDOWS, timeout=timeout,
+                                        max_value_bytes=bounds.WINDOWS_MAX_BYTES)
+        except ValueTooLarge as e:
+            return e
 
     async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
         """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
@@ -275,7 +309,12 @@ class LeaderLoop:
             intents=snap.intents,
             refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
             repair=snap.repair, new_term=not self.announced, at=self.clock.wall())
-        if not d.write and not d.consumed and not news:
+        news += window_entries(d.window_events, d.registry, leader=self.policy.leader,
+                               at=self.clock.wall())
+        self.windows = d.windows
+        if self.metrics is not None:
+            self.metrics.observe_silenced(d.registry, d.windows)
+        if not d.write and not d.consumed and not news and not d.windows_write:
             for line in d.log:
                 log.info("%s%s", line, self._why)
             return CycleOutcome.UNCHANGED

@@ -11,9 +11,11 @@ from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.daemon.decision_windows import WindowAsk
 from awide_cluster.daemon.reconcile import ACTIONS, ClusterSnapshot, Intent
 from awide_cluster.store.errors import ValueTooLarge
 from awide_cluster.store.types import KeyValue, PrefixRead
@@ -145,3 +147,34 @@ def sort_intents(intents: PrefixRead
         except ValueError as e:
             bad[kv.key] = (kv.mod_revision, str(e)[:200])
     return tuple(good), bad
+
+
+def sort_window_requests(read: PrefixRead
+                         ) -> tuple[tuple[WindowAsk, ...], dict[str, tuple[int, str]]]:
+    """The window requests that decode, and the refused ones by key: (mod_revision, why)."""
+    bad = {k: (r.mod_revision, r.why) for k, r in read.refused.items() if r.kind == "value"}
+    good: list[WindowAsk] = []
+    for kv in read.kvs:
+        try:
+            scope, name = windoc.request_scope(kv.key)
+            req = windoc.decode_request(kv.value, key=kv.key)
+        except windoc.WindowRequestError as e:
+            bad[kv.key] = (kv.mod_revision, clean_text(e, 200))
+            continue
+        good.append(WindowAsk(scope=scope, name=name, request=req, key=kv.key,
+                              mod_revision=kv.mod_revision))
+    return tuple(good), bad
+
+
+def windows_found(kv: KeyValue | ValueTooLarge | None) -> tuple[windoc.Windows | None, str]:
+    """The windows in force as etcd holds them (None: none yet), or None and why they cannot
+    be used (then the leader writes them afresh: the windows are lost, and logged)."""
+    if isinstance(kv, ValueTooLarge):
+        return None, clean_text(windoc.WindowsError(
+            f"value over {kv.limit} bytes, refused unread", key=keys.WINDOWS), 300)
+    if kv is None:
+        return None, ""
+    try:
+        return windoc.decode(kv.value), ""
+    except windoc.WindowsError as e:
+        return None, clean_text(e, 300)

@@ -118,6 +118,7 @@ from awide_cluster.daemon.decision_reports import (
     within_cluster,
     write_outage,
 )
+from awide_cluster.daemon.decision_windows import hold_polls, take_windows
 
 # the decision's names, where the leader, its tests and its tools find them
 __all__ = [
@@ -147,7 +148,11 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
     taken = take_intents(start, snap, seen)
     ledger = drop_foreign(taken.ledger, seen, policy)
     reading = judge_reports(snap, memory, policy)
+    windows = take_windows(snap, policy, ledger.cards, snap.windows, snap.window_requests,
+                           snap.bad_window_requests, now_ts=snap.wall, now=now,
+                           problem=snap.windows_problem)
     polls = {cid: poll_card(c, snap, seen, reading) for cid, c in ledger.cards.items()}
+    polls = hold_polls(polls, ledger.cards, snap, windows.windows)
     ledger = judge_cards(ledger, polls, reading, policy, stamp)
     ledger = apply_drains(ledger, taken.pending, stamp)
     ledger = admit(ledger, seen, taken.forgotten, stamp)
@@ -164,10 +169,11 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
         outage=reading.outage,
         held_for=reading.held_for,
     )
-    return Decision(registry=settled.registry, write=settled.write, consumed=taken.consumed,
-                    memory=remembered,
-                    log=hold_lines(snap, memory, reading, policy) + settled.log,
-                    moves=settled.moves)
+    return Decision(registry=settled.registry, write=settled.write,
+                    consumed=taken.consumed + windows.consumed, memory=remembered,
+                    log=hold_lines(snap, memory, reading, policy) + windows.log + settled.log,
+                    moves=settled.moves, windows=windows.windows,
+                    windows_write=windows.write, window_events=windows.events)
 
 
 def fresh_bad(polls: Mapping[str, Poll], memory: LeaderMemory) -> frozenset[str]:

@@ -21,6 +21,9 @@ Quorum = Literal["ok", "lost", "unknown"]
 # HEALTH_WARN for the same reason). Other warnings pass by themselves and count only with
 # ``--strict``.
 OPERATOR_SET = frozenset({"card_drained", "intent_pending", "dev_cluster"})
+# ... and the operator windows: a pause, a host's maintenance, a card's silence, a request
+OPERATOR_SET |= frozenset({"cluster_paused", "host_maintenance", "card_silenced",
+                           "window_pending"})
 # Warnings about redundancy lost: the cluster works, but a part of it is down (a daemon, a
 # witness's included, or an etcd member with quorum kept): they hold the exit code at 1 too,
 # until the part is back.
@@ -38,6 +41,7 @@ class Problem:
     code: str                   # stable, e.g. card_out, quorum_lost (docs/operations.md)
     subject: str                # what it is about: a card id, host, gateway id, namespace, ...
     message: str
+    muted: str = ""             # an error an operator window mutes (a warning): which, and why
 
     @property
     def operator_set(self) -> bool:
@@ -52,7 +56,7 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         return {"severity": self.severity, "code": self.code, "subject": self.subject,
                 "message": self.message, "operator_set": self.operator_set,
-                "holds": self.holds}
+                "holds": self.holds, "muted": self.muted}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ class HostView:
     # the daemon stopped cleanly and its host is held until then (its own wall clock, as
     # text; "" when the report is a live one): {"until": ..., "grace": seconds}
     restarting: dict[str, Any] | None = None
+    maintenance: str = ""       # in a maintenance window: by whom, since, until, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,7 @@ class CardView:
     unplaced: str               # why it has no slot, "" if it has one or needs none
     reported: str               # its host's latest observation: ok, sick: why, not found, no report
     drained_by: str = ""        # a drained card: who drained it, when, why (from the history)
+    muted: str = ""             # silenced, or its host in maintenance: by whom, until, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,19 @@ class IntentView:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowView:
+    """An operator window in force: ``pause``, ``host`` (name: the host) or ``card`` (the
+    card id), who set it, since and until when (the leader's clock), why."""
+    scope: str
+    name: str
+    by: str
+    since: str
+    until: str
+    reason: str
+    drained: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     cluster: str
     taken_at: str               # ISO time of the read (this machine's clock)
@@ -195,6 +214,7 @@ class ClusterStatus:
     # the history ring as read (None: none, or unreadable); not part of to_dict: the
     # ``history`` command shows it, ``status --watch`` tails it
     history: History | None = None
+    windows: tuple[WindowView, ...] = ()        # the operator windows in force
 
     @property
     def healthy(self) -> bool:
@@ -246,6 +266,7 @@ class ClusterStatus:
             "gateways": [_plain(g) for g in self.gateways],
             "intents": [_plain(i) for i in self.intents],
             "problems": [p.to_dict() for p in self.problems],
+            "windows": [_plain(w) for w in self.windows],
         }
 
 

@@ -117,6 +117,9 @@ def brief(st: ClusterStatus) -> str:
     return line if len(line) <= BRIEF_MAX else line[:BRIEF_MAX - 3] + "..."
 
 
+_WINDOW_WORD = {"pause": "!!! PAUSED", "host": "MAINTENANCE", "card": "SILENCED"}
+
+
 def table(st: ClusterStatus) -> str:
     out: list[str] = []
     verdict = headline(st)
@@ -128,6 +131,8 @@ def table(st: ClusterStatus) -> str:
         out.append(f"!!! DEV CLUSTER: {devs} run with dev_cluster: true - NOT FOR PRODUCTION !!!")
     if st.read_error:
         out.append(f"note: {st.read_error}")
+    out += [f"{_WINDOW_WORD.get(w.scope, w.scope)} {w.name} by {w.by or '?'} until {w.until}: "
+            f"{w.reason}".replace("  ", " ")[:80] for w in st.windows]
 
     e = st.etcd
     out.append("")

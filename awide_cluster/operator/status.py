@@ -24,6 +24,7 @@ from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
+from awide_cluster.contract.windows import NONE as NO_WINDOWS
 from awide_cluster.operator.freshness import Observations
 from awide_cluster.operator.judge.cards import judge_cards
 from awide_cluster.operator.judge.daemons import (
@@ -43,6 +44,7 @@ from awide_cluster.operator.judge.gateways import (
     unread_gateway,
     unread_intent,
 )
+from awide_cluster.operator.judge.windows import judge_windows, mute
 from awide_cluster.operator.model import (
     CardView,
     ClusterStatus,
@@ -52,6 +54,7 @@ from awide_cluster.operator.model import (
     LeaderView,
     Problem,
     RegistryView,
+    WindowView,
 )
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
 from awide_cluster.store.types import KeyValue
@@ -60,6 +63,7 @@ T = TypeVar("T")
 _NO_CARDS: tuple[CardView, ...] = ()
 _NO_GATEWAYS: tuple[GatewayRecordView, ...] = ()
 _NO_INTENTS: tuple[IntentView, ...] = ()
+_NO_WINDOWS: tuple[WindowView, ...] = ()
 _NONE: tuple[Problem, ...] = ()
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 
@@ -97,13 +101,16 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
         refused_views(big, raw, seen, gateways, intents), _NONE), (gateways, intents))
     problems += cluster_problems(readable, leader, hosts.views)
     cards, problems = who_drained(cards, problems, ring)
+    in_force, windows = section("windows", lambda: judge_windows(kv, raw.wall),
+                                (NO_WINDOWS, _NO_WINDOWS))
+    problems, cards, host_views = mute(problems, cards, hosts.views, in_force)
     problems.sort(key=lambda p: (_SEVERITY_ORDER[p.severity], p.code, p.subject))
     return ClusterStatus(
         cluster=raw.cluster, taken_at=records.iso(raw.wall), revision=raw.revision,
         read_error=raw.read_error, etcd=etcd, leader=leader, registry=reg_view,
-        hosts=hosts.views, cards=cards, gateways=gateways, intents=intents,
+        hosts=host_views, cards=cards, gateways=gateways, intents=intents,
         problems=tuple(problems), dev_cluster=any(h.dev_cluster for h in hosts.views),
-        history=ring,
+        history=ring, windows=windows,
     )
 
 

@@ -131,10 +131,12 @@ async def test_each_identity_writes_what_it_must_and_no_more(secured, make_store
                 keys.gateway("g2"), keys.layout("ns2"), keys.intent("c1")):
         await refused(g1, key)
 
-    # the operator: intents only
+    # the operator: intents and window requests only
     op = as_(operator_user(plan.cluster))
     await op.put(keys.intent("c2"), b"{}")
-    for key in (keys.REGISTRY, keys.LEADER, keys.member("h1"), keys.gateway("g1")):
+    await op.put(keys.window_request("host", "h1"), b"{}")
+    for key in (keys.REGISTRY, keys.LEADER, keys.member("h1"), keys.gateway("g1"),
+                keys.WINDOWS):
         await refused(op, key)
 
     # the reader: reads everything under the prefix, writes nothing

@@ -40,14 +40,16 @@ def every_key(plan, hosts, gws, extra):
     ks = [keys.LEADER, keys.REGISTRY, keys.HISTORY, *(keys.member(h) for h in hosts + extra),
           *(keys.gateway(g.gateway_id) for g in gws), *(keys.gateway(x) for x in extra),
           *(keys.layout(g.namespace) for g in gws), *(keys.layout(x) for x in extra),
-          *(keys.intent(x) for x in extra)]
+          *(keys.intent(x) for x in extra), keys.WINDOWS, keys.window_request("pause"),
+          *(keys.window_request("host", x) for x in hosts + extra),
+          *(keys.window_request("card", x) for x in extra)]
     return [base + k for k in ks]
 
 
 @given(plans(), st.lists(name, max_size=3))
 def test_only_daemons_write_the_registry_its_history_and_the_leader_key(p, extra):
     plan, hosts, _, _ = p
-    for key in (keys.REGISTRY, keys.HISTORY, keys.LEADER):
+    for key in (keys.REGISTRY, keys.HISTORY, keys.LEADER, keys.WINDOWS):
         writers = {u.name for u in plan.users if plan.may(u.name, "WRITE", plan.prefix + key)}
         assert writers == {host_user(plan.cluster, h) for h in hosts}
 
@@ -84,7 +86,7 @@ def test_operator_writes_intents_reader_writes_nothing(p, extra):
     for k in every_key(plan, hosts, gws, extra):
         assert plan.may(reader_user(plan.cluster), "WRITE", k) is False
         assert plan.may(operator_user(plan.cluster), "WRITE", k) == \
-            k.startswith(plan.prefix + keys.INTENTS)
+            k.startswith((plan.prefix + keys.INTENTS, plan.prefix + keys.WINDOW_REQUESTS))
 
 
 @given(plans(), st.lists(name, max_size=3), name)
@@ -150,7 +152,9 @@ def test_cli_plan_and_refusals(tmp_path):
     r = run(cli, ["access", "plan", *ep, "--host", "h1,h2", "--gateway", "g1=ns1"])
     assert r.exit_code == 0, r.output
     assert "host:c1:h1 (host): read *; write history; write intents/*; write leader; " \
-        "write members/h1; write registry" in r.output
+        "write members/h1; write registry; write window-requests/*; write windows" in r.output
+    assert "operator:c1 (operator): read *; write intents/*; write window-requests/*" \
+        in r.output
     assert "gateway:c1:g1 (gateway): read *; write gateways/g1; write layouts/ns1" in r.output
     r = run(cli, ["access", "plan", *ep, "--host", "h1", "--format", "json"])
     assert r.exit_code == 0 and '"name": "reader:c1"' in r.output, r.output
