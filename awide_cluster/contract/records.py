@@ -26,7 +26,7 @@ from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
-INTENT_ACTIONS = ("drain", "undrain", "forget")
+INTENT_ACTIONS = ("drain", "undrain", "forget", "clear-hold")
 
 
 class RecordError(u.BadValue):
