@@ -82,6 +82,7 @@ from awide_cluster.daemon.decision_model import (
     Action,
     CardStep,
     ClusterSnapshot,
+    Damping,
     Decision,
     Intent,
     LeaderMemory,
@@ -123,7 +124,8 @@ from awide_cluster.daemon.decision_reports import (
 
 # the decision's names, where the leader, its tests and its tools find them
 __all__ = [
-    "ACTIONS", "Action", "CardStep", "ClusterSnapshot", "Decision", "Intent", "LeaderMemory",
+    "ACTIONS", "Action", "CardStep", "ClusterSnapshot", "Damping", "Decision", "Intent",
+    "LeaderMemory",
     "Ledger", "Policy", "Poll", "Reading", "STOPPED_TOGETHER", "Settled", "Sighting",
     "Sightings", "Stamp", "TakenIntents", "Trigger", "admit", "apply_drains", "by_whom",
     "conflicts", "counted", "damp_card", "damp_cards", "decide", "describe", "drop_foreign",
