@@ -233,3 +233,28 @@ def test_hold_lengths_double_up_to_the_bound() -> None:
     assert [hold_length(n, DAMP) for n in range(1, 6)] == [2.0, 4.0, 8.0, 8.0, 8.0]
     d = Damping()
     assert [hold_length(n, d) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
+
+
+def test_status_shows_the_hold_off_left_and_how_to_clear_it() -> None:
+    from awide_cluster.contract import records
+    from awide_cluster.operator.judge.cards import judge_cards
+    from awide_cluster.operator.render import card_lines
+    p = Pair()
+    p.poll(True)
+    flap(p, 2)
+    for _ in range(3):
+        p.poll(False)
+    p.poll(True)
+    reg = p.damped.written
+    c = entry(reg, C)
+    assert c.hold is not None
+    at = "2026-12-03T10:00:00+00:00"
+    reg = replace(reg, cards=(replace(c, hold=replace(c.hold, until=at)),))
+    wall = records.parse_time(at)
+    assert wall is not None
+    views, problems = judge_cards(reg, {}, wall - 1.5)
+    assert views[0].hold is not None and views[0].hold["remaining"] == 1.5
+    out = next(pr for pr in problems if pr.code == "card_out")
+    assert "held out for 2 s" in out.message and "1.5 s left" in out.message
+    assert f"awide-cluster card clear-hold {C}" in out.message
+    assert "hold-off 1.5 s left" in "\n".join(card_lines(views))
