@@ -135,7 +135,7 @@ def damp_card(old: CardEntry, new: CardEntry, f: Flaps, *, tick: int, policy: Po
                        until=until_text(stamp.at, secs), reason=why)
     return DampStep(card=_kept_out(old, new, started),
                     flaps=Flaps(outs=outs, held_until=tick + polls_of(secs, policy.poll_interval)),
-                    log=(f"{describe(old)} held out: {why}",), held=True)
+                    log=(f"{describe(old)} {why}",), held=True)
 
 
 def _kept_out(old: CardEntry, new: CardEntry, hold: CardHold) -> CardEntry:

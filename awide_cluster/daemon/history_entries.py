@@ -118,8 +118,7 @@ def entries(before: Registry | None, after: Registry, *, leader: str = "",
         elif n.state == "out" and _hold_began(o, n):
             # flap damping: a card about to return is held out (no state change); an ``out``
             # entry, so that every reader of the history knows the kind
-            rest = said(lines, o, "held out: ")
-            b.add("out", f"held out: {rest}" if rest else n.reason, n)
+            b.add("out", n.reason or "held out (flap damping)", n)
         if it is not None and it.action == "clear-hold":
             acted.add(cid)
             b.add("intent", f"clear-hold: {'hold cleared, ' if o.hold else 'no hold, '}"
