@@ -70,7 +70,9 @@ def test_a_flapping_card_goes_out_a_few_times_each_hold_in_the_history(tmp_path)
             views = [v for v in c.history(gid) if v.seen_at >= t0]
             assert all(v.card_in(sid) for v in views), f"{gid}: the steady card left service"
             outs[gid] = transitions([v.card_in(fid) for v in views])
-        ring = histdoc.decode(c.read_key(keys.HISTORY).value)
+        kv = c.read_key(keys.HISTORY)
+        assert kv is not None, "no history"
+        ring = histdoc.decode(kv.value)
         mine = [e for e in ring.entries if e.card == fid]
         held = [e for e in mine if e.kind == "out" and e.reason.startswith("held out")]
         went_out = [e for e in mine if e.kind == "out" and not e.reason.startswith("held out")]
