@@ -13,6 +13,8 @@ INTENTS = "intents/"
 GATEWAYS = "gateways/"
 LAYOUTS = "layouts/"
 HISTORY = "history"             # the leader's ring of the newest registry changes
+# a leader switchover: the operator's request, then the leader's hand-over (no card id is this)
+SWITCHOVER = INTENTS + "switchover"
 
 
 class BadName(ValueError):
