@@ -126,6 +126,8 @@ class ClusterSpec:
     etcd_args: tuple[str, ...] = ()
     etcd_unsafe_no_fsync: bool = True
     secure: bool = False
+    # sections added to every daemon's config as they are (e.g. ``{"damping": {...}}``)
+    daemon_extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def storage_names(self) -> tuple[str, ...]:
@@ -263,6 +265,7 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
     }
     if sysfs_root is not None:
         doc["sysfs_root"] = sysfs_root
+    doc.update(spec.daemon_extra)
     return doc
 
 

@@ -103,6 +103,7 @@ STARTS_CLUSTERS = frozenset({
     "embedded/test_restore.py",
     "embedded/test_tour.py",
     "embedded/test_witness_down.py",
+    "embedded/test_flap_damping.py",
 })
 _NOT_FAST = ("slow", "system")
 

@@ -1,4 +1,4 @@
-"""``awide-cluster run | check-config | drain | undrain | forget``.
+"""``awide-cluster run | check-config | drain | undrain | forget | card clear-hold``.
 
 ``run``/``check-config``: 0 done; 2 invalid config file (``FILE: field: reason`` on stderr,
 before anything touches etcd; a gateway's file is named as such); 3 (run) the etcd cluster
@@ -96,6 +96,9 @@ _ACTION_DOC = {
              "serial or host/name. Says what will happen; status shows the drained card as a "
              "warning (exit 1) until undrain.",
     "undrain": "Put a drained CARD back (in if healthy, else out).",
+    "clear-hold": "Clear the flap-damping hold of CARD: it returns at once if its host "
+                  "reports it healthy (else it stays out until it is). CARD is a card id, a "
+                  "serial or host/name.",
     "forget": "Remove CARD from the registry; its slot is freed and other cards may move. "
               "Says what will happen and asks (--yes where no terminal can answer); refuses a "
               "card a host still reports (it would be admitted again at once) unless --force; "
@@ -103,7 +106,12 @@ _ACTION_DOC = {
 }
 
 
-def _intent(action: str) -> click.Command:
+@cli.group("card")
+def card_group() -> None:
+    """Commands about one card (see also drain, undrain, forget)."""
+
+
+def _intent(action: str, group: click.Group = cli) -> click.Command:
     @click.argument("card")
     @target_options
     @click.option("--reason", default=None, metavar="TEXT",
@@ -147,7 +155,7 @@ def _intent(action: str) -> click.Command:
         command = click.option("--force", is_flag=True,
                                help="forget it even though a host still reports it (it comes "
                                     "back as a new entry at the leader's next cycle)")(command)
-    return cli.command(action)(command)
+    return group.command(action)(command)
 
 
 def _check_reason(reason: str | None, *, required: bool = False) -> str | None:
@@ -266,3 +274,4 @@ async def _submit(target: ClusterTarget, store_config: StoreConfig, action: str,
 
 for _action in ("drain", "undrain", "forget"):
     _intent(_action)
+_intent("clear-hold", card_group)

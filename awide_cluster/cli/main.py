@@ -1,7 +1,7 @@
 """The ``awide-cluster`` command. Subcommands live in sibling modules that register on ``cli``:
 ``daemon`` (run, check-config, drain/undrain/forget), ``gateway`` (gateway check-config/watch),
-``operator`` (status, cards, backup), ``history``, ``access`` (etcd users and roles). The
-demo cluster runs from a source checkout (``make demo``)."""
+``operator`` (status, cards, backup), ``history``, ``leader`` (switchover), ``access`` (etcd
+users and roles). The demo cluster runs from a source checkout (``make demo``)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def cli() -> None:
     """Control plane of the ADP KV-cache card cluster."""
 
 
-for _name in ("daemon", "gateway", "operator", "history_command", "access", "windows"):
+for _name in ("daemon", "gateway", "operator", "history_command", "access", "windows", "leader"):
     try:
         importlib.import_module(f"awide_cluster.cli.{_name}")
     except ModuleNotFoundError as _e:  # a part not written yet

@@ -82,6 +82,23 @@ class TimingSection(Section):
         return max(WATCH_STALL_FLOOR, 3 * min(self.poll_interval, self.etcd_progress_notify))
 
 
+class DampingSection(Section):
+    """Flap damping (docs/config.md): a card that went out ``outs`` times within ``window`` s
+    is held out when it next returns, ``first_hold`` s, each next hold twice the last, at most
+    ``max_hold`` s."""
+
+    outs: int = Field(default=3, ge=0, le=100,
+                      description="outs within the window whose next return is held; 0: no "
+                                  "damping")
+    window: float = Field(default=600.0, ge=1.0, le=86400.0,
+                          description="seconds over which outs are counted (and without an "
+                                      "out after a hold, its level is forgotten)")
+    first_hold: float = Field(default=10.0, ge=0.05, le=3600.0,
+                              description="seconds of the first hold")
+    max_hold: float = Field(default=300.0, ge=0.05, le=3600.0,
+                            description="seconds a hold lasts at most")
+
+
 class ApiTlsSection(Section):
     """TLS of the daemon's HTTP API; every client presents a certificate of ``client_ca_file``."""
 
@@ -131,6 +148,7 @@ class DaemonConfig(Section):
     hosts: tuple[str, ...] = Field(min_length=1, max_length=256)
     etcd: EtcdSection
     timing: TimingSection = TimingSection()
+    damping: DampingSection = DampingSection()
     api: ApiSection = ApiSection()
     cards: tuple[CardSpec, ...] = ()
     sysfs_root: Path = Path("/sys")
@@ -215,6 +233,9 @@ def combination_problems(cfg: DaemonConfig) -> list[tuple[str, str]]:
                 f"{c.probe_timeout:g} s is not shorter than sick_polls x poll_interval = "
                 f"{window:g} s: a hanging probe would stall this host's reports until the "
                 "leader takes every card of the host out")))
+    if cfg.damping.max_hold < cfg.damping.first_hold:
+        out.append(("damping.max_hold", f"{cfg.damping.max_hold:g} s is shorter than "
+                                        f"damping.first_hold ({cfg.damping.first_hold:g} s)"))
     if len(cfg.cards) > 64:
         out.append(("cards", "at most 64 cards per host"))
     return out

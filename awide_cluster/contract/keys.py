@@ -15,6 +15,8 @@ LAYOUTS = "layouts/"
 HISTORY = "history"             # the leader's ring of the newest registry changes
 WINDOWS = "windows"             # the leader's record of pause, maintenance and silences
 WINDOW_REQUESTS = "window-requests/"    # operators' pause/maintenance/silence requests
+# a leader switchover: the operator's request, then the leader's hand-over (no card id is this)
+SWITCHOVER = INTENTS + "switchover"
 
 
 class BadName(ValueError):

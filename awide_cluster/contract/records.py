@@ -26,7 +26,7 @@ from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
-INTENT_ACTIONS = ("drain", "undrain", "forget")
+INTENT_ACTIONS = ("drain", "undrain", "forget", "clear-hold")
 
 
 class RecordError(u.BadValue):
@@ -306,3 +306,54 @@ def decode_intent(raw: bytes | str, card_id: str = "", *, key: str | None = None
     return IntentRecord(action=action, by=f.text("by", required=False, limit=u.BY_MAX),
                         at=f.text("at", required=False, limit=u.TIME_TEXT_MAX),
                         reason=f.text("reason", required=False, limit=u.INTENT_REASON_MAX))
+
+
+class SwitchoverRecordError(RecordError):
+    what = "switchover"
+    default_problem = u.INTENT_CORRUPT
+
+
+@dataclass(frozen=True)
+class SwitchoverRecord:
+    """At ``intents/switchover``: the operator's request to move leadership (``to``: the host
+    asked for, "" any live one), and once the leader granted it, the hand-over
+    (``granted_by``: the leader that handed over; ``to``: the one host that campaigns while
+    it lasts), written on a lease of the lease TTL (it vanishes by itself)."""
+
+    to: str = ""
+    by: str = ""
+    at: str = ""
+    reason: str = ""
+    granted_by: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by", u.clean_text(self.by, u.BY_MAX))
+        object.__setattr__(self, "reason", u.clean_text(self.reason, u.INTENT_REASON_MAX))
+
+    @property
+    def granted(self) -> bool:
+        return bool(self.granted_by)
+
+    def encode(self) -> bytes:
+        d = {"action": "switchover", "to": self.to, "by": self.by, "at": self.at}
+        if self.reason:
+            d["reason"] = self.reason
+        if self.granted_by:
+            d["granted_by"] = self.granted_by
+        return json.dumps(d, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+
+def decode_switchover(raw: bytes | str, *, key: str = keys.SWITCHOVER) -> SwitchoverRecord:
+    """Raises SwitchoverRecordError naming the key and the field, and nothing else."""
+    f = _Fields(raw, SwitchoverRecordError, key)
+    if f.data.get("action") != "switchover":
+        raise f.refuse("action", "must be switchover")
+    to = f.name("to") if f.data.get("to") else ""
+    granted_by = f.name("granted_by") if f.data.get("granted_by") else ""
+    if granted_by and not to:
+        raise f.refuse("to", "a granted switchover names its host")
+    return SwitchoverRecord(to=to, by=f.text("by", required=False, limit=u.BY_MAX),
+                            at=f.text("at", required=False, limit=u.TIME_TEXT_MAX),
+                            reason=f.text("reason", required=False, limit=u.INTENT_REASON_MAX),
+                            granted_by=granted_by)

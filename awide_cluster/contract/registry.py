@@ -65,6 +65,23 @@ def card_id(serial: str, model: str, identity: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class CardHold:
+    """Flap damping: a card that went out several times within a window is held out when it
+    returns, for a hold that doubles each time (``daemon/decision_damping.py``). Written by the
+    leader so that a new leader keeps the hold; read as untrusted (bounded)."""
+
+    level: int                      # holds in a row (1: the first); the next is twice as long
+    seconds: float                  # this hold's length
+    active: bool                    # held out now (or the hold ran out and waits its return)
+    until: str = ""                 # the leader's wall clock when it ends, informational only
+    reason: str = ""                # why it is held (outs within the window)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", u.clean_text(self.reason, u.REGISTRY_REASON_MAX))
+        object.__setattr__(self, "until", u.clean_text(self.until, u.TIME_TEXT_MAX))
+
+
+@dataclass(frozen=True, slots=True)
 class CardEntry:
     id: str
     serial: str
@@ -82,6 +99,7 @@ class CardEntry:
     target: NvmeTarget | None = None
     path: str | None = None         # directory cards: where the directory is
     conflict: str | None = None     # why this card is in conflict (duplicate serial), if it is
+    hold: CardHold | None = None    # flap damping: its hold (None: none, nor a recent one)
 
     def __post_init__(self) -> None:
         # the free texts are made what every reader accepts (untrusted.clean_text): the
@@ -200,6 +218,18 @@ class _TargetDoc(_Strict):
     subnqn: _Short
 
 
+HOLD_LEVEL_MAX = 64
+HOLD_SECONDS_MAX = 86400.0
+
+
+class _HoldDoc(_Strict):
+    level: int = Field(ge=1, le=HOLD_LEVEL_MAX)
+    seconds: float = Field(ge=0, le=HOLD_SECONDS_MAX, allow_inf_nan=False)
+    active: bool
+    until: _Time = ""
+    reason: _Reason = ""
+
+
 class _CardDoc(_Strict):
     id: Name
     serial: _Serial
@@ -217,6 +247,7 @@ class _CardDoc(_Strict):
     target: _TargetDoc | None = None
     path: _Path | None = None
     conflict: _Conflict | None = None
+    hold: _HoldDoc | None = None
 
 
 class _UnplacedDoc(_Strict):
@@ -328,6 +359,8 @@ def _entry(c: _CardDoc, index: int, key: str) -> CardEntry:
         name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
         admitted=c.admitted, changed_generation=c.changed_generation,
         changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
+        hold=CardHold(level=c.hold.level, seconds=c.hold.seconds, active=c.hold.active,
+                      until=c.hold.until, reason=c.hold.reason) if c.hold else None,
     )
 
 
@@ -448,6 +481,15 @@ def to_dict(reg: Registry) -> dict[str, Any]:
 
 
 def _card_dict(c: CardEntry) -> dict[str, Any]:
+    d = _plain_card(c)
+    if c.hold is not None:      # only when there is one: a registry without holds is unchanged
+        h = c.hold
+        d["hold"] = {"level": h.level, "seconds": h.seconds, "active": h.active,
+                     "until": h.until, "reason": h.reason}
+    return d
+
+
+def _plain_card(c: CardEntry) -> dict[str, Any]:
     return {
         "id": c.id, "serial": c.serial, "model": c.model, "identity": c.identity,
         "host": c.host, "name": c.name, "kind": c.kind, "state": c.state,

@@ -19,11 +19,11 @@ from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.contract.windows import NONE as NO_WINDOWS
 from awide_cluster.contract.windows import Windows
 
-Action = Literal["drain", "undrain", "forget"]
+Action = Literal["drain", "undrain", "forget", "clear-hold"]
 # what started a cycle: the leader's own poll (one per poll period), or a host report that
 # arrived between two polls (the leader's watch of members/)
 Trigger = Literal["poll", "report"]
-ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget")
+ACTIONS: tuple[Action, ...] = ("drain", "undrain", "forget", "clear-hold")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,28 @@ class ClusterSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Damping:
+    """Flap damping (``decision_damping``): a card that went out ``outs`` times within
+    ``window`` seconds is held out when it next returns, for ``first_hold`` seconds; each hold
+    that follows (the card went out again before a quiet ``window`` passed) lasts twice the
+    last, at most ``max_hold``. ``outs`` 0: no damping. See docs/config.md."""
+
+    outs: int = 3
+    window: float = 600.0
+    first_hold: float = 10.0
+    max_hold: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Flaps:
+    """What the leader keeps of one card's flaps in its term, in poll cycles of the term."""
+
+    outs: tuple[int, ...] = ()      # the poll cycles at which it went out (within the window)
+    held_until: int = 0             # the poll cycle at which its running hold ends
+    quiet_from: int = 0             # the poll cycle its last hold ended (its return)
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     cluster: str
     leader: str                 # this leader's host name
@@ -79,6 +101,7 @@ class Policy:
     hosts: frozenset[str] = frozenset()   # the cluster's hosts (config); empty: any host
     # seconds between two poll cycles: bounds how many a restarting report is held for
     poll_interval: float = 1.0
+    damping: Damping = Damping()            # flap damping
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +123,9 @@ class LeaderMemory:
     outage: str = ""
     # restarting hosts: host -> poll cycles their report has been marked restarting
     held_for: Mapping[str, int] = field(default_factory=dict)
+    # flap damping: poll cycles of this term (the damping's clock), and per card its outs
+    polls: int = 0
+    flaps: Mapping[str, Flaps] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

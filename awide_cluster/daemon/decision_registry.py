@@ -35,6 +35,8 @@ def apply_drains(ledger: Ledger, pending: tuple[Intent, ...], stamp: Stamp) -> L
     cards, log = dict(ledger.cards), list(ledger.log)
     for it in pending:
         c = cards.get(it.card_id)
+        if it.action == "clear-hold":       # applied by flap damping (decision_damping)
+            continue
         if c is None:       # dropped from the registry in this cycle
             log.append(f"intent {it.action} for card {it.card_id} ignored: not in the registry")
         elif it.action == "drain":

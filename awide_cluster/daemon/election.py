@@ -7,13 +7,18 @@ of the ``LeaderLoop`` from the registry this host knows.
 
 from __future__ import annotations
 
+import logging
+
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import LeaderRecord
+from awide_cluster.contract.records import LeaderRecord, RecordError, decode_switchover
 from awide_cluster.daemon.leader import LeaderLoop
 from awide_cluster.daemon.lease import HostLease, Leadership
 from awide_cluster.daemon.shared import DaemonShared
+from awide_cluster.daemon.switchover import defers
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
+
+log = logging.getLogger("awide_cluster.daemon")
 
 
 class Election:
@@ -21,6 +26,27 @@ class Election:
                  leadership: Leadership, leader_loop: LeaderLoop) -> None:
         self.shared, self.store, self.lease = shared, store, lease
         self.leadership, self.leader_loop = leadership, leader_loop
+        self._deferred: tuple[int, float] | None = None    # (mod_revision, first seen)
+
+    async def handed_to_another(self) -> bool:
+        """The leader key is vacant because a switchover handed leadership to another host:
+        do not campaign, for at most a lease TTL by this daemon's clock since the hand-over
+        was first seen (``switchover``). Raises StoreError."""
+        cfg = self.shared.config
+        kv = await self.store.get(keys.SWITCHOVER, timeout=cfg.etcd.call_timeout)
+        try:
+            rec = decode_switchover(kv.value) if kv is not None else None
+        except RecordError:
+            rec = None
+        if kv is None or not defers(rec, cfg.host):
+            self._deferred = None
+            return False
+        now = self.shared.clock.monotonic()
+        if self._deferred is None or self._deferred[0] != kv.mod_revision:
+            self._deferred = (kv.mod_revision, now)
+            log.info("%s does not campaign: leadership is being handed over to %s",
+                     cfg.host, rec.to if rec is not None else "?")
+        return now - self._deferred[1] < cfg.timing.lease_ttl
 
     async def elect(self) -> bool:
         """4a. Campaign for ``leader`` when nobody holds it. False: etcd failed."""
@@ -49,5 +75,7 @@ class Election:
         ours = kv is not None and kv.lease == self.lease.id
         if not ours and await self.leadership.clear_orphan(kv, cfg.timing.lease_ttl):
             kv = None
+        if kv is None and await self.handed_to_another():
+            return
         if (kv is None or ours) and await self.leadership.campaign():
             self.leader_loop.reset(known=self.shared.registry)

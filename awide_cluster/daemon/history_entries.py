@@ -3,11 +3,12 @@ the decision's log lines (its reasons), the intents it consumed and whether a te
 
 ``entries`` derives, per card, one entry per kind of change: ``joined`` (new in the registry),
 ``forgotten`` (by an intent) or ``dropped`` (left otherwise), ``drained``/``undrained``,
-``out``/``in``, ``moved`` (its host or name, or its slot), ``conflict`` (marked or resolved);
-then ``intent`` for an operator intent that changed nothing, ``repaired`` when the leader
-rewrote a registry it could not use, and ``leader`` at the start of a term. The reasons are the
-decision's own words (its log line about the card, ``reconcile.describe`` prefix taken off),
-or, where it logged none, what the registry itself says.
+``out``/``in`` (``out`` also when flap damping holds out a card about to return), ``moved``
+(its host or name, or its slot), ``conflict`` (marked or resolved); ``intent`` for a
+``clear-hold``; then ``intent`` for an operator intent that changed nothing, ``repaired``
+when the leader rewrote a registry it could not use, and ``leader`` at the start of a term.
+The reasons are the decision's own words (its log line about the card, ``reconcile.describe``
+prefix taken off), or, where it logged none, what the registry itself says.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def said(lines: Sequence[str], card: CardEntry, verb: str) -> str | None:
         if line.startswith(head):
             return line[len(head):]
     return None
+
+
+def _hold_began(o: CardEntry, n: CardEntry) -> bool:
+    """A hold began (flap damping): none running before, one now, or a longer one."""
+    return n.hold is not None and n.hold.active and (
+        o.hold is None or not o.hold.active or o.hold.level != n.hold.level)
 
 
 def _place(s: int | None) -> str:
@@ -108,6 +115,14 @@ def entries(before: Registry | None, after: Registry, *, leader: str = "",
             else:
                 rest = said(lines, o, "in: ")
                 b.add("in", rest or "healthy again", n)
+        elif n.state == "out" and _hold_began(o, n):
+            # flap damping: a card about to return is held out (no state change); an ``out``
+            # entry, so that every reader of the history knows the kind
+            b.add("out", n.reason or "held out (flap damping)", n)
+        if it is not None and it.action == "clear-hold":
+            acted.add(cid)
+            b.add("intent", f"clear-hold: {'hold cleared, ' if o.hold else 'no hold, '}"
+                  f"state {n.state}", n, intent=it)
         if (o.host, o.name) != (n.host, n.name):
             b.add("moved", f"now reported as {n.host}/{n.name} (was {o.host}/{o.name})", n)
         if o.conflict != n.conflict:

@@ -1,4 +1,4 @@
-"""Operator intents: ``awide-cluster drain|undrain|forget CARD``.
+"""Operator intents: ``awide-cluster drain|undrain|forget CARD``, ``card clear-hold CARD``.
 
 The CLI names a card (its id, its serial, or ``host/name``), says what will happen
 (``plan``), for ``forget`` checks that no host still reports the card (``reporting``) and
@@ -73,6 +73,10 @@ def changes(action: str, card: CardEntry, before: Registry, after: Registry) -> 
     elif action == "forget" and now.admitted != card.admitted:
         lines.append(f"{describe(card)} forgotten, then admitted again as {now.state} at "
                      f"generation {now.admitted}: its host still reports it")
+    elif action == "clear-hold":
+        was = "hold cleared" if card.hold is not None else "no hold"
+        lines.append(f"{describe(card)}: {was}; {card.state} -> {now.state} "
+                     f"(registry generation {after.generation})")
     elif now.state != card.state:
         lines.append(f"{describe(card)}: {card.state} -> {now.state} "
                      f"(registry generation {after.generation})")
@@ -100,6 +104,15 @@ def plan(action: str, card: CardEntry, reg: Registry) -> list[str]:
         return [f"{head}: will be drained: it leaves service (every gateway stops using it; "
                 f"its conversations are computed again), keeps {_place(slot)}, and stays "
                 f"out until `awide-cluster undrain {card.id}`"]
+    if action == "clear-hold":
+        h = card.hold
+        if h is None:
+            return [f"{head}: no flap-damping hold, nothing changes"]
+        return [f"{head}: hold {h.level} of {h.seconds:g} s"
+                + (f" (until {h.until})" if h.active and h.until else "")
+                + (" running" if h.active else " over")
+                + ": will be cleared (the card returns at once if its host reports it "
+                "healthy; its next flaps count from none)"]
     if action == "undrain":
         if card.state != "drained":
             return [f"{head}: not drained, nothing changes"]

@@ -39,7 +39,7 @@ from awide_cluster.contract.untrusted import (
     WINDOW_REQUEST_CORRUPT,
     WINDOWS_CORRUPT,
 )
-from awide_cluster.daemon import history_entries
+from awide_cluster.daemon import history_entries, switchover
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.decision_windows import window_entries
 from awide_cluster.daemon.leader_read import (
@@ -64,7 +64,7 @@ from awide_cluster.daemon.reconcile import (
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.port import Op, Store
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
 
 if TYPE_CHECKING:
     from awide_cluster.api.metrics import DaemonMetrics
@@ -134,6 +134,9 @@ class LeaderLoop:
         self.announced = False          # this term's "leader" history entry is written
         self.history_refused = 0        # rings found unreadable (and started afresh)
         self.windows = windoc.NONE      # the operator windows in force, as the last cycle decided
+        # a switchover request read in this cycle, with its mod_revision (``switchover``)
+        self.switchover: tuple[records.SwitchoverRecord, int] | None = None
+        self._switchover_refused = ""
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -183,6 +186,7 @@ class LeaderLoop:
                 log.warning("key %s ignored: %s", r.name, r.why)
         hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
         stored = self._registry_found(reg_kv)
+        intents = self._take_switchover(intents)
         good_intents, bad_intents = sort_intents(intents)
         good_asks, bad_asks = sort_window_requests(asks)
         windows, windows_problem = windows_found(win_kv)
@@ -243,8 +247,68 @@ class LeaderLoop:
         except ValueTooLarge as e:
             return e
 
+    def _take_switchover(self, intents: PrefixRead) -> PrefixRead:
+        """``intents/switchover`` set apart from the card intents (``switchover``): a request
+        is kept for this cycle's end; a granted one (a hand-over in progress) is left to its
+        lease."""
+        self.switchover = None
+        kv = next((kv for kv in intents.kvs if kv.key == keys.SWITCHOVER), None)
+        if kv is None:
+            return intents
+        try:
+            rec = records.decode_switchover(kv.value)
+            if not rec.granted:
+                self.switchover = (rec, kv.mod_revision)
+        except records.RecordError as e:
+            if str(e) != self._switchover_refused:
+                log.warning("%s", e)
+            self._switchover_refused = str(e)
+        return replace(intents, kvs=tuple(k for k in intents.kvs if k.key != keys.SWITCHOVER))
+
     async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
                     occasion: str = "") -> CycleOutcome:
+        """``_cycle``, then a switchover request answered after a poll cycle that left the
+        registry current (``switchover``)."""
+        outcome = await self._cycle(write_failure, trigger=trigger, occasion=occasion)
+        if self.switchover is None or trigger != "poll" or outcome not in (
+                CycleOutcome.WROTE, CycleOutcome.UNCHANGED):
+            return outcome
+        return await self._answer_switchover(*self.switchover) or outcome
+
+    async def _answer_switchover(self, request: records.SwitchoverRecord,
+                                 mod_revision: int) -> CycleOutcome | None:
+        """Grant (hand over, step down: DEPOSED) or refuse a switchover request, fenced."""
+        ld = self.leadership
+        self.switchover = None
+        if not ld.is_leader or ld.revision is None:
+            return None
+        reg = self.registry
+        try:
+            got = await switchover.answer(
+                self.store, request=request, mod_revision=mod_revision, reports=self.reports,
+                leader=self.policy.leader, hosts=self.policy.hosts,
+                leader_revision=ld.revision, ttl=ld.lease.ttl,
+                generation=reg.generation if reg is not None else 0, ring=self.history,
+                wall=self.clock.wall(), call_timeout=self.call_timeout)
+        except StoreError as e:
+            self.history = None
+            log.warning("switchover not answered yet: %s", e)
+            return None
+        self.history = None         # the ring changed (or not): read it again next cycle
+        if not got.applied:
+            log.info("switchover not answered: the leader key or the request changed since "
+                     "they were read")
+            return None
+        if got.target is None:
+            log.warning("switchover%s refused: %s",
+                        f" by {request.by}" if request.by else "", got.why)
+            return None
+        ld.step_down(f"switchover{f' by {request.by}' if request.by else ''}: leadership "
+                     f"handed over to {got.target}", level=logging.INFO)
+        return CycleOutcome.DEPOSED
+
+    async def _cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
+                     occasion: str = "") -> CycleOutcome:
         """One cycle. ``write_failure``: this host's report write failed in this turn (why).
         ``trigger``: "report" for a cycle run out of turn, because a host report arrived
         between polls or a term was just won (``reconcile``: only the reports that advanced

@@ -54,7 +54,8 @@ The decision is a chain of pure phases, each over frozen views built by keyword 
 of cards and counters passes from one to the next): ``within_cluster`` and ``judge_reports``
 (which reports advanced, a write outage: a ``Reading``); ``take_intents`` (forget intents,
 every intent consumed) and ``drop_foreign``; per card ``poll_card`` (a ``Poll``), ``counted``
-and ``judge_card`` (hysteresis, health, state); ``apply_drains``; ``admit``;
+and ``judge_card`` (hysteresis, health, state); ``damp_cards`` (flap damping, and the
+``clear-hold`` intents, in ``decision_damping``); ``apply_drains``; ``admit``;
 ``mark_conflicts``; ``settle`` (slot table, write or not). Each phase logs one line per
 change it makes, naming the card and the reason.
 
@@ -74,12 +75,14 @@ from awide_cluster.daemon.decision_cards import (
     poll_card,
     relocate,
 )
+from awide_cluster.daemon.decision_damping import damp_card, damp_cards
 from awide_cluster.daemon.decision_model import (
     ACTIONS,
     STOPPED_TOGETHER,
     Action,
     CardStep,
     ClusterSnapshot,
+    Damping,
     Decision,
     Intent,
     LeaderMemory,
@@ -122,10 +125,12 @@ from awide_cluster.daemon.decision_windows import hold_polls, take_windows
 
 # the decision's names, where the leader, its tests and its tools find them
 __all__ = [
-    "ACTIONS", "Action", "CardStep", "ClusterSnapshot", "Decision", "Intent", "LeaderMemory",
+    "ACTIONS", "Action", "CardStep", "ClusterSnapshot", "Damping", "Decision", "Intent",
+    "LeaderMemory",
     "Ledger", "Policy", "Poll", "Reading", "STOPPED_TOGETHER", "Settled", "Sighting",
     "Sightings", "Stamp", "TakenIntents", "Trigger", "admit", "apply_drains", "by_whom",
-    "conflicts", "counted", "decide", "describe", "drop_foreign", "fresh_bad", "initial_health",
+    "conflicts", "counted", "damp_card", "damp_cards", "decide", "describe", "drop_foreign",
+    "fresh_bad", "initial_health",
     "held_hosts", "held_polls", "hold_lines", "judge_card", "judge_cards", "judge_reports",
     "mark_conflicts", "poll_card", "relocate", "reported_id", "restarting", "settle", "sightings",
     "stale_streaks", "take_intents", "within_cluster", "write_outage",
@@ -153,7 +158,10 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
                            problem=snap.windows_problem)
     polls = {cid: poll_card(c, snap, seen, reading) for cid, c in ledger.cards.items()}
     polls = hold_polls(polls, ledger.cards, snap, windows.windows)
+    registered = ledger.cards
     ledger = judge_cards(ledger, polls, reading, policy, stamp)
+    tick = memory.polls + (1 if snap.trigger == "poll" else 0)
+    ledger, flaps = damp_cards(registered, ledger, taken.pending, memory, policy, stamp, tick)
     ledger = apply_drains(ledger, taken.pending, stamp)
     ledger = admit(ledger, seen, taken.forgotten, stamp)
     ledger = mark_conflicts(ledger, seen)
@@ -168,6 +176,8 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
         stale_for=reading.streaks,
         outage=reading.outage,
         held_for=reading.held_for,
+        polls=tick,
+        flaps=flaps,
     )
     return Decision(registry=settled.registry, write=settled.write,
                     consumed=taken.consumed + windows.consumed, memory=remembered,

@@ -15,7 +15,7 @@ import logging
 from awide_cluster.config.daemon import DaemonConfig
 from awide_cluster.contract.registry import Registry
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.daemon.reconcile import Policy
+from awide_cluster.daemon.reconcile import Damping, Policy
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -24,7 +24,10 @@ def policy_for(cfg: DaemonConfig) -> Policy:
     """The leader's decision policy a config gives."""
     return Policy(cluster=cfg.cluster, leader=cfg.host, sick_polls=cfg.timing.sick_polls,
                   healthy_polls=cfg.timing.healthy_polls, hosts=frozenset(cfg.hosts),
-                  poll_interval=cfg.timing.poll_interval)
+                  poll_interval=cfg.timing.poll_interval,
+                  damping=Damping(outs=cfg.damping.outs, window=cfg.damping.window,
+                                  first_hold=cfg.damping.first_hold,
+                                  max_hold=cfg.damping.max_hold))
 
 
 class DaemonShared:

@@ -151,6 +151,10 @@ class CardView:
     reported: str               # its host's latest observation: ok, sick: why, not found, no report
     drained_by: str = ""        # a drained card: who drained it, when, why (from the history)
     muted: str = ""             # silenced, or its host in maintenance: by whom, until, why
+    # flap damping: {"level", "seconds", "active", "until", "remaining", "reason"}; remaining
+    # is the hold left by this reader's clock against the leader's (informational), None when
+    # unknown or the hold is over; None: no hold
+    hold: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

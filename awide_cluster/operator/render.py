@@ -65,6 +65,7 @@ def card_lines(cards: Sequence[CardView]) -> list[str]:
     for c in cards:
         notes = "; ".join(x for x in (
             c.reason, f"drained {c.drained_by}" if c.drained_by else "",
+            _hold_note(c.hold),
             f"conflict: {c.conflict}" if c.conflict else "",
             f"unplaced: {c.unplaced}" if c.unplaced else "",
             f"host sees: {c.reported}"
@@ -74,6 +75,14 @@ def card_lines(cards: Sequence[CardView]) -> list[str]:
             c.state.upper() if c.state != "in" else c.state, c.health, _since(c), notes))
     return columns(("SLOT", "ID", "SERIAL", "HOST", "NAME", "TARGET", "STATE", "HEALTH",
                     "SINCE", "REASON"), rows)
+
+
+def _hold_note(hold: dict[str, Any] | None) -> str:
+    """A held card's hold-off left (flap damping), "" when it is not held."""
+    if hold is None or not hold.get("active"):
+        return ""
+    left = hold.get("remaining")
+    return "hold-off " + (f"{left:g} s left" if left is not None else "running")
 
 
 def _count(n: int, what: str) -> str:

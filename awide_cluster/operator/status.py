@@ -93,7 +93,7 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
     hosts = section("hosts", lambda: judge_hosts(kv, big, seen, raw.mono, reg, leader, policy),
                     HostsRead(reports={}, views=()))
     section("writes", lambda: (None, judge_writes(etcd, hosts.views, policy)), None)
-    cards = section("cards", lambda: judge_cards(reg, hosts.reports), _NO_CARDS)
+    cards = section("cards", lambda: judge_cards(reg, hosts.reports, raw.wall), _NO_CARDS)
     gateways = section("gateways", lambda: judge_gateways(
         kv, seen, raw.mono, reg.generation if reg is not None else None, policy), _NO_GATEWAYS)
     intents = section("intents", lambda: judge_intents(kv, seen, raw.mono, policy), _NO_INTENTS)

@@ -3,8 +3,11 @@ report that the registry does not hold yet. Pure functions; each returns views a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+from awide_cluster.contract import records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, NvmeTarget, Registry
 from awide_cluster.contract.report import HostReport, ReportedCard
@@ -19,16 +22,18 @@ class SeenCard:
     observation: str            # "ok" or "sick: <reason>"
 
 
-def judge_cards(reg: Registry | None, reports: dict[str, HostReport]
+def judge_cards(reg: Registry | None, reports: dict[str, HostReport], wall: float | None = None
                 ) -> tuple[tuple[CardView, ...], list[Problem]]:
+    """``wall``: this reader's clock (Unix seconds), for the hold-off left of a held card."""
     sightings = seen_cards(reports)
     views: list[CardView] = []
     problems: list[Problem] = []
     if reg is not None:
         for entry in reg.cards:
             view = registered_view(entry, reg, sightings.get(entry.id), entry.host in reports)
+            view = held_view(view, entry, wall)
             views.append(view)
-            problems += registered_problems(entry, view.unplaced)
+            problems += registered_problems(entry, view.unplaced, view.hold)
     for cid, sight in sorted(sightings.items()):
         if reg is not None and cid in reg.by_id:
             continue
@@ -68,6 +73,18 @@ def registered_view(entry: CardEntry, reg: Registry, sight: SeenCard | None,
         unplaced=dict(reg.slots.unplaced).get(entry.id, ""), reported=observation)
 
 
+def held_view(view: CardView, entry: CardEntry, wall: float | None) -> CardView:
+    """The view with the card's flap-damping hold, its time left by ``wall``."""
+    h = entry.hold
+    if h is None:
+        return view
+    end = records.parse_time(h.until) if h.active else None
+    left = None if end is None or wall is None else round(max(0.0, end - wall), 1)
+    return dataclasses.replace(view, hold={
+        "level": h.level, "seconds": h.seconds, "active": h.active, "until": h.until,
+        "remaining": left, "reason": h.reason})
+
+
 def unregistered_view(cid: str, sight: SeenCard) -> CardView:
     c = sight.card
     return CardView(
@@ -77,14 +94,21 @@ def unregistered_view(cid: str, sight: SeenCard) -> CardView:
         changed_generation=None, conflict="", unplaced="", reported=sight.observation)
 
 
-def registered_problems(entry: CardEntry, why_unplaced: str) -> list[Problem]:
+def registered_problems(entry: CardEntry, why_unplaced: str,
+                        hold: dict[str, Any] | None = None) -> list[Problem]:
     label = f"card {entry.id} ({entry.host}/{entry.name}, serial {entry.serial})"
     problems: list[Problem] = []
     if entry.state == "out":
+        held = ""
+        if hold is not None and hold["active"]:
+            left = hold["remaining"]
+            held = ("; hold-off " + (f"{left:g} s left" if left is not None else "running")
+                    + f", clear it with `awide-cluster card clear-hold {entry.id}`")
         problems.append(Problem(
             "error", "card_out", entry.id,
             f"{label} is out of service: {entry.reason or entry.health} (since generation "
-            f"{entry.changed_generation}{', ' + entry.changed_at if entry.changed_at else ''})"))
+            f"{entry.changed_generation}{', ' + entry.changed_at if entry.changed_at else ''})"
+            + held))
     if entry.conflict:
         problems.append(Problem("error", "card_conflict", entry.id,
                                 f"{label} is in conflict: {entry.conflict}"))
