@@ -53,7 +53,7 @@ class CardSetMismatch(LayoutMismatch):
         super().__init__(namespace, recorded, mine, (
             f"card set of namespace {namespace} differs from the one recorded by gateway "
             f"{recorded.created_by or '?'} at registry generation {recorded.cards_generation}: "
-            f"recorded and gone: {gone}; new: {new} (registry generation "
+            f"recorded and gone (forgotten): {gone}; new: {new} (registry generation "
             f"{mine.cards_generation}): refusing to start this namespace (its keys would be "
             f"placed on other cards than its other gateways'); re-seed the namespace "
             f"(delete layouts/{namespace}) once every gateway of it uses the new cards"))
@@ -94,7 +94,7 @@ def with_cards(mine: LayoutRecord, cards: CardSet) -> LayoutRecord:
                    cards_generation=cards.generation)
 
 
-LayoutStep = Literal["ok", "unrecorded", "wait", "cold"]
+LayoutStep = Literal["ok", "unrecorded", "wait", "cold", "grown"]
 
 
 def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMismatch:
@@ -108,7 +108,9 @@ def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMis
     - no card set recorded (a record of an older release): "unrecorded", used as it is;
     - no registry read yet: "wait"; a registry older than the record's, of the same
       lineage: "wait" (a lagging read catches up);
-    - the same cards: "ok"; others: refused (``CardSetMismatch``).
+    - the same cards: "ok"; a recorded card gone (forgotten): refused (``CardSetMismatch``);
+      only new cards (a card admitted into a free slot, as at a cluster's bring-up): "grown"
+      (this gateway records its set: a later forget of a new card is seen too).
     """
     if recorded.format > mine.format:
         return FormatTooNew(mine.namespace, recorded, mine)
@@ -126,7 +128,9 @@ def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMis
     if (mine.cards_lineage == recorded.cards_lineage
             and mine.cards_generation < recorded.cards_generation):
         return "wait"
-    return CardSetMismatch(mine.namespace, recorded, mine)
+    if set(recorded.cards) - set(mine.cards):
+        return CardSetMismatch(mine.namespace, recorded, mine)
+    return "grown"
 
 
 def namespace(model: Any) -> str:

@@ -34,7 +34,7 @@ class RegistrationStore(LeaseKeeper, StoreWriter, Protocol):
     """What ``Registration`` uses of the store: a lease, and a key written on it."""
 
 
-LayoutCheck = Literal["ok", "absent", "unrecorded", "wait", "cold"]
+LayoutCheck = Literal["ok", "absent", "unrecorded", "wait", "cold", "grown"]
 
 
 async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float,
@@ -42,9 +42,10 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     """Read the layout recorded for ``mine``'s namespace and judge it (``layout.decide``);
     record ``mine`` only when none is recorded (and ``create``; else "absent") and ``mine``
     carries its card set (else "wait"). "ok": the layouts match, or ``mine`` is now the one
-    recorded. "cold": a record of an older storage format was replaced by ``mine`` (only if
-    unchanged since read). A start of a gateway whose layout is already recorded (every start
-    but the first) costs one read and writes nothing.
+    recorded, or (only new cards in ``mine``) replaced the record. "cold": a record of an older
+    storage format was replaced by ``mine``. A record is replaced only if unchanged since
+    read. A start of a gateway whose layout is already recorded with its cards (every start
+    but the first, while no card is admitted) costs one read and writes nothing.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
@@ -72,13 +73,20 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
                                   algorithm=0, slot_algorithm=0, created_by="?")
         return LayoutMismatch(mine.namespace, unreadable, mine)    # never overwritten
     step = decide(recorded, mine)
-    if step == "cold":
+    if step in ("cold", "grown"):
         if mine.cards is None:
             return "wait"
         put = await store.txn([Compare(key, "mod", "equal", kv.mod_revision)],
                               [Put(key, mine.encode())], timeout=timeout)
         if not put.succeeded:   # changed meanwhile: judge it again at the next tick
             raise StoreError(f"{key} changed while being replaced")
+    if step == "grown":
+        log.info("card set of namespace %s recorded again with its new cards: %s (registry "
+                 "generation %d)", mine.namespace,
+                 ", ".join(sorted(set(mine.cards or ()) - set(recorded.cards or ()))),
+                 mine.cards_generation)
+        return "ok"
+    if step == "cold":
         log.warning("namespace %s starts cold: storage format %d recorded (by gateway %s), "
                     "this gateway writes format %d under namespace id %s; the blocks of "
                     "format %d are never read", mine.namespace, recorded.format,

@@ -1,6 +1,7 @@
 """The card set and storage format of a namespace's layout record, against real etcd: a
-gateway whose cards differ is refused until the namespace is re-seeded (a card going out
-changes nothing); a newer storage format starts the namespace cold, an older one is refused."""
+gateway that lacks a recorded card (forgotten) is refused until the namespace is re-seeded
+(a card going out changes nothing, a card admitted grows the record); a newer storage format
+starts the namespace cold, an older one is refused."""
 
 from __future__ import annotations
 
@@ -23,14 +24,22 @@ async def test_a_forgotten_card_refuses_new_gateways_until_the_namespace_is_rese
         world_b.add_target(c.target.subnqn, serial=c.serial, model=c.model,
                            traddr=c.target.traddr, trsvcid=c.target.trsvcid,
                            nguid=c.identity.removeprefix("nguid:"))
-    await leader.publish([a, b])
+    await leader.publish([a])
     g1 = gateway(config(cluster_name, etcd.endpoints, world, pod="a"), world)
     await g1.start()
     started = [g1]
     try:
         key = keys.layout(g1.namespace)
         rec = json.loads((await store.get(key)).value)
-        assert sorted(rec["cards"]) == sorted([a.id, b.id]) and rec["format"] == 1
+        assert rec["cards"] == [a.id] and rec["format"] == 1
+        # a card admitted (a cluster's bring-up): the next gateway records the grown set
+        await leader.publish([a, b])
+        g0 = gateway(config(cluster_name, etcd.endpoints, world_b, pod="a2"), world_b)
+        await g0.start()
+        started.append(g0)
+        assert g0.snapshot().layout_ok
+        rec = json.loads((await store.get(key)).value)
+        assert sorted(rec["cards"]) == sorted([a.id, b.id]) and rec["created_by"] == g0.id
         # a card going out does not change the set
         await leader.publish([a, with_state(b, "out")])
         g2 = gateway(config(cluster_name, etcd.endpoints, world_b, pod="b"), world_b)
