@@ -18,15 +18,22 @@ from awide_gateway_cluster.config import ConfigError, GatewayConfig, load_config
 from awide_gateway_cluster.errors import EngineRefused, GatewayError, NotStarted, WipeRefused
 from awide_gateway_cluster.events import ChangeEvent
 from awide_gateway_cluster.gateway import ClusterGateway
-from awide_gateway_cluster.layout import LayoutMismatch, namespace, object_key
+from awide_gateway_cluster.layout import (
+    CardSetMismatch,
+    FormatTooNew,
+    LayoutMismatch,
+    namespace,
+    object_key,
+)
 from awide_gateway_cluster.placement import CardChoice, Placement, StripePlacement
 from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.threaded import ThreadedClusterGateway
 from awide_gateway_cluster.view import SlotState, SlotView
 
 __all__ = [
-    "CardChoice", "ChangeEvent", "ClusterGateway", "ConfigError", "EngineRefused",
-    "GatewayConfig", "GatewayError", "GatewayStats", "LayoutMismatch", "NotStarted",
+    "CardChoice", "CardSetMismatch", "ChangeEvent", "ClusterGateway", "ConfigError",
+    "EngineRefused", "FormatTooNew", "GatewayConfig", "GatewayError", "GatewayStats",
+    "LayoutMismatch", "NotStarted",
     "Placement", "SlotState", "SlotView", "StripePlacement", "ThreadedClusterGateway",
     "WipeRefused", "load_config", "namespace", "object_key", "parse_config",
 ]

@@ -19,6 +19,7 @@ import random
 from collections.abc import Callable
 
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
+from awide_cluster.contract.registry import Registry
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
@@ -41,13 +42,17 @@ SETTLE = 0.25
 class EtcdSide:
     def __init__(self, layout: LayoutRecord, *, store: Callable[[], Store],
                  state: StateKeeping, record: Callable[[], GatewayRecord],
+                 registry: Callable[[], Registry | None],
                  history_check: Callable[[], bool], changed: Callable[[], None],
                  save: Callable[[], None], publish: Callable[[ev.ChangeEvent], None],
                  generation: Callable[[], int],
                  failed: Callable[[str, BaseException], None], interval: float,
                  call_timeout: float, clock: Callable[[], float], rng: random.Random) -> None:
         self.layout = layout
+        self.namespace_id = lay.namespace_id(layout.namespace, layout.format)
+        self._told = False                       # "no card set recorded" said
         self._store, self._state, self._record = store, state, record
+        self._registry = registry                # the registry accepted (its card set)
         self._history_check, self._changed, self._save = history_check, changed, save
         self._publish, self._generation, self._failed = publish, generation, failed
         self._interval, self._call, self._clock, self._rng = interval, call_timeout, clock, rng
@@ -69,28 +74,37 @@ class EtcdSide:
             self.registration.history_reset()
 
     async def check_layout(self, *, create: bool = True) -> bool:
-        """Check (and with ``create``, record if absent) the key layout; False when etcd did
-        not answer. Raises LayoutMismatch."""
+        """Check (and with ``create``, record if absent) the key layout, with the card set of
+        the registry accepted; False when etcd did not answer. Raises LayoutMismatch."""
+        reg = self._registry()
+        mine = self.layout if reg is None else lay.with_cards(self.layout, lay.card_set(reg))
         try:
             async with asyncio.timeout(self._call * 3.5):
-                mismatch = await check_layout(self._store(), self.layout,
-                                              timeout=self._call, create=create)
+                step = await check_layout(self._store(), mine, timeout=self._call,
+                                          create=create)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.layout.namespace, e)
             return False
-        if mismatch == "absent":
-            self.problem = ("key layout not recorded yet (the namespace's first "
-                            "gateway records it after its start-up delay)")
-            self._changed()
-            return True
-        if mismatch != "ok":
-            self.ok, self.problem = False, str(mismatch)
+        if isinstance(step, lay.LayoutMismatch):
+            self.ok, self.problem = False, str(step)
             self.mismatch = True
-            log.error("%s", mismatch)
-            self._publish(ev.ChangeEvent("layout_mismatch", detail=str(mismatch),
+            log.error("%s", step)
+            self._publish(ev.ChangeEvent("layout_mismatch", detail=str(step),
                                          generation=self._generation()))
             self._changed()
-            raise mismatch
+            raise step
+        if step in ("absent", "wait"):
+            self.problem = (
+                "key layout not recorded yet (the namespace's first gateway records it after "
+                "its start-up delay)" if step == "absent" else
+                "key layout not verified yet (no registry read yet, or one older than the "
+                "namespace's layout record)")
+            self._changed()
+            return True
+        if step == "unrecorded" and not self._told:
+            self._told = True
+            log.info("layout record of namespace %s carries no card set (written by an "
+                     "older release): the card set is not checked", self.layout.namespace)
         self.ok, self.problem = True, ""
         self._state.layout_verified(self.layout)
         self._changed()

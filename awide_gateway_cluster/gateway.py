@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.records import GatewayRecord, LayoutRecord
+from awide_cluster.contract.records import STORAGE_FORMAT, GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.build import store_from
@@ -75,13 +75,14 @@ class ClusterGateway:
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
     an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds;
     ``probe_worker``: where the cards' blocking reads run (one of this gateway's own when
-    None)."""
+    None); ``storage_format``: the format of the blocks it writes (an upgrade's tests)."""
 
     def __init__(self, config: GatewayConfig, *, store: Store | None = None, nvme: Any = None,
                  clock: Callable[[], float] | None = None, sysfs: Any = None,
                  read_label: Callable[..., Any] | None = None,
                  rng: random.Random | None = None,
-                 probe_worker: ProbeWorker | None = None) -> None:
+                 probe_worker: ProbeWorker | None = None,
+                 storage_format: int = STORAGE_FORMAT) -> None:
         self.config = config
         self.id = config.id
         self.namespace = lay.namespace(config.model)
@@ -109,8 +110,10 @@ class ClusterGateway:
         self._follower: Follower | None = None
         self._registration: Registration | None = None
         self._side = EtcdSide(
-            LayoutRecord(self.namespace, self.placement_name, created_by=self.id),
+            LayoutRecord(self.namespace, self.placement_name, created_by=self.id,
+                         format=storage_format),
             store=self._started_store, state=self._state, record=self._gateway_record,
+            registry=self._followed,
             history_check=self._history_check, changed=self._rebuild, save=self._save_state,
             publish=self._publish, generation=lambda: self._view.generation,
             failed=self._loop_failed, interval=self._interval, call_timeout=self._call,
@@ -480,7 +483,7 @@ class ClusterGateway:
         reg = self._registry()
         fp = lay.fingerprint(self.namespace, self.placement_name,
                              reg.slots if reg else slotfn.EMPTY)
-        return vw.build(reg, self._cards.local, namespace=self.namespace,
+        return vw.build(reg, self._cards.local, namespace=self._side.namespace_id,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._side.ok, layout_problem=self._side.problem,
                         saved_at=self._state.saved.saved_at if self._state.saved else None)

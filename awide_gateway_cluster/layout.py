@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import PLACEMENT_ALGORITHM, LayoutRecord
+from awide_cluster.contract.registry import Registry
 
 Placement = Literal["dialog", "stripe"]
 PLACEMENTS: tuple[str, ...] = ("dialog", "stripe")
@@ -31,13 +33,104 @@ _SLUG_BAD = re.compile(r"[^a-z0-9]+")
 class LayoutMismatch(Exception):
     """This gateway's layout differs from the one recorded for its namespace."""
 
-    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord) -> None:
+    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord,
+                 message: str = "") -> None:
         self.namespace, self.recorded, self.mine = namespace, recorded, mine
-        super().__init__(
+        super().__init__(message or (
             f"key layout of namespace {namespace} is {recorded.describe()} (recorded by gateway "
             f"{recorded.created_by}), this gateway is configured for {mine.describe()}: "
             "refusing to start (its keys would not be found by the other gateways)"
-        )
+        ))
+
+
+class CardSetMismatch(LayoutMismatch):
+    """The cards of this gateway's registry differ from the ones recorded for its namespace."""
+
+    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord) -> None:
+        rec, now = set(recorded.cards or ()), set(mine.cards or ())
+        gone = ", ".join(sorted(rec - now)) or "none"
+        new = ", ".join(sorted(now - rec)) or "none"
+        super().__init__(namespace, recorded, mine, (
+            f"card set of namespace {namespace} differs from the one recorded by gateway "
+            f"{recorded.created_by or '?'} at registry generation {recorded.cards_generation}: "
+            f"recorded and gone (forgotten): {gone}; new: {new} (registry generation "
+            f"{mine.cards_generation}): refusing to start this namespace (its keys would be "
+            f"placed on other cards than its other gateways'); re-seed the namespace "
+            f"(delete layouts/{namespace}) once every gateway of it uses the new cards"))
+
+
+class FormatTooNew(LayoutMismatch):
+    """The namespace is recorded with a newer storage format than this gateway's."""
+
+    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord) -> None:
+        super().__init__(namespace, recorded, mine, (
+            f"namespace {namespace} is recorded with storage format {recorded.format} (by "
+            f"gateway {recorded.created_by or '?'}), this gateway writes format {mine.format}: "
+            "refusing to start (an older gateway never reads blocks of a newer format)"))
+
+
+@dataclass(frozen=True, slots=True)
+class CardSet:
+    """The cards holding a slot in a registry (out or drained ones too: a card going out
+    keeps its slot, a forgotten one loses it), with the registry's lineage and generation."""
+
+    cards: tuple[str, ...]
+    lineage: str = ""
+    generation: int = 0
+
+
+def card_set(reg: Registry) -> CardSet:
+    return CardSet(tuple(sorted(c for c in reg.slots.slots if c)), reg.lineage, reg.generation)
+
+
+def namespace_id(ns: str, storage_format: int) -> str:
+    """The prefix of every object key of namespace ``ns`` at ``storage_format``: the namespace
+    itself at format 1, ``<ns>.f<N>`` at format N (a new format starts the namespace cold)."""
+    return ns if storage_format == 1 else f"{ns}.f{storage_format}"
+
+
+def with_cards(mine: LayoutRecord, cards: CardSet) -> LayoutRecord:
+    return replace(mine, cards=cards.cards, cards_lineage=cards.lineage,
+                   cards_generation=cards.generation)
+
+
+LayoutStep = Literal["ok", "unrecorded", "wait", "cold", "grown"]
+
+
+def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMismatch:
+    """What a gateway does with the layout recorded for its namespace. ``mine``: this
+    gateway's layout, with the card set of the registry it accepted (``cards`` None: no
+    registry read yet).
+
+    - a newer storage format recorded: refused (``FormatTooNew``); an older one: "cold" (this
+      gateway records its own, a new namespace id: the old blocks are never read);
+    - another placement or algorithm: refused (``LayoutMismatch``);
+    - no card set recorded (a record of an older release): "unrecorded", used as it is;
+    - no registry read yet: "wait"; a registry older than the record's, of the same
+      lineage: "wait" (a lagging read catches up);
+    - the same cards: "ok"; a recorded card gone (forgotten): refused (``CardSetMismatch``);
+      only new cards (a card admitted into a free slot, as at a cluster's bring-up): "grown"
+      (this gateway records its set: a later forget of a new card is seen too).
+    """
+    if recorded.format > mine.format:
+        return FormatTooNew(mine.namespace, recorded, mine)
+    if recorded.format < mine.format:
+        return "cold"
+    mismatch = compare(recorded, mine)
+    if mismatch is not None:
+        return mismatch
+    if recorded.cards is None:
+        return "unrecorded"
+    if mine.cards is None:
+        return "wait"
+    if set(mine.cards) == set(recorded.cards):
+        return "ok"
+    if (mine.cards_lineage == recorded.cards_lineage
+            and mine.cards_generation < recorded.cards_generation):
+        return "wait"
+    if set(recorded.cards) - set(mine.cards):
+        return CardSetMismatch(mine.namespace, recorded, mine)
+    return "grown"
 
 
 def namespace(model: Any) -> str:

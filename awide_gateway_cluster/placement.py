@@ -9,8 +9,13 @@ the conversations that were on it move; every other conversation keeps its card.
 
 ``stripe``: a conversation's blocks spread round-robin over the placed slots, starting at a
 slot chosen by hashing (namespace, tag). Each block's description and data live on the same
-card (``object_key(..., part="desc"|"data")``). When a card is out, the caller learns which
-block indices are unavailable; the others are served as usual.
+card (``object_key(..., part="desc"|"data")``). While the *registry* has a card out or
+drained (a fact every gateway shares), each of its blocks goes to a stand-in: the live card
+(registry ``in``) of highest rendezvous weight for (namespace, tag, block), the same on every
+gateway; the other blocks keep their card, and when the card is back its blocks are placed on
+it again (``stand_in_for`` names the card stood in for). A card out only on this gateway (its
+own path to the card failed) is not stood in for: its blocks are unavailable, as are blocks
+whose stand-in this gateway cannot reach (docs/gateway.md, "Stripe re-placement").
 
 Both carry the view's generation and fingerprint, so a caller can tell which table answered.
 """
@@ -38,6 +43,11 @@ class CardChoice:
     desc_key: str = ""
     generation: int = 0
     fingerprint: str = ""
+    stand_in_for: str | None = None     # the card (out in the registry) whose block this is
+
+
+# registry states of a card that is out for every gateway: its stripe blocks go to stand-ins
+MOVED_OUT = ("out", "drained")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +72,26 @@ def _start(ns: str, tag: str) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-def _choice(view: SlotView, s: SlotState | None, tag: str, block: int | None) -> CardChoice:
+def _stand_in_score(ns: str, tag: str, block: int, slot: int, card_id: str) -> int:
+    h = hashlib.blake2b(f"{ns}\0{tag}\0{block}\0{slot}\0{card_id}\0stand-in".encode(),
+                        digest_size=8)
+    return int.from_bytes(h.digest(), "big")
+
+
+def _choice(view: SlotView, s: SlotState | None, tag: str, block: int | None,
+            stand_in_for: SlotState | None = None) -> CardChoice:
     if s is None:
         why = ("no cards in the slot table" if view.layout_ok
                else view.layout_problem or "key layout not verified")
         return CardChoice(None, None, None, False, why, generation=view.generation,
                           fingerprint=view.fingerprint)
+    why = "" if s.in_service else f"card {s.card_id} in slot {s.slot} is out: {s.why}"
+    if why and stand_in_for is not None:
+        why = (f"{why} (stand-in for card {stand_in_for.card_id} in slot "
+               f"{stand_in_for.slot}, out: {stand_in_for.why})")
     return CardChoice(
         slot=s.slot, card_id=s.card_id, device=s.device, available=s.in_service,
-        reason="" if s.in_service else f"card {s.card_id} in slot {s.slot} is out: {s.why}",
+        reason=why, stand_in_for=stand_in_for.card_id if stand_in_for else None,
         data_key=object_key(view.namespace, tag, block, "data"),
         desc_key=object_key(view.namespace, tag, block, "desc"),
         generation=view.generation, fingerprint=view.fingerprint,
@@ -101,8 +122,16 @@ def stripe_block(view: SlotView, tag: str, block: int) -> CardChoice:
     placed = view.placed
     if not placed:
         return _choice(view, None, tag, block)
-    s = placed[(_start(view.namespace, tag) + block) % len(placed)]
-    return _choice(view, s, tag, block)
+    home = placed[(_start(view.namespace, tag) + block) % len(placed)]
+    if home.registry_state not in MOVED_OUT:
+        return _choice(view, home, tag, block)
+    live = [s for s in placed if s.registry_state not in MOVED_OUT]
+    if not live:
+        return _choice(view, home, tag, block)
+    ns = view.namespace
+    stand_in = max(live, key=lambda s: (_stand_in_score(ns, tag, block, s.slot, s.card_id or ""),
+                                        -s.slot))
+    return _choice(view, stand_in, tag, block, stand_in_for=home)
 
 
 def stripe(view: SlotView, tag: str, n_blocks: int) -> StripePlacement:

@@ -20,7 +20,8 @@ from awide_cluster.contract.records import (
 )
 from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
-from awide_gateway_cluster.layout import LayoutMismatch, compare
+from awide_cluster.store.types import Compare, Put
+from awide_gateway_cluster.layout import LayoutMismatch, decide, namespace_id
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
@@ -33,15 +34,18 @@ class RegistrationStore(LeaseKeeper, StoreWriter, Protocol):
     """What ``Registration`` uses of the store: a lease, and a key written on it."""
 
 
-LayoutCheck = Literal["ok", "absent"]
+LayoutCheck = Literal["ok", "absent", "unrecorded", "wait", "cold", "grown"]
 
 
 async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float,
                        create: bool = True) -> LayoutMismatch | LayoutCheck:
-    """Read the layout recorded for ``mine``'s namespace and compare; record ``mine`` only
-    when none is recorded (and ``create``; else "absent"). "ok": the layouts match, or
-    ``mine`` is now the one recorded. A start of a gateway whose layout is already recorded
-    (every start but the first) costs one read and writes nothing.
+    """Read the layout recorded for ``mine``'s namespace and judge it (``layout.decide``);
+    record ``mine`` only when none is recorded (and ``create``; else "absent") and ``mine``
+    carries its card set (else "wait"). "ok": the layouts match, or ``mine`` is now the one
+    recorded, or (only new cards in ``mine``) replaced the record. "cold": a record of an older
+    storage format was replaced by ``mine``. A record is replaced only if unchanged since
+    read. A start of a gateway whose layout is already recorded with its cards (every start
+    but the first, while no card is admitted) costs one read and writes nothing.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
@@ -51,10 +55,12 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     if kv is None:
         if not create:
             return "absent"
+        if mine.cards is None:
+            return "wait"
         try:
             await store.create(key, mine.encode(), timeout=timeout)
-            log.info("recorded key layout of namespace %s: %s", mine.namespace,
-                     mine.describe())
+            log.info("recorded key layout of namespace %s: %s, storage format %d, %d cards",
+                     mine.namespace, mine.describe(), mine.format, len(mine.cards))
             return "ok"
         except Conflict:        # another gateway recorded one meanwhile: compare with it
             kv = await store.get(key, timeout=timeout)
@@ -63,10 +69,30 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     try:
         recorded = decode_layout(kv.value, key=key)
     except LayoutRecordError as e:
-        recorded = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
-                                algorithm=0, slot_algorithm=0, created_by="?")
-    mismatch = compare(recorded, mine)
-    return "ok" if mismatch is None else mismatch
+        unreadable = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
+                                  algorithm=0, slot_algorithm=0, created_by="?")
+        return LayoutMismatch(mine.namespace, unreadable, mine)    # never overwritten
+    step = decide(recorded, mine)
+    if step in ("cold", "grown"):
+        if mine.cards is None:
+            return "wait"
+        put = await store.txn([Compare(key, "mod", "equal", kv.mod_revision)],
+                              [Put(key, mine.encode())], timeout=timeout)
+        if not put.succeeded:   # changed meanwhile: judge it again at the next tick
+            raise StoreError(f"{key} changed while being replaced")
+    if step == "grown":
+        log.info("card set of namespace %s recorded again with its new cards: %s (registry "
+                 "generation %d)", mine.namespace,
+                 ", ".join(sorted(set(mine.cards or ()) - set(recorded.cards or ()))),
+                 mine.cards_generation)
+        return "ok"
+    if step == "cold":
+        log.warning("namespace %s starts cold: storage format %d recorded (by gateway %s), "
+                    "this gateway writes format %d under namespace id %s; the blocks of "
+                    "format %d are never read", mine.namespace, recorded.format,
+                    recorded.created_by or "?", mine.format,
+                    namespace_id(mine.namespace, mine.format), recorded.format)
+    return step
 
 
 def lease_id_for_start(rng: random.Random) -> int:

@@ -14,6 +14,7 @@ field, and nothing else escapes a decoder (contract/untrusted.py bounds the valu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
+# the storage format of the blocks a gateway writes on the cards (their keys and encoding); a
+# layout record without one was written by a release of format 1
+STORAGE_FORMAT = 1
 INTENT_ACTIONS = ("drain", "undrain", "forget", "clear-hold")
 
 
@@ -231,10 +235,21 @@ class LayoutRecord:
     algorithm: int = PLACEMENT_ALGORITHM
     slot_algorithm: int = slotfn.ALGORITHM_VERSION
     created_by: str = ""
+    format: int = STORAGE_FORMAT
+    # the cards holding a slot of the registry the record was written from (None: not recorded,
+    # a record of an older release), and that registry's lineage and generation
+    cards: tuple[str, ...] | None = None
+    cards_lineage: str = ""
+    cards_generation: int = 0
 
     def describe(self) -> str:
         return (f"placement={self.placement} placement-algorithm={self.algorithm} "
                 f"slot-algorithm={self.slot_algorithm}")
+
+    @property
+    def card_set(self) -> str:
+        """The fingerprint of ``cards`` ("" when not recorded)."""
+        return "" if self.cards is None else card_set_fingerprint(self.cards)
 
     def same_layout(self, other: LayoutRecord) -> bool:
         return (self.namespace, self.placement, self.algorithm, self.slot_algorithm) == (
@@ -244,8 +259,37 @@ class LayoutRecord:
         return _encode({
             "schema": 1, "namespace": self.namespace, "placement": self.placement,
             "algorithm": self.algorithm, "slot_algorithm": self.slot_algorithm,
-            "created_by": self.created_by,
-        })
+            "created_by": self.created_by, "format": self.format,
+        } | ({} if self.cards is None else {
+            "cards": sorted(self.cards), "card_set": self.card_set,
+            "cards_lineage": self.cards_lineage, "cards_generation": self.cards_generation,
+        }))
+
+
+def card_set_fingerprint(cards: tuple[str, ...] | list[str]) -> str:
+    """The fingerprint of a set of card ids (order does not count)."""
+    canon = json.dumps(sorted(set(cards)), separators=(",", ":"))
+    return "S" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def _card_ids(f: _Fields) -> tuple[str, ...] | None:
+    """The ``cards`` of a layout record, checked against its ``card_set``; None when absent."""
+    value = f.data.get("cards")
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > slotfn.SLOT_COUNT:
+        raise f.refuse("cards", f"not a list of at most {slotfn.SLOT_COUNT} card ids")
+    ids: list[str] = []
+    for v in value:
+        try:
+            ids.append(check_name("card id", v))
+        except BadName as e:
+            raise f.refuse("cards", str(e)) from None
+    if len(set(ids)) != len(ids):
+        raise f.refuse("cards", "a card id listed twice")
+    if f.data.get("card_set") != card_set_fingerprint(ids):
+        raise f.refuse("card_set", "missing or not the fingerprint of cards")
+    return tuple(sorted(ids))
 
 
 def decode_layout(raw: bytes | str, namespace: str | None = None, *,
@@ -263,7 +307,19 @@ def decode_layout(raw: bytes | str, namespace: str | None = None, *,
         algorithm=f.integer("algorithm"),
         slot_algorithm=f.integer("slot_algorithm"),
         created_by=f.text("created_by", required=False, limit=u.NAME_MAX),
+        format=_format(f),
+        cards=(ids := _card_ids(f)),
+        cards_lineage=(f.text("cards_lineage", required=False, limit=u.NAME_MAX)
+                       if ids is not None else ""),
+        cards_generation=f.integer("cards_generation", 0) if ids is not None else 0,
     )
+
+
+def _format(f: _Fields) -> int:
+    value = f.integer("format", STORAGE_FORMAT)
+    if value < 1:
+        raise f.refuse("format", "a storage format starts at 1")
+    return value
 
 
 # ------------------------------------------------------------------------ intent

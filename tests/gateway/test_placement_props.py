@@ -114,3 +114,78 @@ def test_placement_object_follows_configured_placement(tag):
     assert isinstance(p.place(tag, 4), pl.StripePlacement)
     d = make_view(["c1", "c2", None, None, None, None, None, None])
     assert isinstance(pl.Placement(lambda: d).place(tag), pl.CardChoice)
+
+
+# ----------------------------------------------------------------- stripe re-placement
+
+def registry_view(slots, out_cards=frozenset(), ns="m-1", local_out=frozenset()) -> SlotView:
+    """A stripe view where ``out_cards`` are out in the registry (every gateway alike) and
+    ``local_out`` only on this gateway's path."""
+    v = make_view(slots, set(out_cards) | set(local_out), ns, placement="stripe")
+    return replace(v, slots=tuple(
+        replace(s, registry_state="out" if s.card_id in out_cards else "in")
+        if s.card_id else s for s in v.slots))
+
+
+@st.composite
+def stripe_cases(draw):
+    cards = draw(st.lists(ids, min_size=2, max_size=8, unique=True))
+    positions = draw(st.permutations(range(8)))
+    slots = [None] * 8
+    for cid, pos in zip(cards, positions, strict=False):
+        slots[pos] = cid
+    out = draw(st.sets(st.sampled_from(cards), min_size=1, max_size=len(cards) - 1))
+    return slots, frozenset(out), draw(st.sampled_from(["m-1", "m-2"]))
+
+
+@given(stripe_cases(), tags, st.integers(1, 40))
+def test_stripe_moves_only_the_out_cards_blocks_to_live_cards(case, tag, n):
+    slots, out, ns = case
+    home = pl.stripe(registry_view(slots, ns=ns), tag, n)
+    during = pl.stripe(registry_view(slots, out, ns), tag, n)
+    assert during.complete                          # every block has a live card
+    for h, d in zip(home.blocks, during.blocks, strict=True):
+        if h.card_id in out:
+            assert d.card_id not in out and d.stand_in_for == h.card_id and d.available
+        else:
+            assert (d.slot, d.card_id, d.stand_in_for) == (h.slot, h.card_id, None)
+        assert (d.data_key, d.desc_key) == (h.data_key, h.desc_key)   # same keys, stand-in card
+
+
+@given(stripe_cases(), tags, st.integers(1, 40), st.randoms(use_true_random=False))
+def test_stripe_stand_ins_agree_across_gateways(case, tag, n, rnd):
+    slots, out, ns = case
+    mine = pl.stripe(registry_view(slots, out, ns), tag, n)
+    # another gateway: same registry, views built separately, its own devices
+    other_view = registry_view(slots, out, ns)
+    other_view = replace(other_view, slots=tuple(
+        replace(s, device=f"/dev/nvme{rnd.randrange(99)}n1") if s.card_id else s
+        for s in other_view.slots))
+    theirs = pl.stripe(other_view, tag, n)
+    assert [(b.slot, b.card_id) for b in mine.blocks] == [
+        (b.slot, b.card_id) for b in theirs.blocks]
+
+
+@given(stripe_cases(), tags, st.integers(1, 40))
+def test_stripe_goes_back_to_the_original_placement_on_return(case, tag, n):
+    slots, out, ns = case
+    before = pl.stripe(registry_view(slots, ns=ns), tag, n)
+    pl.stripe(registry_view(slots, out, ns), tag, n)
+    assert pl.stripe(registry_view(slots, ns=ns), tag, n) == before
+
+
+@given(stripe_cases(), tags, st.integers(1, 40))
+def test_stripe_a_card_out_only_here_is_not_stood_in_for(case, tag, n):
+    slots, out, ns = case
+    sp = pl.stripe(registry_view(slots, ns=ns, local_out=out), tag, n)
+    home = pl.stripe(registry_view(slots, ns=ns), tag, n)
+    assert [b.card_id for b in sp.blocks] == [b.card_id for b in home.blocks]
+    assert sp.unavailable == tuple(i for i, b in enumerate(home.blocks) if b.card_id in out)
+    assert all(b.stand_in_for is None for b in sp.blocks)
+
+
+def test_stripe_with_every_card_out_is_unavailable():
+    v = registry_view(["c1", "c2", None, None, None, None, None, None], {"c1", "c2"})
+    sp = pl.stripe(v, "t", 4)
+    assert sp.unavailable == (0, 1, 2, 3)
+    assert all(b.stand_in_for is None for b in sp.blocks)

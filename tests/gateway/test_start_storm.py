@@ -6,6 +6,7 @@ start-up delay."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,18 +113,22 @@ async def test_a_stop_revokes_a_lease_whose_grant_answer_was_lost(
 async def test_the_layout_is_read_first_and_created_only_when_absent(
         etcd: Any, cluster_name: str) -> None:
     counted = CountedWrites(store_config(etcd, cluster_name))
-    mine = LayoutRecord("ns-1", "dialog", created_by="gw-a")
+    mine = LayoutRecord("ns-1", "dialog", created_by="gw-a", cards=("c1",))
     key = keys.layout("ns-1")
     try:
         assert await check_layout(counted, mine, timeout=bound(1.0), create=False) == "absent"
         assert counted.writes == {}
+        # no registry read yet (no card set): nothing recorded
+        assert await check_layout(counted, replace(mine, cards=None),
+                                  timeout=bound(1.0)) == "wait"
+        assert counted.writes == {}
         assert await check_layout(counted, mine, timeout=bound(1.0)) == "ok"
         assert counted.writes == {key: 1}
-        other = LayoutRecord("ns-1", "dialog", created_by="gw-b")
+        other = LayoutRecord("ns-1", "dialog", created_by="gw-b", cards=("c1",))
         for _ in range(3):
             assert await check_layout(counted, other, timeout=bound(1.0)) == "ok"
         assert counted.writes == {key: 1}
-        stripe = LayoutRecord("ns-1", "stripe", created_by="gw-c")
+        stripe = LayoutRecord("ns-1", "stripe", created_by="gw-c", cards=("c1",))
         assert isinstance(await check_layout(counted, stripe, timeout=bound(1.0)),
                           lay.LayoutMismatch)
         assert counted.writes == {key: 1}
