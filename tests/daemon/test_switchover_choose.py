@@ -55,3 +55,20 @@ def test_the_record_round_trips_and_refuses_bad_fields() -> None:
                 b'{"action":"switchover","granted_by":"s1"}', b"[1]"):
         with pytest.raises(records.SwitchoverRecordError):
             records.decode_switchover(bad)
+
+
+def test_status_shows_a_switchover_as_pending_not_as_a_corrupt_intent() -> None:
+    from awide_cluster.contract import keys
+    from awide_cluster.operator.judge.gateways import switchover_view
+    from awide_cluster.store.types import KeyValue
+
+    def kv(rec: SwitchoverRecord) -> KeyValue:
+        return KeyValue(keys.SWITCHOVER, rec.encode(), 5, 5, 1)
+
+    view, problem = switchover_view(kv(SwitchoverRecord(to="s2", by="op@x")), None)
+    assert view.action == "switchover" and problem.code == "intent_pending"
+    assert "switchover to s2 by op@x: not answered yet" in problem.message
+    _, problem = switchover_view(kv(SwitchoverRecord(to="s2", granted_by="s1")), None)
+    assert "handed over by s1 to s2" in problem.message
+    _, problem = switchover_view(KeyValue(keys.SWITCHOVER, b"{}", 5, 5, 1), None)
+    assert problem.code == "intent_corrupt"
