@@ -6,7 +6,8 @@ once; the tests of the planned absence set ``restart_grace``). ``DirCards`` make
 directory cards whose store probe is ``test -e <dir>.ok`` (``set_healthy`` flips it);
 ``config_dict`` is a daemon config document for them (``awide_cluster.config.daemon.parse``
 reads it), flap damping off (``damping: {outs: 0}``) unless a test passes its own ``damping``:
-the tests fault one card many times and judge each fault's detection and return. The embedded cluster's own configs are ``spec.daemon_config``.
+the tests fault one card many times and judge each fault's detection and return. The embedded
+cluster's own configs are ``spec.daemon_config``.
 """
 
 from __future__ import annotations
