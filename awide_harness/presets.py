@@ -5,7 +5,9 @@
 once; the tests of the planned absence set ``restart_grace``). ``DirCards`` makes labelled
 directory cards whose store probe is ``test -e <dir>.ok`` (``set_healthy`` flips it);
 ``config_dict`` is a daemon config document for them (``awide_cluster.config.daemon.parse``
-reads it). The embedded cluster's own configs are ``spec.daemon_config``.
+reads it), flap damping off (``damping: {outs: 0}``) unless a test passes its own ``damping``:
+the tests fault one card many times and judge each fault's detection and return. The embedded
+cluster's own configs are ``spec.daemon_config``.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def config_dict(endpoints: Iterable[str], cluster: str, host: str,
         "cluster": cluster, "host": host, "hosts": sorted({host, *hosts}), "role": role,
         "dev_cluster": dev, "etcd": {"endpoints": list(endpoints), "call_timeout": call},
         "timing": dict(timing or FAST), "api": {"listen": "127.0.0.1:0"},
-        "cards": list(cards)}
+        "cards": list(cards), "damping": {"outs": 0}}
     if product_timing:
         del d["timing"], d["etcd"]["call_timeout"]
     d.update(extra)

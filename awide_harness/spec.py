@@ -126,7 +126,8 @@ class ClusterSpec:
     etcd_args: tuple[str, ...] = ()
     etcd_unsafe_no_fsync: bool = True
     secure: bool = False
-    # sections added to every daemon's config as they are (e.g. ``{"damping": {...}}``)
+    # sections added to every daemon's config as they are (e.g. ``{"damping": {...}}``; flap
+    # damping is off, ``{"outs": 0}``, unless given here)
     daemon_extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -265,6 +266,9 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
     }
     if sysfs_root is not None:
         doc["sysfs_root"] = sysfs_root
+    # flap damping off unless a test sets it: the harness's clusters fault one card many times
+    # (campaigns, benchmarks, tours) and measure each fault's detection and return
+    doc["damping"] = {"outs": 0}
     doc.update(spec.daemon_extra)
     return doc
 

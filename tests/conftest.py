@@ -104,6 +104,7 @@ STARTS_CLUSTERS = frozenset({
     "embedded/test_tour.py",
     "embedded/test_witness_down.py",
     "embedded/test_flap_damping.py",
+    "embedded/test_switchover.py",
 })
 _NOT_FAST = ("slow", "system")
 

@@ -156,6 +156,11 @@ def judge_intents(kv: dict[str, KeyValue], seen: Observations, mono: float,
     problems: list[Problem] = []
     for key, cid, rec in decoded(kv, keys.INTENTS, records.decode_intent):
         age = seen.age(key, mono)
+        if key == keys.SWITCHOVER:          # a leader switchover, not a card's intent
+            view, problem = switchover_view(kv[key], age)
+            views.append(view)
+            problems.append(problem)
+            continue
         if isinstance(rec, records.RecordError):
             views.append(unread_intent(cid, age, str(rec)))
             problems.append(Problem("warning", "intent_corrupt", cid, str(rec)))
@@ -164,6 +169,26 @@ def judge_intents(kv: dict[str, KeyValue], seen: Observations, mono: float,
                                 reason=rec.reason, at=rec.at))
         problems.append(pending(cid, rec, age, policy))
     return tuple(views), problems
+
+
+def switchover_view(kv: KeyValue, age: Age | None) -> tuple[IntentView, Problem]:
+    """``intents/switchover``: a request not answered yet, or a hand-over in progress."""
+    name = keys.tail(keys.SWITCHOVER, keys.INTENTS)
+    try:
+        rec = records.decode_switchover(kv.value)
+    except records.RecordError as e:
+        return (unread_intent(name, age, str(e)),
+                Problem("warning", "intent_corrupt", name, str(e)))
+    who = f" by {rec.by}" if rec.by else ""
+    if rec.granted:
+        what = (f"leadership handed over by {rec.granted_by} to {rec.to}{who}: only "
+                f"{rec.to} campaigns until it leads")
+    else:
+        what = (f"leader switchover{f' to {rec.to}' if rec.to else ''}{who}: not answered "
+                "yet (the leader answers after its next poll cycle)")
+    view = IntentView(card_id=name, action="switchover", by=rec.by, age=age,
+                      reason=rec.reason, at=rec.at)
+    return view, Problem("warning", "intent_pending", name, what)
 
 
 def unread_intent(cid: str, age: Age | None, error: str) -> IntentView:
