@@ -132,7 +132,7 @@ class Registry:
     def content(self) -> tuple[object, ...]:
         """What a write compares to decide whether anything changed (not generation/time)."""
         return (self.cluster, self.cards, self.slots, self.slot_algorithm, self.lineage,
-                self.hosts, self.schema_minor,
+                self.hosts, self.schema, self.schema_minor,
                 self.versions if self.schema_minor else None)
 
     @property

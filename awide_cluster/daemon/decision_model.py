@@ -16,6 +16,7 @@ from awide_cluster.contract.registry import (
     card_id,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
+from awide_cluster.contract.versions import Schema
 
 Action = Literal["drain", "undrain", "forget"]
 # what started a cycle: the leader's own poll (one per poll period), or a host report that
@@ -58,6 +59,9 @@ class ClusterSnapshot:
     # the last poll cycle counts); "report": a cycle run because a host report arrived (only
     # the reports that advanced since the last cycle are observed, nothing else counts)
     trigger: Trigger = "poll"
+    # the registry schema to write: the highest every live daemon and gateway reads fully
+    # (leader_read.registry_schema, contract/versions.py)
+    registry_schema: Schema = Schema(1, 0)
 
 
 @dataclass(frozen=True, slots=True)

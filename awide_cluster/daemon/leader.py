@@ -31,6 +31,7 @@ from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import HISTORY_CORRUPT
@@ -42,6 +43,7 @@ from awide_cluster.daemon.leader_read import (
     StoredRegistry,
     history_found,
     registry_found,
+    registry_schema,
     sort_intents,
     sort_reports,
 )
@@ -109,6 +111,7 @@ class LeaderLoop:
         self.last_error = ""
         self.refused_reports: dict[str, int] = {}    # host -> reports refused (counted)
         self._refusals: dict[str, str] = {}          # key -> last reason logged
+        self._newer: dict[str, str] = {}             # key -> report of a newer minor, said
         self.repairs = 0
         self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
         self._why = ""                  # what the decision's log lines add: the cycle's trigger
@@ -123,6 +126,8 @@ class LeaderLoop:
         self.history: histdoc.History | None = None     # the ring as this term knows it
         self.announced = False          # this term's "leader" history entry is written
         self.history_refused = 0        # rings found unreadable (and started afresh)
+        # why this leader keeps a registry of a newer schema as it is ("" when it does not)
+        self.schema_hold = ""
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -146,7 +151,7 @@ class LeaderLoop:
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
         cycle repairs it."""
         t = self.call_timeout
-        members, reg_kv, intents, leader_kv, ring = await asyncio.gather(
+        members, reg_kv, intents, leader_kv, ring, gateways = await asyncio.gather(
             self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
                                    max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
             self._get_registry(t),
@@ -154,6 +159,8 @@ class LeaderLoop:
                                    max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
             self._get_history(t),
+            self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
+                                   max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
         )
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if self.metrics is not None:
@@ -170,7 +177,8 @@ class LeaderLoop:
         good_intents, bad_intents = sort_intents(intents)
         snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
-                        bad_intents=bad_intents, strangers=hosts.strangers)
+                        bad_intents=bad_intents, strangers=hosts.strangers,
+                        registry_schema=registry_schema(hosts.reports.values(), gateways))
         return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
 
@@ -240,6 +248,12 @@ class LeaderLoop:
                 return CycleOutcome.DEPOSED
         self._note_refusals(got.snapshot)
         self._take_history(got.history)
+        if got.found == "newer_schema":
+            return self._hold_newer(got.problem)
+        if self.schema_hold:
+            log.warning("registry schema hold over: the registry is of a schema this release "
+                        "reads fully; leading again")
+            self.schema_hold = ""
         try:
             snap = await self._repair_base(got)
         except StoreError as e:
@@ -285,6 +299,19 @@ class LeaderLoop:
         ring = histdoc.append(self.history or histdoc.EMPTY, news,
                               ring=uuid.uuid4().hex[:12]) if news else None
         return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
+
+    def _hold_newer(self, problem: str) -> CycleOutcome:
+        """The registry is of a schema this release does not fully read (written by a newer
+        release): it is kept as it is, never rewritten; this leader decides nothing (no card
+        goes out or in) until a leader that reads it takes over. Said once per change."""
+        why = (f"{problem}; this leader ({ver.MINE.describe()}) keeps the registry as it is "
+               "and writes nothing until a leader of a release that reads it takes over")
+        if why != self.schema_hold:
+            log.warning("registry schema hold: %s", why)
+            if self.metrics is not None:
+                self.metrics.registry_refused("newer_schema")
+        self.schema_hold = why
+        return CycleOutcome.UNCHANGED
 
     def _take_history(self, stored: StoredHistory | None) -> None:
         """The ring read in this cycle becomes this term's; one that cannot be read is
@@ -374,6 +401,12 @@ class LeaderLoop:
             if self._refusals.get(key) != line:
                 log.warning("%s: %s", key, line)
         self._refusals = now
+        newer = {keys.MEMBERS + h: note for h, r in snap.reports.items()
+                 if (note := ver.newer_note("report", r.schema_version))}
+        for key, note in newer.items():
+            if self._newer.get(key) != note:
+                log.warning("%s: %s", key, note)
+        self._newer = newer
 
     async def _repair_base(self, got: LeaderRead) -> ClusterSnapshot:
         """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or
