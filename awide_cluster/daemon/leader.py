@@ -58,7 +58,7 @@ from awide_cluster.daemon.reconcile import (
 )
 from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
 from awide_cluster.store.port import Op, Store
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, Put
+from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
 
 if TYPE_CHECKING:
     from awide_cluster.api.metrics import DaemonMetrics
@@ -92,6 +92,10 @@ def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
         compares.append(Compare(key, "mod", "equal", rev))
         success.append(Delete(key))
     return compares, success
+
+
+async def _kept(value: PrefixRead) -> PrefixRead:
+    return value
 
 
 class LeaderLoop:
@@ -128,6 +132,7 @@ class LeaderLoop:
         self.history_refused = 0        # rings found unreadable (and started afresh)
         # why this leader keeps a registry of a newer schema as it is ("" when it does not)
         self.schema_hold = ""
+        self.gateway_records: PrefixRead | None = None  # the last poll cycle's gateway records
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -146,12 +151,13 @@ class LeaderLoop:
         """Why the last cycle was a write outage ("" when it was not)."""
         return self.memory.outage
 
-    async def read(self) -> LeaderRead:
+    async def read(self, *, gateways: bool = True) -> LeaderRead:
         """Every read of one cycle; StoreError if any failed. A registry that cannot be used
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
-        cycle repairs it."""
+        cycle repairs it. ``gateways``: read the gateway records too (what they read decides
+        the registry schema; a cycle out of turn keeps the last poll cycle's)."""
         t = self.call_timeout
-        members, reg_kv, intents, leader_kv, ring, gateways = await asyncio.gather(
+        members, reg_kv, intents, leader_kv, ring, gw = await asyncio.gather(
             self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
                                    max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
             self._get_registry(t),
@@ -159,9 +165,10 @@ class LeaderLoop:
                                    max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
             self.store.get(keys.LEADER, timeout=t),
             self._get_history(t),
-            self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
-                                   max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
+            self._get_gateways(t) if gateways or self.gateway_records is None
+            else _kept(self.gateway_records),
         )
+        self.gateway_records = gw
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if self.metrics is not None:
             self.metrics.intents_pending.set(intents.count)
@@ -178,7 +185,7 @@ class LeaderLoop:
         snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
                         registry=stored.registry, intents=good_intents,
                         bad_intents=bad_intents, strangers=hosts.strangers,
-                        registry_schema=registry_schema(hosts.reports.values(), gateways))
+                        registry_schema=registry_schema(hosts.reports.values(), gw))
         return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
 
@@ -194,6 +201,11 @@ class LeaderLoop:
         self.registry_decodes += 1
         self._registry_kept = (kv.mod_revision, kv.value, stored)
         return stored
+
+    async def _get_gateways(self, timeout: float) -> PrefixRead:
+        return await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
+                                            max_value_bytes=bounds.RECORD_MAX_BYTES,
+                                            timeout=timeout)
 
     async def _get_history(self, timeout: float) -> StoredHistory | None:
         """The history ring, read only when this term does not hold it (its first cycle, or
@@ -231,7 +243,7 @@ class LeaderLoop:
             ld.step_down("lease not confirmed within TTL - margin")
             return CycleOutcome.DEPOSED
         try:
-            got = await self.read()
+            got = await self.read(gateways=trigger == "poll")
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         ld.observe_key(got.leader_kv)
