@@ -267,7 +267,9 @@ class ClusterBase:
         """The environment that makes ``name``'s process run from its code root, if it has
         one (``code_roots``)."""
         root = self.code_roots.get(name)
-        return {"PYTHONPATH": str(root)} if root is not None else {}
+        # PYTHONSAFEPATH: ``python -c`` puts no working directory (this checkout, often)
+        # before PYTHONPATH on sys.path
+        return {"PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"} if root is not None else {}
 
     def _sysfs_root(self, host: str) -> Path:
         return self.work_dir / "hosts" / host / "sys"
