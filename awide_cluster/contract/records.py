@@ -217,7 +217,7 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
     schema = ver.schema_of(f.data, error=GatewayRecordError, key=key, default_major=1)
     span = ver.MINE.reads("gateway")
     if span.fit(schema) in ("newer_major", "older"):
-        raise f.refuse("schema", f"{schema} is not known to this reader (reads {span})")
+        raise f.refuse("schema", f"{schema.major} is not known to this reader (reads {span})")
     engine = f.data.get("engine")
     return GatewayRecord(
         id=(_named(GatewayRecordError, "gateway id", gateway_id, key) if gateway_id

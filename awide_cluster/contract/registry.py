@@ -284,19 +284,21 @@ def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
 
 def loaded(raw: bytes | str, *, schema_version: int, error: type[u.BadValue],
            unknown: type[u.BadValue], limits: u.Limits, key: str,
-           span: ver.Span | None = None, newer: type[u.BadValue] | None = None
-           ) -> dict[str, Any]:
+           span: ver.Span | None = None, newer: type[u.BadValue] | None = None,
+           kind: str = "") -> dict[str, Any]:
     """``validated``'s first half: the bounded JSON object of the schema this reader knows.
     ``span``: the schemas this reader reads (contract/versions.py): any minor of its majors is
     accepted (a newer minor is read, its unknown fields ignored); a newer major raises
-    ``newer`` (default ``unknown``). Without it only ``schema_version`` is accepted."""
+    ``newer`` when the document claims it (``versions.claims`` for ``kind``), else
+    ``unknown``. Without ``span`` only ``schema_version`` is accepted."""
     data = u.load(raw, error=error, limits=limits, key=key)
     if span is not None:
         s = ver.schema_of(data, error=unknown, key=key)
         fit = span.fit(s)
         if fit in ("newer_major", "older"):
-            raise (newer if newer is not None and fit == "newer_major" else unknown)(
-                f"schema {s} is not known to this reader (reads {span})", key=key)
+            claimed = newer is not None and fit == "newer_major" and ver.claims(data, kind, s)
+            raise (newer if newer is not None and claimed else unknown)(
+                f"schema {s.major} is not known to this reader (reads {span})", key=key)
         return data
     schema = data.get("schema")
     if type(schema) is not int or schema != schema_version:
@@ -333,7 +335,7 @@ def decode(raw: bytes | str, *, key: str = keys.REGISTRY,
     error, is the same with it or without it."""
     data = loaded(raw, schema_version=SCHEMA_VERSION, error=RegistryError,
                   unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key,
-                  span=ver.MINE.reads("registry"), newer=NewerSchema)
+                  span=ver.MINE.reads("registry"), newer=NewerSchema, kind="registry")
     if memo is not None:
         reg = memo.decode(data, key)
         if reg is not None:

@@ -79,6 +79,10 @@ class Versions:
     def writes(self, kind: str) -> Span:
         return next((s for k, s in self.write if k == kind), BEFORE_SPAN)
 
+    def says_it_writes(self, kind: str, s: Schema) -> bool:
+        span = next((x for k, x in self.write if k == kind), None)
+        return span is not None and span.low <= s <= span.high
+
     def describe(self) -> str:
         return "reads " + " ".join(f"{k} {s}" for k, s in self.read)
 
@@ -151,6 +155,20 @@ def schema_of(data: Mapping[str, Any], *, error: type[u.BadValue], key: str,
     if type(minor) is not int or not 0 <= minor <= PART_MAX:
         raise error(f"field schema_minor: {u.shown(minor)} is not a schema version", key=key)
     return Schema(major, minor)
+
+
+def claims(data: Mapping[str, Any], kind: str, s: Schema) -> bool:
+    """Whether a document of schema ``s`` says its writer writes that schema of ``kind`` (a
+    valid ``versions`` whose write span holds it). Only such a document is taken for one of a
+    newer release: a newer schema without that claim (``{"schema": 99}``) was not written by a
+    release of this policy and is refused or repaired like any bad value."""
+    if "versions" not in data:
+        return False
+    try:
+        written = from_wire(data.get("versions"), error=u.BadValue, key="")
+    except u.BadValue:
+        return False
+    return written.says_it_writes(kind, s)
 
 
 def newer_note(kind: str, s: Schema, reader: Versions = MINE) -> str:

@@ -115,8 +115,11 @@ def registry_found(kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
         return StoredRegistry(registry=None, revision=kv.mod_revision, found="corrupt",
                               problem=clean_text(e, 200))
     newer = ver.newer_note("registry", reg.schema_version)
-    if newer:
-        # readable, not fully: a leader never rewrites what it cannot fully read
+    if newer and reg.versions is not None and reg.versions.says_it_writes(
+            "registry", reg.schema_version):
+        # readable, not fully, written by a newer release (it says it writes that schema):
+        # a leader never rewrites what it cannot fully read. Without that claim it is a
+        # registry like any other (rewritten if it is not the one this leader wrote)
         return StoredRegistry(registry=reg, revision=kv.mod_revision, found="newer_schema",
                               problem=clean_text(f"{keys.REGISTRY}: {newer}", 300))
     return StoredRegistry(registry=reg, revision=kv.mod_revision, found="ok", problem="")

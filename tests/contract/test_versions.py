@@ -80,7 +80,8 @@ def test_a_newer_minor_is_read_with_a_warning() -> None:
     assert "newer than this release reads fully" in ver.newer_note("report", r.schema_version)
     g = records.decode_gateway(doc(GATEWAY.encode(), schema_minor=9, more="x"), "g1")
     assert g.schema_minor == 9
-    raw = doc(regdoc.encode(replace(REGISTRY, schema_minor=1)), schema_minor=3, extra=[1])
+    raw = doc(regdoc.encode(replace(REGISTRY, schema_minor=1)), schema_minor=3, extra=[1],
+              versions=claim("1.0-1.3"))
     reg = regdoc.decode(raw)
     assert reg.schema_version == Schema(1, 3)
     # the leader reads it but does not fully: it keeps it as it is
@@ -89,16 +90,33 @@ def test_a_newer_minor_is_read_with_a_warning() -> None:
     assert "registry schema 1.3 is newer" in got.problem
     view = judge_registry(kv(raw), None)
     assert [p.code for p in view[2]] == ["registry_schema_newer"]
+    # without a writer that says it writes 1.3 it is a registry like any other (a leader
+    # rewrites it when it is not the one it wrote)
+    unclaimed = doc(regdoc.encode(replace(REGISTRY, schema_minor=1)), schema_minor=3)
+    assert registry_found(kv(unclaimed)).found == "ok"
+
+
+def claim(span: str) -> dict[str, object]:
+    """A ``versions`` field whose writer writes the registry schemas of ``span``."""
+    return {"read": {"registry": span}, "write": {"registry": span}}
 
 
 def test_a_newer_major_is_refused() -> None:
-    raw = doc(regdoc.encode(REGISTRY), schema=2)
-    with pytest.raises(regdoc.NewerSchema, match=r"registry \(key registry\): schema 2.0"):
+    raw = doc(regdoc.encode(REGISTRY), schema=2, versions=claim("1.0-2.0"))
+    with pytest.raises(regdoc.NewerSchema, match=r"registry \(key registry\): schema 2 is"):
         regdoc.decode(raw)
     assert registry_found(kv(raw)).found == "newer_schema"
-    with pytest.raises(reportdoc.ReportError, match="schema 2.1 is not known"):
+    # a newer major that no writer says it writes (poison, or garbage): refused, repaired
+    for unclaimed in (doc(regdoc.encode(REGISTRY), schema=99),
+                      doc(regdoc.encode(REGISTRY), schema=2, versions=claim("1.0-1.1")),
+                      doc(regdoc.encode(REGISTRY), schema=2, versions="x")):
+        with pytest.raises(regdoc.UnknownSchema) as e:
+            regdoc.decode(unclaimed)
+        assert not isinstance(e.value, regdoc.NewerSchema)
+        assert registry_found(kv(unclaimed)).found == "unknown_schema"
+    with pytest.raises(reportdoc.ReportError, match="schema 2 is not known"):
         reportdoc.decode(doc(reportdoc.encode(REPORT), schema=2), key="members/h1")
-    with pytest.raises(records.GatewayRecordError, match="field schema: 2.1 is not known"):
+    with pytest.raises(records.GatewayRecordError, match="field schema: 2 is not known"):
         records.decode_gateway(doc(GATEWAY.encode(), schema=2), "g1")
 
 

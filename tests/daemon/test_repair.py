@@ -254,8 +254,11 @@ async def test_a_registry_of_a_newer_schema_is_kept_as_it_is(etcd, cluster_name,
         good = await registry(store)
         assert good is not None
         doc = json.loads(regdoc.encode(good))
+        top = "2.0" if newer == "major" else "1.7"
         doc.update({"schema": 2} if newer == "major" else {"schema_minor": 7, "more": [1]},
-                   generation=good.generation + 1)
+                   generation=good.generation + 1,
+                   versions={"read": {"registry": f"1.0-{top}"},
+                             "write": {"registry": f"1.0-{top}"}})
         raw = json.dumps(doc).encode()
         await store.put(keys.REGISTRY, raw)
         cards.set_healthy("c1", False)          # would go out after 3 polls: nothing decides
