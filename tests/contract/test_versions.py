@@ -167,3 +167,25 @@ def test_status_says_when_the_leader_holds_a_registry_it_cannot_fully_read() -> 
     assert schema_held("h1", REPORT, replace(REGISTRY, schema_minor=1)) is None
     # a leader of a release before the fields does not hold: nothing to say
     assert schema_held("h1", replace(REPORT, schema_minor=0, versions=ver.BEFORE), newer) is None
+
+
+def test_a_gateway_applies_a_newer_minor_with_a_warning_and_keeps_its_registry_on_a_major(
+        ) -> None:
+    from awide_cluster.store.types import RangeResult
+    from awide_gateway_cluster.follower import FollowState, step
+
+    def answer(raw: bytes, mod: int) -> RangeResult:
+        return RangeResult(revision=mod, kvs=(KeyValue("registry", raw, 2, mod, 3),), count=1)
+
+    st, d = step(FollowState(), answer(regdoc.encode(REGISTRY), 5), 1.0, cluster="c1")
+    assert d.outcome == "applied" and d.detail == ""
+    minor = doc(regdoc.encode(replace(REGISTRY, generation=5, schema_minor=1)),
+                schema_minor=4, extra={"x": 1}, versions=claim("1.0-1.4"))
+    st, d = step(st, answer(minor, 6), 2.0, cluster="c1")
+    assert d.outcome == "applied" and st.registry is not None and st.registry.generation == 5
+    assert "registry schema 1.4 is newer than this release reads fully" in d.detail
+    major = doc(regdoc.encode(replace(REGISTRY, generation=6)), schema=2,
+                versions=claim("1.0-2.0"))
+    st, d = step(st, answer(major, 7), 3.0, cluster="c1")
+    assert d.outcome == "rejected" and st.registry is not None and st.registry.generation == 5
+    assert "schema 2 is not known" in d.detail
