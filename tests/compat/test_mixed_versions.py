@@ -34,7 +34,7 @@ from awide_harness.spec import ClusterSpec, Timing, bounds
 from awide_harness.views import GatewayView, cards_in, cards_out
 from awide_harness.waits import wait_until_sync
 
-from ..embedded.support import etcd_or_skip
+from tests.embedded.support import etcd_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_FILE = Path(__file__).with_name("previous-release")
