@@ -33,7 +33,6 @@ from awide_harness.cluster import EmbeddedCluster
 from awide_harness.spec import ClusterSpec, Timing, bounds
 from awide_harness.views import GatewayView, cards_in, cards_out
 from awide_harness.waits import wait_until_sync
-
 from tests.embedded.support import etcd_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
