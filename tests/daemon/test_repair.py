@@ -255,7 +255,8 @@ async def test_a_registry_of_a_newer_schema_is_kept_as_it_is(etcd, cluster_name,
         assert good is not None
         doc = json.loads(regdoc.encode(good))
         top = "2.0" if newer == "major" else "1.7"
-        doc.update({"schema": 2} if newer == "major" else {"schema_minor": 7, "more": [1]},
+        doc.update({"schema": 2, "schema_minor": 0} if newer == "major"
+                   else {"schema_minor": 7, "more": [1]},
                    generation=good.generation + 1,
                    versions={"read": {"registry": f"1.0-{top}"},
                              "write": {"registry": f"1.0-{top}"}})
