@@ -110,6 +110,9 @@ class Fleet:
     def __init__(self, c: EmbeddedCluster, old: Path, ids: list[str]) -> None:
         self.c, self.old, self.ids = c, old, ids
         self.faults: list[tuple[str, float, float]] = []     # card id, from, to
+        # a gateway's own restart (gateway id, stop, first view serving every card): the
+        # engine process restarts, its start-up lines before it serves are not a card out
+        self.restarts: list[tuple[str, float, float]] = []
 
     def release_of(self, minor: int) -> str:
         return "new" if minor >= 1 else "old"
@@ -126,8 +129,10 @@ class Fleet:
             t = c.restart_gateway(name)
             wait(lambda: (r := record_of(c, name)) is not None
                  and self.release_of(r.schema_minor) == to, f"gateway {name} runs the {to} one")
-            wait(lambda: (v := c.gateway_views()[name]) is not None and v.seen_at > t
-                 and all(v.card_in(i) for i in self.ids), f"gateway {name} serves every card")
+            v = wait(lambda: (v := c.gateway_views()[name]) is not None and v.seen_at > t
+                     and all(v.card_in(i) for i in self.ids) and v,
+                     f"gateway {name} serves every card")
+            self.restarts.append((name, t, v.seen_at))
             return
         before = report_of(c, name)
         assert before is not None
@@ -154,11 +159,21 @@ class Fleet:
         """Per gateway: views since ``since`` in which a card not taken out on purpose was
         not in service (a gateway's first lines before it applied a registry aside)."""
         def excused(cid: str, v: GatewayView) -> bool:
-            return any(cid == f and a <= v.seen_at <= b for f, a, b in self.faults)
+            return (any(cid == f and a <= v.seen_at <= b for f, a, b in self.faults)
+                    or any(v.gateway == g and a <= v.seen_at < b for g, a, b in self.restarts))
 
         return {g: sum(1 for v in self.c.history(g) if v.seen_at >= since and v.generation
                        and any(not v.card_in(i) and not excused(i, v) for i in self.ids))
                 for g in self.c.gateway_ids}
+
+    def serving_after(self, since: float) -> dict[str, float]:
+        """Per gateway restarted since ``since``: seconds from its stop to serving every card
+        (the longest of its restarts)."""
+        out: dict[str, float] = {}
+        for g, a, b in self.restarts:
+            if a >= since:
+                out[g] = round(max(out.get(g, 0.0), b - a), 1)
+        return out
 
     def slot_moves(self, table: tuple[str | None, ...], since: float) -> dict[str, int]:
         """Per gateway: views since ``since`` whose slot table is not ``table``."""
@@ -201,7 +216,9 @@ def test_rolling_upgrade_and_rollback_between_the_previous_release_and_this_one(
         print(f"\nrolling upgrade {previous_release().version} -> this checkout, 3 storage "
               f"hosts and 2 gateways, one at a time, leader last: {t1 - t0:.1f} s "
               f"(one card fault judged by the old leader on the way); views with a healthy "
-              f"card out per gateway {up_out}, views with a slot moved per gateway {up_moves}")
+              f"card out per gateway {up_out}, views with a slot moved per gateway {up_moves}"
+              f"; each gateway's own restart, stop to serving every card again (s): "
+              f"{fleet.serving_after(t0)}")
 
         # rolling rollback, the leader (now a new-release host) last
         leader = c.leader_host()
