@@ -56,6 +56,7 @@ from typing import Literal
 
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.registry import (
     Registry,
     RegistryError,
@@ -227,8 +228,13 @@ def _look(base: FollowState, kv: KeyValue, cluster: str,
         return replace(st, skew=st.skew + 1), d
     applied = replace(base, registry=reg, applied_revision=kv.mod_revision, problem="")
     detail = ""
+    newer = ver.newer_note("registry", reg.schema_version)
+    if newer and (state.registry is None
+                  or state.registry.schema_version != reg.schema_version):
+        detail = newer      # a newer minor: applied, said once per schema change
     if state.registry is not None and state.registry.lineage != reg.lineage:
-        detail = (f"registry lineage changed from {state.registry.lineage or '-'} to "
+        detail = (f"{detail + '; ' if detail else ''}registry lineage changed from "
+                  f"{state.registry.lineage or '-'} to "
                   f"{reg.lineage or '-'} (re-created): generation {reg.generation} applied "
                   f"after {state.registry.generation}")
     return applied, FollowStep("applied", registry=reg, detail=detail)

@@ -167,6 +167,7 @@ class EmbeddedCluster(ClusterFaults, ClusterReads):
         self._started = self._stopped = False
         self._ports = []            # reserved loopback ports, released at stop
         self.last_fault_at = None    # time.monotonic() of the last fault made
+        self.code_roots = {}        # host or gateway id -> another source tree (PYTHONPATH)
 
     def _make_etcd(self) -> EtcdCluster:
         spec, net = self.spec, self.net

@@ -106,6 +106,7 @@ class GatewayState:
     feed: GatewayFeed
     metrics: str = ""               # HOST:PORT of its /metrics (the default command serves it)
     proc: Proc | None = None
+    env: dict[str, str] = field(default_factory=dict)   # its fake initiator's, if any
 
 
 
@@ -122,6 +123,10 @@ class ClusterBase:
     launcher: Launcher
     worlds: dict[str, FakeNvmeWorld]    # gateway id -> its fake initiator
     last_fault_at: float | None         # time.monotonic() of the last fault made
+    # host or gateway id -> the source tree its daemon or gateway runs from (PYTHONPATH; the
+    # same interpreter): another release's checkout, for mixed-version tests. Read at each
+    # start, so ``start_daemon``/``restart_gateway`` after a change "upgrades" that process.
+    code_roots: dict[str, Path]
     _passwords: dict[str, str]          # spec.secure: etcd user -> password
     _etcd: EtcdCluster | None
     _cards: dict[str, Card]
@@ -257,6 +262,14 @@ class ClusterBase:
 
     def _command(self, role: str) -> Command:
         return self.spec.commands.get(role, DEFAULT_COMMANDS[role])
+
+    def _code_env(self, name: str) -> dict[str, str]:
+        """The environment that makes ``name``'s process run from its code root, if it has
+        one (``code_roots``)."""
+        root = self.code_roots.get(name)
+        # PYTHONSAFEPATH: ``python -c`` puts no working directory (this checkout, often)
+        # before PYTHONPATH on sys.path
+        return {"PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"} if root is not None else {}
 
     def _sysfs_root(self, host: str) -> Path:
         return self.work_dir / "hosts" / host / "sys"

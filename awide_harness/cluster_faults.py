@@ -143,6 +143,19 @@ class ClusterFaults(ClusterProcs):
         self._spawn_daemon(host)
         return time.monotonic()
 
+    def restart_gateway(self, gid: str) -> float:
+        """Stop the gateway's process (SIGTERM, SIGKILL after stop_timeout) and start it again
+        with the same config, its lines to the same feed, from its code root as it is now
+        (``code_roots``): what an engine's restart after a package upgrade does. Returns the
+        time of the stop."""
+        g = self._gateway(gid)
+        t = time.monotonic()
+        if g.proc is not None and g.proc.alive():
+            reap([g.proc], self.stop_timeout)
+        g.feed.join(5.0)            # the old process's lines are all read
+        self._spawn_gateway(g)
+        return t
+
     def partition(self, host: str) -> tuple[float, str]:
         """Cut ``host`` off: its link goes down (namespaces), or on loopback its etcd member and
         every process of the host (daemon, store services) is SIGSTOPped. (time, how)."""

@@ -100,7 +100,8 @@ class ClusterProcs(ClusterBase):
         h = self._hosts[host]
         cmd = self._command("daemon")
         h.proc = self.launcher.spawn(f"daemon-{host}", fill(cmd.argv, config=h.config),
-                                     netns=self.netns(host), env=dict(cmd.env))
+                                     netns=self.netns(host),
+                                     env={**cmd.env, **self._code_env(host)})
 
     def _new_gateway(self, index: int, gid: str) -> None:
         ghost = self.spec.gateway_hosts[index]
@@ -122,18 +123,22 @@ class ClusterProcs(ClusterBase):
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         port = METRICS_PORT_NETNS if self.net is not None else self._reserve_port()
         g = self._gateways[gid] = GatewayState(gid, index, ghost, path, GatewayFeed(gid),
-                                           f"{self.addr(ghost)}:{port}")
+                                           f"{self.addr(ghost)}:{port}", env=env)
+        self._spawn_gateway(g)
+
+    def _spawn_gateway(self, g: GatewayState) -> None:
+        """Start gateway ``g``'s process (again), its lines to its feed (or the sink)."""
         cmd = self._command("gateway")
-        g.proc = self.launcher.spawn(f"gateway-{gid}",
-                                     fill(cmd.argv, config=path, metrics=g.metrics),
-                                     netns=self.netns(ghost), pipe_stdout=True,
-                                     env={**env, **cmd.env})
+        g.proc = self.launcher.spawn(f"gateway-{g.id}",
+                                     fill(cmd.argv, config=g.config, metrics=g.metrics),
+                                     netns=self.netns(g.host), pipe_stdout=True,
+                                     env={**g.env, **cmd.env, **self._code_env(g.id)})
         assert g.proc.popen.stdout is not None
         if self.gateway_lines is None:
             g.feed.start(g.proc.popen.stdout)
         else:
             threading.Thread(target=self._pass_lines, args=(g.proc.popen.stdout,),
-                             name=f"lines-{gid}", daemon=True).start()
+                             name=f"lines-{g.id}", daemon=True).start()
 
     def _pass_lines(self, stream: IO[bytes]) -> None:
         sink = self.gateway_lines

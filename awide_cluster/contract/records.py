@@ -24,6 +24,7 @@ from typing import Any
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract import untrusted as u
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
@@ -191,6 +192,10 @@ class GatewayRecord:
     engine: str | None
     version: str
     stale: bool = False         # the gateway's registry view is stale
+    # the minor schema version and what the writer reads and writes (contract/versions.py):
+    # a record of a release before these fields decodes as minor 0, ``versions.BEFORE``
+    schema_minor: int = ver.GATEWAY.minor
+    versions: ver.Versions = ver.MINE
 
     def __post_init__(self) -> None:
         # the engine's name comes from the engine integration: written as readers accept it
@@ -203,6 +208,8 @@ class GatewayRecord:
             "namespace": self.namespace, "placement": self.placement,
             "fingerprint": self.fingerprint, "generation": self.generation,
             "engine": self.engine, "version": self.version, "stale": self.stale,
+            **({"schema_minor": self.schema_minor, "versions": ver.to_wire(self.versions)}
+               if self.schema_minor else {}),
         })
 
 
@@ -211,6 +218,10 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
     """Raises GatewayRecordError naming the key and the field, and nothing else."""
     key = key if key is not None else keys.GATEWAYS + gateway_id if gateway_id else ""
     f = _Fields(raw, GatewayRecordError, key)
+    schema = ver.schema_of(f.data, error=GatewayRecordError, key=key, default_major=1)
+    span = ver.MINE.reads("gateway")
+    if span.fit(schema) in ("newer_major", "older"):
+        raise f.refuse("schema", f"{schema.major} is not known to this reader (reads {span})")
     engine = f.data.get("engine")
     return GatewayRecord(
         id=(_named(GatewayRecordError, "gateway id", gateway_id, key) if gateway_id
@@ -223,6 +234,8 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
                 else None),
         version=f.text("version", required=False, limit=u.VERSION_MAX),
         stale=f.data.get("stale") is True,
+        schema_minor=schema.minor,
+        versions=ver.from_wire(f.data.get("versions"), error=GatewayRecordError, key=key),
     )
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract import untrusted as u
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.target import InvalidTarget, NvmeTarget
 from awide_cluster.contract.untrusted import Name
 
@@ -53,6 +54,11 @@ class RegistryError(u.BadValue):
 
 class UnknownSchema(RegistryError):
     """The document's schema version is not one this reader knows."""
+
+
+class NewerSchema(UnknownSchema):
+    """The document is of a newer major schema than this reader knows: written by a newer
+    release (a leader of an older one keeps it as is, docs/versions.md)."""
 
 
 def card_id(serial: str, model: str, identity: str) -> str:
@@ -127,6 +133,10 @@ class Registry:
     slot_algorithm: int = slotfn.ALGORITHM_VERSION
     lineage: str = ""                       # id of this registry's history (docs/registry.md)
     hosts: tuple[str, ...] = ()             # the hosts whose reports the leader admits
+    # the minor schema version (0: the document has neither it nor ``versions``) and what its
+    # writer reads and writes (contract/versions.py; None: not said, a writer before the field)
+    schema_minor: int = 0
+    versions: ver.Versions | None = None
     by_id: dict[str, CardEntry] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,7 +150,12 @@ class Registry:
     def content(self) -> tuple[object, ...]:
         """What a write compares to decide whether anything changed (not generation/time)."""
         return (self.cluster, self.cards, self.slots, self.slot_algorithm, self.lineage,
-                self.hosts)
+                self.hosts, self.schema, self.schema_minor,
+                self.versions if self.schema_minor else None)
+
+    @property
+    def schema_version(self) -> ver.Schema:
+        return ver.Schema(self.schema, self.schema_minor)
 
 
 def claims(cards: tuple[CardEntry, ...], table: slotfn.SlotTable) -> list[slotfn.SlotClaim]:
@@ -299,9 +314,23 @@ def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
 
 
 def loaded(raw: bytes | str, *, schema_version: int, error: type[u.BadValue],
-           unknown: type[u.BadValue], limits: u.Limits, key: str) -> dict[str, Any]:
-    """``validated``'s first half: the bounded JSON object of the schema this reader knows."""
+           unknown: type[u.BadValue], limits: u.Limits, key: str,
+           span: ver.Span | None = None, newer: type[u.BadValue] | None = None,
+           kind: str = "") -> dict[str, Any]:
+    """``validated``'s first half: the bounded JSON object of the schema this reader knows.
+    ``span``: the schemas this reader reads (contract/versions.py): any minor of its majors is
+    accepted (a newer minor is read, its unknown fields ignored); a newer major raises
+    ``newer`` when the document claims it (``versions.claims`` for ``kind``), else
+    ``unknown``. Without ``span`` only ``schema_version`` is accepted."""
     data = u.load(raw, error=error, limits=limits, key=key)
+    if span is not None:
+        s = ver.schema_of(data, error=unknown, key=key)
+        fit = span.fit(s)
+        if fit in ("newer_major", "older"):
+            claimed = newer is not None and fit == "newer_major" and ver.claims(data, kind, s)
+            raise (newer if newer is not None and claimed else unknown)(
+                f"schema {s.major} is not known to this reader (reads {span})", key=key)
+        return data
     schema = data.get("schema")
     if type(schema) is not int or schema != schema_version:
         raise unknown(f"schema {u.shown(schema)} is not known to this "
@@ -336,14 +365,15 @@ def decode(raw: bytes | str, *, key: str = keys.REGISTRY,
     entries of the last document this reader decoded (``CardMemo``); the result, or the
     error, is the same with it or without it."""
     data = loaded(raw, schema_version=SCHEMA_VERSION, error=RegistryError,
-                  unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key)
+                  unknown=UnknownSchema, limits=u.REGISTRY_LIMITS, key=key,
+                  span=ver.MINE.reads("registry"), newer=NewerSchema, kind="registry")
     if memo is not None:
         reg = memo.decode(data, key)
         if reg is not None:
             return reg
     doc = checked(_RegistryDoc, data, error=RegistryError, key=key)
     cards = [_entry(c, i, key) for i, c in enumerate(doc.cards)]
-    reg = _registry(doc, cards, key)
+    reg = _registry(doc, cards, key, data)
     if memo is not None:
         memo.remember(data["cards"], cards)
     return reg
@@ -364,8 +394,13 @@ def _entry(c: _CardDoc, index: int, key: str) -> CardEntry:
     )
 
 
-def _registry(doc: _RegistryDoc | _RegistryHead, cards: list[CardEntry], key: str) -> Registry:
-    """The document's registry from its checked fields and its cards' entries (in order)."""
+def _registry(doc: _RegistryDoc | _RegistryHead, cards: list[CardEntry], key: str,
+              data: dict[str, Any]) -> Registry:
+    """The document's registry from its checked fields and its cards' entries (in order);
+    ``data``: the loaded document (its schema version and its writer's versions)."""
+    minor = ver.schema_of(data, error=RegistryError, key=key).minor
+    written_by = (ver.from_wire(data.get("versions"), error=RegistryError, key=key)
+                  if "versions" in data else None)
     ids = [c.id for c in cards]
     if len(set(ids)) != len(ids):
         raise RegistryError("field cards: the same card id appears twice", key=key)
@@ -384,6 +419,7 @@ def _registry(doc: _RegistryDoc | _RegistryHead, cards: list[CardEntry], key: st
         cluster=doc.cluster, generation=doc.generation, leader=doc.leader,
         cards=tuple(cards), slots=table, written_at=doc.written_at, schema=doc.schema_,
         slot_algorithm=doc.slot_algorithm, lineage=doc.lineage, hosts=tuple(doc.hosts),
+        schema_minor=minor, versions=written_by,
     )
 
 
@@ -444,7 +480,7 @@ class CardMemo:
                     hits += 1
                 keys_.append(k)
                 cards.append(entry)
-            reg = _registry(head, cards, key)
+            reg = _registry(head, cards, key, data)
         except (ValidationError, RegistryError, TypeError):
             return None             # TypeError: an unhashable key (a card the check refuses)
         self._cards = {k: c for k, c in zip(keys_, cards, strict=True) if k is not None}
@@ -477,6 +513,9 @@ def to_dict(reg: Registry) -> dict[str, Any]:
         "unplaced": [{"card": cid, "reason": why} for cid, why in reg.slots.unplaced],
         "lineage": reg.lineage,
         "hosts": list(reg.hosts),
+        # minor 0 is the document as releases before the fields wrote it
+        **({"schema_minor": reg.schema_minor,
+            "versions": ver.to_wire(reg.versions or ver.MINE)} if reg.schema_minor else {}),
     }
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import Field
 
 from awide_cluster.contract import untrusted as u
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.registry import (  # the same wire types and checks
     _Identity,
     _Model,
@@ -30,7 +31,8 @@ from awide_cluster.contract.registry import (  # the same wire types and checks
     _Strict,
     _TargetDoc,
     card_target,
-    validated,
+    checked,
+    loaded,
 )
 from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.contract.untrusted import Name
@@ -108,6 +110,14 @@ class HostReport:
     # this daemon could not run some probes (out of file descriptors or memory): those cards
     # carry their last observation; written only when non-empty (older readers ignore it)
     probe_note: str = ""
+    # the minor schema version and what the writer reads and writes (contract/versions.py):
+    # a report of a release before these fields decodes as minor 0, ``versions.BEFORE``
+    schema_minor: int = ver.REPORT.minor
+    versions: ver.Versions = ver.MINE
+
+    @property
+    def schema_version(self) -> ver.Schema:
+        return ver.Schema(self.schema, self.schema_minor)
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -175,8 +185,11 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
 
     Raises ReportError naming the key and what is wrong, and nothing else, whatever ``raw``
     holds."""
-    doc = validated(_ReportDoc, raw, schema_version=SCHEMA_VERSION, error=ReportError,
-                    unknown=ReportError, limits=u.REPORT_LIMITS, key=key)
+    data = loaded(raw, schema_version=SCHEMA_VERSION, error=ReportError, unknown=ReportError,
+                  limits=u.REPORT_LIMITS, key=key, span=ver.MINE.reads("report"))
+    doc = checked(_ReportDoc, data, error=ReportError, key=key)
+    minor = ver.schema_of(data, error=ReportError, key=key).minor
+    written_by = ver.from_wire(data.get("versions"), error=ReportError, key=key)
     cards = []
     for i, c in enumerate(doc.cards):
         target = card_target(c.target, i, error=ReportError, key=key)
@@ -192,7 +205,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         history_resets=doc.history_resets, history_note=doc.history_note,
         restarting=(Restarting(grace=doc.restarting.grace, until=doc.restarting.until)
                     if doc.restarting is not None else None),
-        probe_note=doc.probe_note,
+        probe_note=doc.probe_note, schema_minor=minor, versions=written_by,
     )
 
 
@@ -219,6 +232,8 @@ def to_dict(r: HostReport) -> dict[str, Any]:
         **({"restarting": {"grace": r.restarting.grace, "until": r.restarting.until}}
            if r.restarting is not None else {}),
         **({"probe_note": r.probe_note} if r.probe_note else {}),
+        **({"schema_minor": r.schema_minor, "versions": ver.to_wire(r.versions)}
+           if r.schema_minor else {}),
     }
 
 

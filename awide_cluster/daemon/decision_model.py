@@ -16,6 +16,7 @@ from awide_cluster.contract.registry import (
     card_id,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
+from awide_cluster.contract.versions import Schema
 from awide_cluster.contract.windows import NONE as NO_WINDOWS
 from awide_cluster.contract.windows import Windows
 
@@ -68,6 +69,9 @@ class ClusterSnapshot:
     window_requests: tuple[Any, ...] = ()
     bad_window_requests: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     wall: float = 0.0
+    # the registry schema to write: the highest every live daemon and gateway reads fully
+    # (leader_read.registry_schema, contract/versions.py)
+    registry_schema: Schema = Schema(1, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Literal
 
 from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.health import Hysteresis
 from awide_cluster.contract.registry import (
     MAX_GENERATION,
@@ -137,7 +138,13 @@ def settle(ledger: Ledger, snap: ClusterSnapshot, policy: Policy, generation: in
     candidate = Registry(cluster=policy.cluster, generation=gen, leader=policy.leader,
                          cards=entries, slots=table,
                          written_at=prev.written_at if prev is not None else "",
-                         lineage=lineage, hosts=tuple(policy.hosts))
+                         lineage=lineage, hosts=tuple(policy.hosts),
+                         schema=snap.registry_schema.major,
+                         schema_minor=snap.registry_schema.minor,
+                         versions=ver.MINE if snap.registry_schema.minor else None)
+    if prev is not None and prev.schema_version != snap.registry_schema:
+        log.append(f"registry schema {prev.schema_version} -> {snap.registry_schema}: the "
+                   "highest every live daemon and gateway reads fully")
     write = prev is None or bool(snap.repair) or candidate.content() != prev.content()
     if snap.repair:
         log.append(f"registry rewritten at generation {next_gen} (lineage {lineage or '-'}): "

@@ -31,6 +31,7 @@ from awide_cluster.contract import bounds, keys, records
 from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
@@ -48,6 +49,7 @@ from awide_cluster.daemon.leader_read import (
     StoredRegistry,
     history_found,
     registry_found,
+    registry_schema,
     sort_intents,
     sort_reports,
     sort_window_requests,
@@ -102,6 +104,10 @@ def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
     return compares, success
 
 
+async def _kept(value: PrefixRead) -> PrefixRead:
+    return value
+
+
 class LeaderLoop:
     def __init__(self, store: Store, leadership: Leadership, clock: Clock, *, policy: Policy,
                  call_timeout: float, metrics: DaemonMetrics | None = None) -> None:
@@ -119,6 +125,7 @@ class LeaderLoop:
         self.last_error = ""
         self.refused_reports: dict[str, int] = {}    # host -> reports refused (counted)
         self._refusals: dict[str, str] = {}          # key -> last reason logged
+        self._newer: dict[str, str] = {}             # key -> report of a newer minor, said
         self.repairs = 0
         self.txn_failure = ""           # the last registry transaction failed: why (next cycle)
         self._why = ""                  # what the decision's log lines add: the cycle's trigger
@@ -137,6 +144,9 @@ class LeaderLoop:
         # a switchover request read in this cycle, with its mod_revision (``switchover``)
         self.switchover: tuple[records.SwitchoverRecord, int] | None = None
         self._switchover_refused = ""
+        # why this leader keeps a registry of a newer schema as it is ("" when it does not)
+        self.schema_hold = ""
+        self.gateway_records: PrefixRead | None = None  # the last poll cycle's gateway records
 
     def reset(self, known: Registry | None = None) -> None:
         """A new term: counters at zero, the first cycle is the freshness baseline.
@@ -155,12 +165,13 @@ class LeaderLoop:
         """Why the last cycle was a write outage ("" when it was not)."""
         return self.memory.outage
 
-    async def read(self) -> LeaderRead:
+    async def read(self, *, gateways: bool = True) -> LeaderRead:
         """Every read of one cycle; StoreError if any failed. A registry that cannot be used
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
-        cycle repairs it."""
+        cycle repairs it. ``gateways``: read the gateway records too (what they read decides
+        the registry schema; a cycle out of turn keeps the last poll cycle's)."""
         t = self.call_timeout
-        (members, reg_kv, intents, leader_kv, ring), (win_kv, asks) = await asyncio.gather(
+        (members, reg_kv, intents, leader_kv, ring, gw), (win_kv, asks) = await asyncio.gather(
             asyncio.gather(
                 self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
                                        max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
@@ -168,12 +179,15 @@ class LeaderLoop:
                 self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
                                        max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
                 self.store.get(keys.LEADER, timeout=t),
-                self._get_history(t)),
+                self._get_history(t),
+                self._get_gateways(t) if gateways or self.gateway_records is None
+                else _kept(self.gateway_records)),
             asyncio.gather(                 # the operator windows (decision_windows)
                 self._get_windows(t),
                 self.store.read_prefix(keys.WINDOW_REQUESTS, max_keys=bounds.INTENTS_MAX_KEYS,
                                        max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t)),
         )
+        self.gateway_records = gw
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if self.metrics is not None:
             self.metrics.intents_pending.set(intents.count)
@@ -200,7 +214,8 @@ class LeaderLoop:
                         bad_intents=bad_intents, strangers=hosts.strangers,
                         windows=windows, windows_problem=windows_problem,
                         window_requests=good_asks, bad_window_requests=bad_asks,
-                        wall=records.parse_time(self.clock.wall()) or 0.0)
+                        wall=records.parse_time(self.clock.wall()) or 0.0,
+                        registry_schema=registry_schema(hosts.reports.values(), gw))
         return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
                     found=stored.found, problem=stored.problem, history=ring)
 
@@ -216,6 +231,11 @@ class LeaderLoop:
         self.registry_decodes += 1
         self._registry_kept = (kv.mod_revision, kv.value, stored)
         return stored
+
+    async def _get_gateways(self, timeout: float) -> PrefixRead:
+        return await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
+                                            max_value_bytes=bounds.RECORD_MAX_BYTES,
+                                            timeout=timeout)
 
     async def _get_history(self, timeout: float) -> StoredHistory | None:
         """The history ring, read only when this term does not hold it (its first cycle, or
@@ -321,7 +341,7 @@ class LeaderLoop:
             ld.step_down("lease not confirmed within TTL - margin")
             return CycleOutcome.DEPOSED
         try:
-            got = await self.read()
+            got = await self.read(gateways=trigger == "poll")
         except StoreError as e:
             return self._skip(f"etcd read failed, counting nothing this cycle: {e}")
         ld.observe_key(got.leader_kv)
@@ -338,6 +358,12 @@ class LeaderLoop:
                 return CycleOutcome.DEPOSED
         self._note_refusals(got.snapshot)
         self._take_history(got.history)
+        if got.found == "newer_schema":
+            return self._hold_newer(got.problem)
+        if self.schema_hold:
+            log.warning("registry schema hold over: the registry is of a schema this release "
+                        "reads fully; leading again")
+            self.schema_hold = ""
         try:
             snap = await self._repair_base(got)
         except StoreError as e:
@@ -388,6 +414,19 @@ class LeaderLoop:
         ring = histdoc.append(self.history or histdoc.EMPTY, news,
                               ring=uuid.uuid4().hex[:12]) if news else None
         return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
+
+    def _hold_newer(self, problem: str) -> CycleOutcome:
+        """The registry is of a schema this release does not fully read (written by a newer
+        release): it is kept as it is, never rewritten; this leader decides nothing (no card
+        goes out or in) until a leader that reads it takes over. Said once per change."""
+        why = (f"{problem}; this leader ({ver.MINE.describe()}) keeps the registry as it is "
+               "and writes nothing until a leader of a release that reads it takes over")
+        if why != self.schema_hold:
+            log.warning("registry schema hold: %s", why)
+            if self.metrics is not None:
+                self.metrics.registry_refused("newer_schema")
+        self.schema_hold = why
+        return CycleOutcome.UNCHANGED
 
     def _take_history(self, stored: StoredHistory | None) -> None:
         """The ring read in this cycle becomes this term's; one that cannot be read is
@@ -477,6 +516,12 @@ class LeaderLoop:
             if self._refusals.get(key) != line:
                 log.warning("%s: %s", key, line)
         self._refusals = now
+        newer = {keys.MEMBERS + h: note for h, r in snap.reports.items()
+                 if (note := ver.newer_note("report", r.schema_version))}
+        for key, note in newer.items():
+            if self._newer.get(key) != note:
+                log.warning("%s: %s", key, note)
+        self._newer = newer
 
     async def _repair_base(self, got: LeaderRead) -> ClusterSnapshot:
         """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or

@@ -4,15 +4,16 @@ untrusted and bounded; ``LeaderLoop.read`` does the reads and builds a ``LeaderR
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract import windows as windoc
-from awide_cluster.contract.registry import Registry, RegistryError, UnknownSchema
+from awide_cluster.contract.registry import NewerSchema, Registry, RegistryError, UnknownSchema
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.decision_windows import WindowAsk
@@ -92,7 +93,7 @@ class StoredRegistry:
 
     registry: Registry | None
     revision: int               # its mod_revision (0: absent)
-    found: str                  # ok, missing, corrupt, unknown_schema, too_large
+    found: str                  # ok, missing, corrupt, unknown_schema, too_large, newer_schema
     problem: str                # why it is not ok (names the key and the field)
 
 
@@ -105,14 +106,39 @@ def registry_found(kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
         return StoredRegistry(registry=None, revision=0, found="missing",
                               problem="no registry in etcd")
     try:
-        return StoredRegistry(registry=regdoc.decode(kv.value), revision=kv.mod_revision,
-                              found="ok", problem="")
+        reg = regdoc.decode(kv.value)
+    except NewerSchema as e:
+        return StoredRegistry(registry=None, revision=kv.mod_revision, found="newer_schema",
+                              problem=clean_text(f"{e}: written by a newer release", 300))
     except UnknownSchema as e:
         return StoredRegistry(registry=None, revision=kv.mod_revision, found="unknown_schema",
                               problem=clean_text(e, 200))
     except RegistryError as e:
         return StoredRegistry(registry=None, revision=kv.mod_revision, found="corrupt",
                               problem=clean_text(e, 200))
+    newer = ver.newer_note("registry", reg.schema_version)
+    if newer and reg.versions is not None and reg.versions.says_it_writes(
+            "registry", reg.schema_version):
+        # readable, not fully, written by a newer release (it says it writes that schema):
+        # a leader never rewrites what it cannot fully read. Without that claim it is a
+        # registry like any other (rewritten if it is not the one this leader wrote)
+        return StoredRegistry(registry=reg, revision=kv.mod_revision, found="newer_schema",
+                              problem=clean_text(f"{keys.REGISTRY}: {newer}", 300))
+    return StoredRegistry(registry=reg, revision=kv.mod_revision, found="ok", problem="")
+
+
+def registry_schema(reports: Iterable[HostReport], gateways: PrefixRead) -> ver.Schema:
+    """The registry schema the leader writes: the highest it writes that every live daemon
+    (its report) and gateway (its record) reads fully. A record that does not decode says
+    nothing (it is refused elsewhere)."""
+    readers = [r.versions for r in reports]
+    for kv in gateways.kvs:
+        try:
+            readers.append(records.decode_gateway(kv.value, keys.tail(kv.key, keys.GATEWAYS))
+                           .versions)
+        except ValueError:
+            continue
+    return ver.registry_to_write(readers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.registry import RegistryError
 from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.store.errors import StoreError, ValueTooLarge
@@ -53,6 +54,10 @@ class RegistryFollow:
                     log.warning("registry lineage changed from %s to %s at generation %d",
                                 shared.registry.lineage or "-", reg.lineage or "-",
                                 reg.generation)
+                newer = ver.newer_note("registry", reg.schema_version)
+                if newer and (shared.registry is None
+                              or shared.registry.schema_version != reg.schema_version):
+                    log.warning("%s: %s", keys.REGISTRY, newer)
                 shared.registry = reg
                 self.metrics.observe_registry(reg)
             except RegistryError as e:

@@ -1,10 +1,10 @@
 """The leader repairs the registry it owns, with no slot moved and a generation that grows.
 
 Poison is written straight into a real etcd (3 members) between two turns of a real daemon:
-a corrupt value, an unknown schema, a deleted key, a well-formed forged registry. After its next
-turn the leader has rewritten the registry from its last good one: the same cards in the same
-slots, the same lineage, a generation above everything seen (the forged one, the gateways'), and
-a card that fails meanwhile still goes out after ``sick_polls`` polls.
+a corrupt value, a schema that is no version, a deleted key, a well-formed forged registry.
+After its next turn the leader has rewritten the registry from its last good one: the same
+cards in the same slots, the same lineage, a generation above everything seen (the forged one,
+the gateways'), and a card that fails meanwhile still goes out after ``sick_polls`` polls.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def _forged(reg: regdoc.Registry) -> bytes:
 POISON = {
     "corrupt": lambda reg: b'{"schema": 1, "cluster": ' + b"[" * 2000,
     "not-json": lambda reg: b"\xff\xfe garbage",
-    "unknown-schema": lambda reg: json.dumps({"schema": 99, "cluster": reg.cluster}).encode(),
+    # a schema that is no version at all (a newer one is kept as it is: test below)
+    "unknown-schema": lambda reg: json.dumps({"schema": 0, "cluster": reg.cluster}).encode(),
     "huge-generation": lambda reg: regdoc.encode(replace(reg, generation=10**30)),
     "forged": _forged,
     "deleted": None,
@@ -238,3 +239,42 @@ async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name
     finally:
         await d.stop()
         await real.close()
+
+
+@pytest.mark.parametrize("newer", ["major", "minor"])
+async def test_a_registry_of_a_newer_schema_is_kept_as_it_is(etcd, cluster_name, cards, newer):
+    """A registry written by a newer release (a newer major, or a newer minor this release
+    does not fully read) is never rewritten: the leader decides nothing, says so once, and
+    leads again once the registry is of a schema it reads (docs/versions.md)."""
+    paths = [cards.make(f"c{i}", f"SN{i}") for i in range(2)]
+    ids = [cid_of(p) for p in paths]
+    specs = [cards.spec(f"c{i}") for i in range(2)]
+    async with driven(etcd, cluster_name, "h1", specs) as (d, store):
+        await d.turn()
+        good = await registry(store)
+        assert good is not None
+        doc = json.loads(regdoc.encode(good))
+        top = "2.0" if newer == "major" else "1.7"
+        doc.update({"schema": 2, "schema_minor": 0} if newer == "major"
+                   else {"schema_minor": 7, "more": [1]},
+                   generation=good.generation + 1,
+                   versions={"read": {"registry": f"1.0-{top}"},
+                             "write": {"registry": f"1.0-{top}"}})
+        raw = json.dumps(doc).encode()
+        await store.put(keys.REGISTRY, raw)
+        cards.set_healthy("c1", False)          # would go out after 3 polls: nothing decides
+        for _ in range(5):
+            await d.turn()
+        kept = await store.get(keys.REGISTRY)
+        assert kept is not None and kept.value == raw, "the newer registry was rewritten"
+        assert "keeps the registry as it is" in d.leader_loop.schema_hold
+        assert d.leader_loop.repairs == 0
+        # the registry becomes one this release reads (a leader of the newer release wrote it
+        # for the live readers): this leader leads again, and the card goes out
+        await store.put(keys.REGISTRY, regdoc.encode(replace(
+            good, generation=good.generation + 2)))
+        for _ in range(4):
+            await d.turn()
+        assert d.leader_loop.schema_hold == ""
+        out = await registry(store)
+        assert out.card(ids[1]).state == "out" and out.slots.slots == good.slots.slots

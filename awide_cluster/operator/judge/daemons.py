@@ -14,6 +14,7 @@ from awide_cluster.contract import history_ring as histdoc
 from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.contract import versions as ver
 from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport, Restarting
@@ -55,6 +56,11 @@ def judge_registry(item: KeyValue | None, age: Age | None
             "no registry in etcd: no leader has written one yet")]
     try:
         reg = regdoc.decode(item.value)
+    except regdoc.NewerSchema as e:
+        return None, unread_registry(age, str(e)), [Problem(
+            "error", "registry_schema_newer", "registry",
+            f"{e}: written by a newer release than this one (readers of this release keep "
+            "their last good registry, its leaders keep it as is: docs/versions.md)")]
     except regdoc.RegistryError as e:
         return None, unread_registry(age, str(e)), [Problem(
             "error", "registry_corrupt", "registry",
@@ -62,6 +68,9 @@ def judge_registry(item: KeyValue | None, age: Age | None
             "change)")]
     mismatch = regdoc.check_slots(reg)
     problems = [Problem("error", "slot_table_mismatch", "registry", mismatch)] if mismatch else []
+    newer = ver.newer_note("registry", reg.schema_version)
+    if newer:
+        problems.append(Problem("warning", "registry_schema_newer", "registry", newer))
     view = RegistryView(generation=reg.generation, leader=reg.leader, written_at=reg.written_at,
                         age=age, cards=len(reg.cards),
                         slots_used=sum(1 for s in reg.slots.slots if s is not None))
@@ -133,12 +142,33 @@ def judge_hosts(
     if lead and lead not in known and lead not in registry_hosts:
         problems.append(Problem("warning", "leader_without_report", lead,
                                 f"leader {lead} has no host report"))
+    held = schema_held(lead, reports.get(lead), reg)
+    if held is not None:
+        problems.append(held)
     versions = sorted({v.version for v in views if v.version})
     if len(versions) > 1:
         problems.append(Problem("warning", "version_skew", "daemons",
                                 f"daemons run different versions: {', '.join(versions)}"))
     views.sort(key=lambda v: v.host)
     return HostsRead(reports=reports, views=tuple(views)), problems
+
+
+def schema_held(lead: str, report: HostReport | None, reg: Registry | None) -> Problem | None:
+    """The leader's release does not fully read the registry's schema (its report says what
+    it reads): it keeps the registry as it is and decides nothing (docs/versions.md). A leader
+    of a release before the versions fields (its report has none) reads any minor of major 1
+    and does not hold: nothing to say."""
+    if report is None or reg is None or report.schema_minor == 0:
+        return None
+    span = report.versions.reads("registry")
+    if span.fit(reg.schema_version) == "full":
+        return None
+    return Problem(
+        "error", "registry_schema_held", lead,
+        f"leader {lead} reads registry schemas {span}, the registry is of schema "
+        f"{reg.schema_version} (a newer release wrote it): it keeps it as it is and takes no "
+        f"card out or back until a leader that reads it takes over (upgrade {lead}, or stop "
+        "its daemon so an upgraded host leads)")
 
 
 def daemon_down(host: str) -> Problem:
