@@ -152,3 +152,28 @@ def test_bash_completion_script():
                                    "COMP_WORDS": "awide-cluster sta", "COMP_CWORD": "1"},
                        capture_output=True, text=True, timeout=20)
     assert "status" in r.stdout
+
+
+def test_status_of_a_demo_sized_cluster_fits_80x24_and_wide_shows_all(shared_etcd, cluster_name):
+    from tests.operator.test_op_render import demo_kvs
+    kvs, cards = demo_kvs(cluster_name)
+    state.write(shared_etcd.endpoints, cluster_name, kvs)
+    t = target(shared_etcd, cluster_name)
+    r = run("status", *t)
+    assert r.exit_code == 2, r.output
+    lines = r.output.rstrip("\n").split("\n")
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, r.output
+    assert all(sum(c.id in line for line in lines) >= 1 for c in cards)
+    wide = run("status", *t, "-o", "wide").output
+    assert "MEMBER" in wide and all(c.serial in wide for c in cards)
+    assert max(len(line) for line in wide.split("\n")) > 80       # everything: wide
+    # --watch to a pipe: whole frames, a blank line between; --count bounds it
+    root = str(Path(__file__).resolve().parents[2])      # this tree's code, not the venv's
+    p = subprocess.run([CLI, "status", *t, "--watch", "0.2", "--count", "2"],
+                       capture_output=True, text=True, timeout=bound(60),
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 2, p.stderr
+    frames = p.stdout.split("\n\n")
+    assert [f.startswith(f"cluster {cluster_name}: UNHEALTHY") for f in frames if f.strip()] \
+        == [True, True], p.stdout
+    assert "\x1b[" not in p.stdout and "Traceback" not in p.stderr
