@@ -307,16 +307,16 @@ HISTORY_NONE = "HISTORY  (new entries appear here as the leader records them)"
 def watch_table(st: ClusterStatus, recent: Sequence[str], width: int = WIDTH,
                 height: int = HEIGHT) -> list[str]:
     """``status --watch``'s screen: ``compact`` with the history entries that arrived
-    meanwhile under it (``recent``, oldest first), the newest that fit; the problems keep
-    their rows first (the history gets at most 3 of theirs)."""
+    meanwhile under it (``recent``, oldest first), the newest that fit in ``height``; the
+    problems keep their rows first (the history gets at most 3 of theirs). The entries are
+    whole: ``fit_screen`` cuts them on a terminal, a pipe gets them as they are."""
     reserve = 1 + min(len(recent), 3)
     body = compact(st, width, max(height - reserve, 1))
     room = height - len(body) - 1
     if room < 0:
         return body
     shown = list(recent)[-room:] if room else []
-    return body + [HISTORY_HEAD if recent else HISTORY_NONE] + [cut("  " + line, width)
-                                                                 for line in shown]
+    return body + [HISTORY_HEAD if recent else HISTORY_NONE] + ["  " + line for line in shown]
 
 
 def fit_screen(lines: Sequence[str], width: int, height: int) -> list[str]:

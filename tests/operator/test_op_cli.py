@@ -177,3 +177,50 @@ def test_status_of_a_demo_sized_cluster_fits_80x24_and_wide_shows_all(shared_etc
     assert [f.startswith(f"cluster {cluster_name}: UNHEALTHY") for f in frames if f.strip()] \
         == [True, True], p.stdout
     assert "\x1b[" not in p.stdout and "Traceback" not in p.stderr
+
+
+def test_history_follow_prints_new_entries_until_interrupted(shared_etcd, cluster_name):
+    from awide_cluster.contract import history_ring as histdoc
+
+    def entry(gen: int, why: str) -> histdoc.Entry:
+        return histdoc.Entry(generation=gen, kind="drained", reason="drained (was in)",
+                             card="c0123456789a", name="card0", host="h1", by="ops@b", why=why)
+
+    ring = histdoc.append(histdoc.EMPTY, [entry(6, "first"), entry(7, "second")], ring="r1")
+    kvs: dict[str, bytes | None] = {**state.healthy_state(cluster_name),
+                                    keys.HISTORY: histdoc.encode(ring)}
+    state.write(shared_etcd.endpoints, cluster_name, kvs)
+    root = str(Path(__file__).resolve().parents[2])      # this tree's code, not the venv's
+    p = subprocess.Popen([CLI, "history", *target(shared_etcd, cluster_name)[:-2], "--follow",
+                          "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": root})
+    got = b""
+
+    def until(text: str) -> None:
+        nonlocal got
+        deadline = time.monotonic() + bound(30)
+        assert p.stdout is not None
+        while text.encode() not in got:
+            assert time.monotonic() < deadline, f"history --follow never printed {text!r}"
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                chunk = os.read(p.stdout.fileno(), 65536)
+                assert chunk, f"history --follow ended early: {got!r}"
+                got += chunk
+
+    try:
+        until(": second]")                  # the entries there first
+        assert got.decode().splitlines()[0].endswith(": first]"), got
+        later = histdoc.append(ring, [entry(8, "third")])
+        state.write(shared_etcd.endpoints, cluster_name, {keys.HISTORY: histdoc.encode(later)})
+        until(": third]")                   # then each new one, once
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=bound(10))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert b"Traceback" not in err and out == b""
+    assert [line.rpartition(": ")[2] for line in got.decode().splitlines()] == [
+        "first]", "second]", "third]"]
