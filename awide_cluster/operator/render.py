@@ -13,6 +13,7 @@ a host runs with dev settings). JSON and YAML are the same document,
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
@@ -194,9 +195,19 @@ def _host_note(h: HostView) -> str:
     return ", ".join(notes)
 
 
+def _card_state(c: CardView) -> str:
+    """``in``, ``OUT``, ``DRAINED`` (not ``in`` in capitals), with the health after a slash
+    when it is not what the state implies (``in/sick``: counting toward out)."""
+    state = c.state.upper() if c.state != "in" else c.state
+    usual = "sick" if c.state == "out" else "ok"
+    return state if c.health == usual else f"{state}/{c.health}"
+
+
 def _card_note(c: CardView) -> str:
+    """The card's reason, who drained it and why (without when: ``-o wide`` has it), ..."""
+    by = re.sub(r"^(by \S+) at \S+?(: |$)", r"\1\2", c.drained_by)
     return "; ".join(x for x in (
-        c.reason, f"drained {c.drained_by}" if c.drained_by else "",
+        c.reason, f"drained {by}" if by else "",
         f"conflict: {c.conflict}" if c.conflict else "",
         f"unplaced: {c.unplaced}" if c.unplaced else "",
         f"host sees: {c.reported}"
@@ -275,10 +286,9 @@ def compact(st: ClusterStatus, width: int = WIDTH, height: int = HEIGHT) -> list
         (h.host, h.role, h.version, h.report_age.describe() if h.report_age else "-",
          h.cards, _host_note(h)) for h in st.hosts], indent="") if st.hosts \
         else ["HOSTS  none"]
-    out += columns(("SLOT", "CARD", "HOST/NAME", "STATE", "HEALTH", "NOTE"), [
-        ("-" if c.slot is None else c.slot, c.id, f"{c.host}/{c.name}",
-         c.state.upper() if c.state != "in" else c.state, c.health, _card_note(c))
-        for c in st.cards], indent="") if st.cards else ["CARDS  none"]
+    out += columns(("SLOT", "CARD", "HOST/NAME", "STATE", "NOTE"), [
+        ("-" if c.slot is None else c.slot, c.id, f"{c.host}/{c.name}", _card_state(c),
+         _card_note(c)) for c in st.cards], indent="") if st.cards else ["CARDS  none"]
     out += textwrap.wrap(gateway_summary(st.gateways, st.registry.generation), width,
                          subsequent_indent="  ")[:2]
     if st.intents:

@@ -99,7 +99,7 @@ def test_the_demo_sized_cluster_fits_80x24_with_one_line_per_card():
             f"{c.host}/{c.name}"]]
         assert len(mine) == 1, (c.id, text)
     assert any("OUT" in line and "awide-store@card3" in line for line in lines), text
-    assert any("DRAINED" in line and "by ops@bastion" in line for line in lines), text
+    assert any("DRAINED" in line and "drained by ops@bastion: firm" in line for line in lines), text
     for h in HOSTS:
         assert any(line.startswith(h + " ") for line in lines), (h, text)
     gws = " ".join(x.strip() for x in lines if x.startswith("GATEWAYS") or x.startswith("  "))
