@@ -254,8 +254,9 @@ def compact(st: ClusterStatus, width: int = WIDTH, height: int = HEIGHT) -> list
         out.append(f"!!! DEV CLUSTER: {devs} - NOT FOR PRODUCTION !!!")
     if st.read_error:
         out.append(f"note: {st.read_error}")
-    out += [f"{_WINDOW_WORD.get(w.scope, w.scope)} {w.name} by {w.by or '?'} until {w.until}: "
-            f"{w.reason}".replace("  ", " ") for w in st.windows]
+    for w in st.windows:        # each on at most 2 lines: who, until when and why
+        out += textwrap.wrap(f"{_WINDOW_WORD.get(w.scope, w.scope)} {w.name} by {w.by or '?'} "
+                             f"until {w.until}: {w.reason}", width, subsequent_indent="  ")[:2]
 
     e = st.etcd
     answered = sum(1 for m in e.members if m.reachable)
