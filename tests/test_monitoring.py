@@ -1,7 +1,9 @@
 """monitoring/: the alert rules pass ``promtool check rules`` and their unit tests
 (``promtool test rules``, each alert on synthetic series); the dashboard is well formed; every
-runbook link names a section of docs/operations.md. (That every metric they query is exported
-by a real daemon, gateway or etcd member: tests/embedded/test_monitoring.py.)"""
+runbook link is an https link to a section of docs/operations.md (the ansible role's
+``awide_runbook_base``) and every description names the first command to run. (That every
+metric they query is exported by a real daemon, gateway or etcd member:
+tests/embedded/test_monitoring.py.)"""
 
 from __future__ import annotations
 
@@ -68,17 +70,78 @@ def test_promtool_unit_tests_of_every_alert():
     assert tested == {r["alert"] for r in rules()}, "every alert has a unit test"
 
 
+def runbook_base() -> str:
+    """The ansible role's default ``awide_runbook_base``: where the runbook links point."""
+    defaults = yaml.safe_load((ROOT / "ansible" / "roles" / "awide" / "defaults" / "main.yml")
+                              .read_text())
+    return str(defaults["awide_runbook_base"])
+
+
 def test_every_alert_has_severity_summary_and_a_runbook_section():
     anchors = {slug(line.lstrip("#")) for line in
                (ROOT / "docs" / "operations.md").read_text().splitlines()
                if re.match(r"#{1,6} ", line)}
-    prefix = "file:///usr/share/doc/awide-cluster/operations.md#"
+    prefix = runbook_base() + "#"
+    assert prefix.startswith("https://"), prefix
     for r in rules():
         assert r["labels"]["severity"] in ("critical", "warning"), r["alert"]
         assert r["annotations"]["summary"], r["alert"]
         url = r["annotations"]["runbook_url"]
         assert url.startswith(prefix), (r["alert"], url)
         assert url[len(prefix):] in anchors, f"{r['alert']}: no section #{url[len(prefix):]}"
+
+
+FIRST = re.compile(r"First(?:, on that host)?: `(awide-cluster|etcdctl|systemctl|journalctl) ")
+
+
+def test_every_alert_has_a_description_naming_the_first_command_and_an_http_runbook():
+    for r in rules():
+        notes = r["annotations"]
+        assert re.match(r"https?://[^\s/]+/\S*#[\w-]+$", notes["runbook_url"]), r["alert"]
+        assert notes["summary"].strip() and notes["description"].strip(), r["alert"]
+        assert FIRST.search(notes["description"]), \
+            f"{r['alert']}: its description names no first command: {notes['description']!r}"
+
+
+def test_the_unit_tests_expect_the_rules_own_runbook_links():
+    """alerts.test.yml expects each alert's description and runbook link as alerts.yml has
+    them (promtool compares them): no test still expects an old link."""
+    links = {r["alert"]: r["annotations"]["runbook_url"] for r in rules()}
+    tests = yaml.safe_load((MONITORING / "alerts.test.yml").read_text())["tests"]
+    seen = 0
+    for t in tests:
+        for case in t["alert_rule_test"]:
+            for alert in case["exp_alerts"]:
+                notes = alert["exp_annotations"]
+                assert notes["runbook_url"] == links[case["alertname"]], case["alertname"]
+                assert notes["description"], case["alertname"]
+                seen += 1
+    assert seen >= len(links)
+
+
+def test_the_role_points_the_runbook_links_at_another_base():
+    """The ansible role's ``regex_replace`` (Python's ``re.sub``, as Ansible runs it) with
+    another ``awide_runbook_base``: every link points there, anchors kept, nothing else
+    changed; with the default the file is unchanged (byte for byte: tests/system/
+    test_ansible.py compares what the role installs)."""
+    task = next(t for t in yaml.safe_load(
+        (ROOT / "ansible" / "roles" / "awide" / "tasks" / "monitoring.yml").read_text())
+        if "content" in t.get("ansible.builtin.copy", {}))
+    m = re.search(r"regex_replace\('(.+?)', '(.+?)' ~ awide_runbook_base ~ '(.+?)'\)",
+                  task["ansible.builtin.copy"]["content"])
+    assert m, task
+    pattern, head, tail = m.groups()
+
+    def render(base: str) -> str:
+        return re.sub(pattern, head + base.replace("\\", "\\\\") + tail, RULES.read_text())
+
+    assert render(runbook_base()) == RULES.read_text()
+    base = "https://docs.example.com/awide/ops.html"
+    got = render(base)
+    theirs = [r for g in yaml.safe_load(got)["groups"] for r in g["rules"]]
+    assert [r["annotations"]["runbook_url"] for r in theirs] == [
+        base + r["annotations"]["runbook_url"][len(runbook_base()):] for r in rules()]
+    assert got.replace(base, runbook_base()) == RULES.read_text()
 
 
 def test_dashboard_is_well_formed():

@@ -15,6 +15,7 @@ comes from click::
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -40,7 +41,16 @@ from awide_cluster.cli.main import cli
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.history_query import Tail
 from awide_cluster.operator.model import ClusterStatus
-from awide_cluster.operator.render import FORMATS, render, render_cards
+from awide_cluster.operator.render import (
+    FORMATS,
+    HEIGHT,
+    WIDTH,
+    fit_screen,
+    redraw,
+    render,
+    render_cards,
+    watch_table,
+)
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
 from awide_cluster.operator.target import ClusterTarget
 from awide_cluster.store.config import StoreConfig
@@ -65,15 +75,7 @@ def cards_code(st: ClusterStatus) -> int:
     return EXIT_WARNING if found else EXIT_OK
 
 
-TAIL_LINES = 10     # history entries under the status screen of --watch
-
-
-def history_tail(recent: deque[str]) -> str:
-    """The history entries that arrived while ``status --watch`` runs, under the screen."""
-    if not recent:
-        return "\n\nHISTORY  (new entries appear here as the leader records them)"
-    return ("\n\nHISTORY  (newest last; `awide-cluster history` for all)\n"
-            + "\n".join(f"  {line}" for line in recent))
+TAIL_LINES = 10     # history entries kept for the status screen of --watch (those that fit)
 
 
 def unreachable_line(raw: RawSnapshot, call_timeout: float) -> str:
@@ -95,6 +97,9 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--watch", "-w", type=click.FloatRange(0.2, 3600), is_flag=False,
                      flag_value=2.0, default=None, metavar="[SECONDS]",
                      help="refresh in place every SECONDS (2 when not given); Ctrl-C stops"),
+        click.option("--count", "-n", type=click.IntRange(1, 1_000_000), default=None,
+                     help="with --watch: stop after this many refreshes [default: until "
+                          "Ctrl-C]"),
         click.option("--sample", type=click.FloatRange(0, 60), default=1.0, show_default=True,
                      help="one-shot: seconds between the two reads that measure report ages "
                           "(0: one read, ages unknown)"),
@@ -112,13 +117,13 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _run(config: str | None, endpoints: str | None, cluster: str | None,
          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
          stale_after: float, strict: bool, what: Callable[[ClusterStatus, str], str],
-         judge: Verdict, tail: bool = False) -> None:
+         judge: Verdict, tail: bool = False, count: int | None = None) -> None:
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after,
                           hosts=target.hosts)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,
-                                 what, judge, tail))
+                                 what, judge, tail, count))
     except KeyboardInterrupt:
         code = EXIT_UNKNOWN
     sys.exit(code)
@@ -127,7 +132,7 @@ def _run(config: str | None, endpoints: str | None, cluster: str | None,
 async def _main(target: ClusterTarget, store_config: StoreConfig, policy: StatusPolicy,
                 fmt: str, watch: float | None, sample: float, strict: bool,
                 what: Callable[[ClusterStatus, str], str],
-                judge: Verdict, tail: bool = False) -> int:
+                judge: Verdict, tail: bool = False, count: int | None = None) -> int:
     store = EtcdStore(store_config)
     reader = StatusReader(store, cluster=target.cluster, endpoints=tuple(store_config.endpoints),
                           call_timeout=store_config.call_timeout, policy=policy)
@@ -156,36 +161,44 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
         code = EXIT_UNKNOWN
         interrupt = Interrupt()
         follow, recent = Tail(), deque[str](maxlen=TAIL_LINES)
+        frames = 0
         try:
             while not interrupt.requested:
                 got = await interrupt.race(reader.snapshot())
                 if got is None:
                     break
                 raw, st = got
+                size = shutil.get_terminal_size((WIDTH, HEIGHT))
                 if raw.unreachable:
-                    text = (f"{unreachable_line(raw, store_config.call_timeout)}   "
-                            f"(retrying every {watch:g} s)")
+                    lines = [f"{unreachable_line(raw, store_config.call_timeout)}   "
+                             f"(retrying every {watch:g} s)"]
                     code = EXIT_UNKNOWN
                 elif _empty(raw):
                     found = await cluster_list(store_config)
-                    text = f"{no_such_cluster(target, found)}   (retrying every {watch:g} s)"
+                    lines = [f"{no_such_cluster(target, found)}   (retrying every {watch:g} s)"]
                     code = EXIT_USAGE
                 else:
-                    text = what(st, fmt)
                     code = verdict(st)
                     if tail and fmt == "table":
                         follow, arrived = follow.step(st.history)
                         recent.extend(e.line() for e in arrived)
-                        text += history_tail(recent)
-                if tty:
-                    click.echo("\x1b[H\x1b[2J" + text, nl=True)
-                else:
-                    click.echo(text + "\n")
+                        lines = watch_table(st, recent, size.columns, size.lines)
+                    else:
+                        lines = what(st, fmt).split("\n")
+                if tty:     # drawn over the last frame, within the screen: nothing scrolls
+                    click.echo(redraw(fit_screen(lines, size.columns, size.lines)), nl=False)
+                else:       # a pipe or a file: whole frames, a blank line between two
+                    click.echo("\n".join(lines) + "\n")
+                frames += 1
+                if count is not None and frames >= count:
+                    break
                 await interrupt.pause(watch)
         except asyncio.CancelledError:
             pass
         finally:
             interrupt.close()
+            if tty:
+                click.echo("")      # the prompt under the last frame
         return code
     finally:
         await store.close()
@@ -199,8 +212,8 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
 @click.option("--brief", "-b", is_flag=True,
               help="one line (for prompts and scripts): CLUSTER STATE: what is wrong")
 def status(config: str | None, endpoints: str | None, cluster: str | None,
-           call_timeout: float | None, fmt: str, watch: float | None, sample: float,
-           stale_after: float, strict: bool, brief: bool) -> None:
+           call_timeout: float | None, fmt: str, watch: float | None, count: int | None,
+           sample: float, stale_after: float, strict: bool, brief: bool) -> None:
     """The whole cluster at one look: etcd, leader, hosts, cards, gateways, problems.
 
     Which cluster: --config FILE, --endpoints with --cluster, $AWIDE_CONFIG,
@@ -217,21 +230,21 @@ def status(config: str | None, endpoints: str | None, cluster: str | None,
     usage error (no such cluster included), 78 on a config error.
     """
     _run(config, endpoints, cluster, call_timeout, "brief" if brief else fmt, watch, sample,
-         stale_after, strict, render, status_code, tail=True)
+         stale_after, strict, render, status_code, tail=True, count=count)
 
 
 @cli.command()
 @_options
 def cards(config: str | None, endpoints: str | None, cluster: str | None,
-          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
-          stale_after: float) -> None:
+          call_timeout: float | None, fmt: str, watch: float | None, count: int | None,
+          sample: float, stale_after: float) -> None:
     """The card table only: slot, id, serial, host, target, state, health, since, reason.
 
     Exit code 2 when a card is out, in conflict or without a slot, or the registry cannot be
     read; 1 when a card is drained; 3, 64 and 78 as for status.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, False,
-         render_cards, cards_code)
+         render_cards, cards_code, count=count)
 
 
 @cli.command()

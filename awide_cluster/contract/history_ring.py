@@ -24,6 +24,7 @@ writer keeps the newest ``HISTORY_MAX_ENTRIES`` entries within ``HISTORY_MAX_BYT
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal, TypeAlias
@@ -77,8 +78,10 @@ class Entry:
                 "reason": self.reason, "at": self.at, "leader": self.leader, "by": self.by,
                 "why": self.why}
 
-    def line(self) -> str:
-        """One readable line: generation, time, kind, the card, the reason, who/why."""
+    def words(self, pad: int = 0) -> str:
+        """What happened, without generation and time: the kind (padded to ``pad``), the card,
+        the reason, who/why. The one wording of a change: the history's ``line`` and the
+        daemons' log line about it (``journal``) both say it so."""
         what = ""
         if self.card:
             where = f"{self.host}/{self.name}" if self.host and self.name else self.host
@@ -88,8 +91,26 @@ class Entry:
         op = ""
         if self.by or self.why:
             op = f" [by {self.by or '?'}" + (f": {self.why}" if self.why else "") + "]"
+        return f"{self.kind:<{pad}}{what}: {self.reason}{op}"
+
+    def line(self) -> str:
+        """One readable line: generation, time, kind, the card, the reason, who/why."""
         at = self.at or "-"
-        return f"gen {self.generation:<6} {at:<25} {self.kind:<9}{what}: {self.reason}{op}"
+        return f"gen {self.generation:<6} {at:<25} {self.words(9)}"
+
+
+# A change a daemon logs at warning (the others at info): a card that left service or the
+# registry, or was put in conflict.
+WARNING_KINDS = frozenset({"out", "dropped", "conflict"})
+
+
+def journal(e: Entry) -> tuple[int, str]:
+    """The log level (``logging.WARNING``/``INFO``) and line of a change, as the leader and
+    the card's own host log it: the history's words after the generation, e.g. ``gen 7 out
+    card c1a2b3c4d5e6 (h1/card0): 3 bad polls in a row, last: ...``."""
+    warn = e.kind in WARNING_KINDS and not (e.kind == "conflict"
+                                            and e.reason.startswith("conflict resolved"))
+    return (logging.WARNING if warn else logging.INFO), f"gen {e.generation} {e.words()}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,11 @@ prefix taken off), or, where it logged none, what the registry itself says.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.history_ring import Entry, Kind
+from awide_cluster.contract.history_ring import Entry, Kind, journal
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.daemon.reconcile import Intent, describe
 
@@ -148,3 +149,71 @@ def entries(before: Registry | None, after: Registry, *, leader: str = "",
     for key, why in sorted((refused_intents or {}).items()):
         b.add("intent", f"intent {key} ignored and deleted: {why}")
     return tuple(b.out)
+
+
+# A card's transitions: the history's words replace the decision's line about them in the log.
+TRANSITIONS: Mapping[str, str] = {"out": "out: ", "in": "in: ", "drained": "drained by intent",
+                                  "undrained": "undrained by intent"}
+
+
+def journal_lines(news: Sequence[Entry], lines: Sequence[str], before: Registry | None,
+                  after: Registry) -> list[tuple[int, str, Entry | None]]:
+    """What the leader logs for one written cycle: (level, line, the entry it words or None),
+    the decision's lines in order, each line about a card's transition (``TRANSITIONS``)
+    replaced by that transition's history entry in the history's words
+    (``history_ring.journal``: the same line as ``awide-cluster history``, at warning for a
+    card out); a transition no line spoke of is added at the end. Pure."""
+    cards = {**(before.by_id if before is not None else {}), **after.by_id}
+    olds = before.by_id if before is not None else {}
+    heads: dict[int, Entry] = {}
+    extra: list[Entry] = []
+    taken: set[int] = set()
+    for e in news:
+        if e.kind not in TRANSITIONS or not e.card:
+            continue
+        found = None
+        for c in (olds.get(e.card), cards.get(e.card)):
+            if c is None:
+                continue
+            head = f"{describe(c)} {TRANSITIONS[e.kind]}"
+            found = next((i for i, line in enumerate(lines)
+                          if i not in taken and line.startswith(head)), None)
+            if found is not None:
+                break
+        if found is None:
+            extra.append(e)
+        else:
+            taken.add(found)
+            heads[found] = e
+    out: list[tuple[int, str, Entry | None]] = []
+    for i, line in enumerate(lines):
+        if i in heads:
+            level, text = journal(heads[i])
+            out.append((level, text, heads[i]))
+        else:
+            out.append((logging.INFO, line, None))
+    for e in extra:
+        level, text = journal(e)
+        out.append((level, text, e))
+    return out
+
+
+def own_changed(before: Registry | None, after: Registry, host: str) -> bool:
+    """Whether ``host``'s cards changed between two registries a follower read (one joined or
+    left, or its state or conflict changed): then it reads the history for their entries."""
+    if before is None:
+        return False
+
+    def mine(r: Registry) -> dict[str, tuple[str, str | None]]:
+        return {c.id: (c.state, c.conflict) for c in r.cards if c.host == host}
+
+    return mine(before) != mine(after)
+
+
+def own_entries(ring: Sequence[Entry], host: str, after_generation: int, upto: int,
+                after_seq: int = 0) -> tuple[Entry, ...]:
+    """The entries about ``host``'s cards of the generations a follower just moved through
+    (``after_generation`` < generation <= ``upto``), not already logged (seq > ``after_seq``
+    within the same ring), oldest first. Pure."""
+    return tuple(e for e in ring if e.card and e.host == host and e.seq > after_seq
+                 and after_generation < e.generation <= upto)

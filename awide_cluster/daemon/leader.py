@@ -23,7 +23,7 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -413,7 +413,8 @@ class LeaderLoop:
             return CycleOutcome.DEPOSED
         ring = histdoc.append(self.history or histdoc.EMPTY, news,
                               ring=uuid.uuid4().hex[:12]) if news else None
-        return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
+        return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring,
+                                 news=news)
 
     def _hold_newer(self, problem: str) -> CycleOutcome:
         """The registry is of a schema this release does not fully read (written by a newer
@@ -443,7 +444,8 @@ class LeaderLoop:
                         stored.problem)
 
     async def _write(self, d: Decision, snap: ClusterSnapshot, got: LeaderRead, *,
-                     leader_revision: int, ring: histdoc.History | None = None) -> CycleOutcome:
+                     leader_revision: int, ring: histdoc.History | None = None,
+                     news: Sequence[histdoc.Entry] = ()) -> CycleOutcome:
         """The decision's one fenced transaction, and what its answer means."""
         ld = self.leadership
         reg = d.registry
@@ -476,8 +478,13 @@ class LeaderLoop:
             log.info("registry write refused by etcd: the registry or an intent changed "
                      "since it was read; re-reading next cycle")
             return CycleOutcome.CONFLICT
-        for line in d.log:
-            log.info("%s%s", line, self._why)
+        for level, line, entry in history_entries.journal_lines(
+                news if ring is not None else (), d.log, snap.registry, d.registry):
+            if entry is None:
+                log.log(level, "%s%s", line, self._why)
+            else:               # a card's transition: the history's words
+                log.log(level, "%s%s", line, self._why,
+                        extra={"card": entry.card, "card_host": entry.host})
         if ring is not None:
             self.history, self.announced = ring, True
         if d.write:

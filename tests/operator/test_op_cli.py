@@ -152,3 +152,75 @@ def test_bash_completion_script():
                                    "COMP_WORDS": "awide-cluster sta", "COMP_CWORD": "1"},
                        capture_output=True, text=True, timeout=20)
     assert "status" in r.stdout
+
+
+def test_status_of_a_demo_sized_cluster_fits_80x24_and_wide_shows_all(shared_etcd, cluster_name):
+    from tests.operator.test_op_render import demo_kvs
+    kvs, cards = demo_kvs(cluster_name)
+    state.write(shared_etcd.endpoints, cluster_name, kvs)
+    t = target(shared_etcd, cluster_name)
+    r = run("status", *t)
+    assert r.exit_code == 2, r.output
+    lines = r.output.rstrip("\n").split("\n")
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, r.output
+    assert all(sum(c.id in line for line in lines) >= 1 for c in cards)
+    wide = run("status", *t, "-o", "wide").output
+    assert "MEMBER" in wide and all(c.serial in wide for c in cards)
+    assert max(len(line) for line in wide.split("\n")) > 80       # everything: wide
+    # --watch to a pipe: whole frames, a blank line between; --count bounds it
+    root = str(Path(__file__).resolve().parents[2])      # this tree's code, not the venv's
+    p = subprocess.run([CLI, "status", *t, "--watch", "0.2", "--count", "2"],
+                       capture_output=True, text=True, timeout=bound(60),
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 2, p.stderr
+    frames = p.stdout.split("\n\n")
+    assert [f.startswith(f"cluster {cluster_name}: UNHEALTHY") for f in frames if f.strip()] \
+        == [True, True], p.stdout
+    assert "\x1b[" not in p.stdout and "Traceback" not in p.stderr
+
+
+def test_history_follow_prints_new_entries_until_interrupted(shared_etcd, cluster_name):
+    from awide_cluster.contract import history_ring as histdoc
+
+    def entry(gen: int, why: str) -> histdoc.Entry:
+        return histdoc.Entry(generation=gen, kind="drained", reason="drained (was in)",
+                             card="c0123456789a", name="card0", host="h1", by="ops@b", why=why)
+
+    ring = histdoc.append(histdoc.EMPTY, [entry(6, "first"), entry(7, "second")], ring="r1")
+    kvs: dict[str, bytes | None] = {**state.healthy_state(cluster_name),
+                                    keys.HISTORY: histdoc.encode(ring)}
+    state.write(shared_etcd.endpoints, cluster_name, kvs)
+    root = str(Path(__file__).resolve().parents[2])      # this tree's code, not the venv's
+    p = subprocess.Popen([CLI, "history", *target(shared_etcd, cluster_name)[:-2], "--follow",
+                          "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": root})
+    got = b""
+
+    def until(text: str) -> None:
+        nonlocal got
+        deadline = time.monotonic() + bound(30)
+        assert p.stdout is not None
+        while text.encode() not in got:
+            assert time.monotonic() < deadline, f"history --follow never printed {text!r}"
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                chunk = os.read(p.stdout.fileno(), 65536)
+                assert chunk, f"history --follow ended early: {got!r}"
+                got += chunk
+
+    try:
+        until(": second]")                  # the entries there first
+        assert got.decode().splitlines()[0].endswith(": first]"), got
+        later = histdoc.append(ring, [entry(8, "third")])
+        state.write(shared_etcd.endpoints, cluster_name, {keys.HISTORY: histdoc.encode(later)})
+        until(": third]")                   # then each new one, once
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=bound(10))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert b"Traceback" not in err and out == b""
+    assert [line.rpartition(": ")[2] for line in got.decode().splitlines()] == [
+        "first]", "second]", "third]"]

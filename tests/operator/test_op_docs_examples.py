@@ -19,6 +19,7 @@ import shlex
 import signal
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.operator.op_fixtures import shared_etcd  # noqa: F401
@@ -54,8 +55,15 @@ def test_the_examples_are_found():
     assert any(code == 1 for _, code, _ in found)
 
 
+@pytest.fixture(autouse=True)
+def this_checkout(monkeypatch) -> None:
+    """The commands run as subprocesses import this checkout's package."""
+    monkeypatch.setenv("PYTHONPATH", str(DOC.parents[1]))
+
+
 async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
-    """A ``--watch`` example: until its first refresh is printed, then Ctrl-C (SIGINT)."""
+    """A ``--watch`` or ``--follow`` example: until its first refresh or entry is printed,
+    then Ctrl-C (SIGINT)."""
     p = await asyncio.create_subprocess_exec(
         CLI, *args, env=lab.environment(), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -95,7 +103,7 @@ async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
                                 "SN-B1 out")
             if store_b_down and args[0] == "status" and expected == 0:
                 expected = 1        # store-b is still configured, its daemon down: WARNING
-            if "--watch" in args or "-w" in args:
+            if "--watch" in args or "-w" in args or "--follow" in args:
                 code, out = await _watch(lab, args)
                 err = ""
             else:

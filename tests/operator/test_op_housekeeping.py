@@ -108,7 +108,7 @@ def test_status_shows_each_members_db_size_in_use_and_quota(etcd_cluster, cluste
         assert 0 < m["db_size_in_use"] <= m["db_size"], m
         assert m["quota"] == QUOTA_BACKEND_BYTES, m           # read from the member itself
     table = cli_run("status", "--endpoints", ",".join(etcd_cluster.endpoints), "--cluster",
-                    cluster_name, "--sample", "0")
+                    cluster_name, "--sample", "0", "-o", "wide")
     assert re.search(r"MEMBER .* DB +IN USE +QUOTA +STATUS", table.output), table.output
     assert "2.1 GB" in table.output
 

@@ -13,11 +13,13 @@ from awide_cluster.daemon.intents import plan
 from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 from tests.operator.op_lab import Lab
+from tests.timing import wait_until
 
 
 @pytest.fixture
 def leader_log(caplog):
     caplog.set_level(logging.INFO, logger="awide_cluster.leader")
+    caplog.set_level(logging.INFO, logger="awide_cluster.daemon")
     return caplog
 
 
@@ -104,11 +106,23 @@ async def test_drain_is_a_warning_until_undrain(shared_etcd, cluster_name, tmp_p
         assert code == 0 and "drained -> in" in out, (out, err)
         code, out, err = await lab.cli("status", "--sample", "0.3")
         assert code == 0 and f"cluster {cluster_name}: HEALTHY" in out, (out, err)
-        logged = [r.getMessage() for r in leader_log.records]
-        assert any("drained by intent from" in m and "(reason: replace the fan)" in m
-                   for m in logged), logged
-        assert any("undrained by intent from" in m and "(reason: fan replaced)" in m
-                   for m in logged), logged
+        # the leader logs each in the history's words, with who and why; the card's own host
+        # (when it does not lead) logs the same line from the history
+        code, said, err = await lab.cli("history", "--card", "h1/card1")
+        assert code == 0, (said, err)
+        want = [" ".join(line.split()[:2] + line.split()[3:]) for line in said.splitlines()
+                if " drained " in line or " undrained " in line]
+        assert len(want) == 2 and want[0].endswith(": replace the fan]"), said
+
+        def logged(logger: str) -> list[str]:
+            return [" ".join(r.getMessage().split()) for r in leader_log.records
+                    if r.name == logger and r.levelno == logging.INFO]
+
+        assert all(line in logged("awide_cluster.leader") for line in want), \
+            (want, logged("awide_cluster.leader"))
+        if (await lab.registry()).leader != "h1":
+            await wait_until(lambda: all(line in logged("awide_cluster.daemon")
+                                         for line in want), 10, "h1 logging its card's changes")
 
 
 def _entry(serial: str, admitted: int) -> CardEntry:

@@ -52,7 +52,7 @@ async def test_healthy_cluster(shared_etcd, cluster_name):
     doc = json.loads(render(st, "json"))
     assert doc["healthy"] is True and len(doc["cards"]) == 3
     assert yaml.safe_load(render(st, "yaml")) == doc
-    text = render(st, "table")
+    text = render(st, "wide")
     assert "HEALTHY" in text and "PROBLEMS  none" in text
     for c in st.cards:
         assert c.id in text and c.serial in text
@@ -271,7 +271,8 @@ async def test_dev_cluster_is_loud_but_not_unhealthy(shared_etcd, cluster_name):
     assert st.verdict == "warn" and st.problems[0].operator_set
     assert render(st, "table").splitlines()[0].split(": ", 1)[1].startswith(
         "WARN (1 set by an operator: dev_cluster)")
-    assert "!!! DEV CLUSTER: h1" in render(st, "table").splitlines()[2]
+    assert "!!! DEV CLUSTER: h1" in render(st, "wide").splitlines()[2]
+    assert render(st, "table").splitlines()[1].startswith("!!! DEV CLUSTER: h1")
 
 
 async def test_unregistered_card_is_shown(shared_etcd, cluster_name):
@@ -305,6 +306,6 @@ async def test_a_restarting_host_is_shown_with_its_deadline(shared_etcd, cluster
     assert "until 2026-12-03T08:02:00+00:00 (grace 120 s)" in p.message
     (h2,) = [h for h in st.hosts if h.host == "h2"]
     assert h2.restarting == {"until": "2026-12-03T08:02:00+00:00", "grace": 120}
-    assert "RESTARTING until 2026-12-03T08:02:00+00:00" in render(st, "table")
+    assert "RESTARTING until 2026-12-03T08:02:00+00:00" in render(st, "wide")
     doc = json.loads(render(st, "json"))
     assert [h["restarting"] for h in doc["hosts"] if h["host"] == "h2"] == [h2.restarting]
