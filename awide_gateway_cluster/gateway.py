@@ -558,6 +558,7 @@ class ClusterGateway:
             namespace=self.namespace, placement=self.placement_name,
             fingerprint=v.fingerprint, generation=v.generation, engine=self._engine,
             version=__version__, stale=bool(self._follower.state.problem),
+            **self._refusal_fields(),
         )
         now = self._clock()
         # a record changed by a registry applied less than SETTLE ago waits for the next tick
@@ -572,6 +573,13 @@ class ClusterGateway:
         except TimeoutError:
             ok = False
         return ok
+
+    def _refusal_fields(self) -> dict[str, Any]:
+        """What the record says of the vouching's refusals (status names them)."""
+        v = self._vouch.vouching if self._vouch is not None else None
+        if v is None or not v.refused:
+            return {}
+        return {"refused": v.refused, "refusing": len(v.refusals), "last_refusal": v.last}
 
     # ------------------------------------------------------------------ view
 

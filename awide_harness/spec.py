@@ -107,7 +107,10 @@ class ClusterSpec:
       (test speed over durability, on by default);
     - ``secure``: etcd serves TLS (a test PKI) with authentication on, and every daemon and
       gateway connects as its own least-privilege user (``awide_cluster.access``, passwords in
-      files); loopback only.
+      files); loopback only;
+    - ``allowed_addresses``: every gateway config and daemon config lists each storage host's
+      allowed target address (``hosts`` / ``addresses``: its own address), as the inventory
+      gives them.
     """
 
     cluster: str = "demo"
@@ -126,6 +129,7 @@ class ClusterSpec:
     etcd_args: tuple[str, ...] = ()
     etcd_unsafe_no_fsync: bool = True
     secure: bool = False
+    allowed_addresses: bool = False
 
     @property
     def storage_names(self) -> tuple[str, ...]:
@@ -247,7 +251,8 @@ def etcd_section(endpoints: tuple[str, ...], timing: Timing,
 def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_port: int,
                   cards: list[dict[str, Any]], *, address: str = "127.0.0.1",
                   sysfs_root: str | None = None,
-                  auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  auth: Mapping[str, Any] | None = None,
+                  allowed: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     t = spec.timing
     doc: dict[str, Any] = {
         "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
@@ -263,14 +268,17 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
     }
     if sysfs_root is not None:
         doc["sysfs_root"] = sysfs_root
+    if allowed is not None:
+        doc["addresses"] = {h: list(a) for h, a in allowed.items()}
     return doc
 
 
 def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
                    nvme: Mapping[str, Any] | None = None,
-                   auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   auth: Mapping[str, Any] | None = None,
+                   allowed: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """``nvme``: the gateway's ``nvme`` section (its fake initiator), when there are NVMe
-    cards."""
+    cards. ``allowed``: each storage host's allowed target addresses (``hosts``)."""
     t = spec.timing
     doc: dict[str, Any] = {
         "mode": "cluster", "cluster": spec.cluster, "host": gateway_host(index),
@@ -284,6 +292,8 @@ def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
     }
     if nvme is not None:
         doc["nvme"] = dict(nvme)
+    if allowed is not None:
+        doc["hosts"] = {h: list(a) for h, a in allowed.items()}
     return doc
 
 

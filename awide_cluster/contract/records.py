@@ -27,6 +27,7 @@ from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
 INTENT_ACTIONS = ("drain", "undrain", "forget")
+REFUSAL_MAX = 400            # characters of a gateway record's latest refusal
 
 
 class RecordError(u.BadValue):
@@ -187,6 +188,12 @@ class GatewayRecord:
     engine: str | None
     version: str
     stale: bool = False         # the gateway's registry view is stale
+    # registry entries this gateway refused (not vouched for by their hosts' reports) since
+    # it started, how many are refused now, and the latest refusal (who wrote the registry,
+    # the card, the field); written only when ``refused`` (older readers ignore them)
+    refused: int = 0
+    refusing: int = 0
+    last_refusal: str = ""
 
     def __post_init__(self) -> None:
         # the engine's name comes from the engine integration: written as readers accept it
@@ -199,6 +206,9 @@ class GatewayRecord:
             "namespace": self.namespace, "placement": self.placement,
             "fingerprint": self.fingerprint, "generation": self.generation,
             "engine": self.engine, "version": self.version, "stale": self.stale,
+            **({"refused": self.refused, "refusing": self.refusing,
+                "last_refusal": u.clean_text(self.last_refusal, REFUSAL_MAX)}
+               if self.refused else {}),
         })
 
 
@@ -219,6 +229,8 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
                 else None),
         version=f.text("version", required=False, limit=u.VERSION_MAX),
         stale=f.data.get("stale") is True,
+        refused=f.integer("refused", 0), refusing=f.integer("refusing", 0),
+        last_refusal=f.text("last_refusal", required=False, limit=REFUSAL_MAX),
     )
 
 

@@ -42,6 +42,7 @@ HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
 RESTART_GRACE_MAX = 3600        # seconds a restarting report may say it is held for
 UNTIL_MAX = 64                  # characters of its deadline's text
 PROBE_NOTE_MAX = 300            # characters of why this daemon could not probe
+ETCD_NOTE_MAX = 300             # characters of what this daemon found in etcd's members
 
 
 class ReportError(u.BadValue):
@@ -108,6 +109,13 @@ class HostReport:
     # this daemon could not run some probes (out of file descriptors or memory): those cards
     # carry their last observation; written only when non-empty (older readers ignore it)
     probe_note: str = ""
+    # the leader key was taken from this daemon while its lease lived (deleted by another
+    # identity): when and by whom, as the new key's value says; written only when non-empty
+    # (older readers ignore it); kept until the daemon restarts
+    leader_note: str = ""
+    # etcd members older than the releases that fixed known authentication bypasses, as this
+    # daemon read their versions; written only when non-empty
+    etcd_note: str = ""
 
     @property
     def freshness(self) -> tuple[str, int]:
@@ -124,6 +132,7 @@ _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 _HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
 _Until: TypeAlias = Annotated[str, u.chars(UNTIL_MAX), u.PRINTABLE]
 _ProbeNote: TypeAlias = Annotated[str, u.chars(PROBE_NOTE_MAX), u.PRINTABLE]
+_EtcdNote: TypeAlias = Annotated[str, u.chars(ETCD_NOTE_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -168,6 +177,8 @@ class _ReportDoc(_Strict):
     history_note: _HistoryNote = ""
     restarting: _RestartingDoc | None = None
     probe_note: _ProbeNote = ""
+    leader_note: _ProbeNote = ""
+    etcd_note: _EtcdNote = ""
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -192,7 +203,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         history_resets=doc.history_resets, history_note=doc.history_note,
         restarting=(Restarting(grace=doc.restarting.grace, until=doc.restarting.until)
                     if doc.restarting is not None else None),
-        probe_note=doc.probe_note,
+        probe_note=doc.probe_note, leader_note=doc.leader_note, etcd_note=doc.etcd_note,
     )
 
 
@@ -219,6 +230,8 @@ def to_dict(r: HostReport) -> dict[str, Any]:
         **({"restarting": {"grace": r.restarting.grace, "until": r.restarting.until}}
            if r.restarting is not None else {}),
         **({"probe_note": r.probe_note} if r.probe_note else {}),
+        **({"leader_note": r.leader_note} if r.leader_note else {}),
+        **({"etcd_note": r.etcd_note} if r.etcd_note else {}),
     }
 
 

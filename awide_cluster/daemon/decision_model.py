@@ -16,6 +16,7 @@ from awide_cluster.contract.registry import (
     card_id,
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
+from awide_cluster.contract.vouch import Allowed
 
 Action = Literal["drain", "undrain", "forget"]
 # what started a cycle: the leader's own poll (one per poll period), or a host report that
@@ -69,6 +70,8 @@ class Policy:
     hosts: frozenset[str] = frozenset()   # the cluster's hosts (config); empty: any host
     # seconds between two poll cycles: bounds how many a restarting report is held for
     poll_interval: float = 1.0
+    # each storage host's allowed target addresses (config ``addresses``); None: not checked
+    allowed: Allowed | None = None
 
 
 @dataclass(frozen=True, slots=True)

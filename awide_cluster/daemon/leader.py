@@ -274,7 +274,8 @@ class LeaderLoop:
             snap.registry, d.registry, leader=self.policy.leader, lines=d.log,
             intents=snap.intents,
             refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
-            repair=snap.repair, new_term=not self.announced, at=self.clock.wall())
+            repair=snap.repair, new_term=not self.announced, at=self.clock.wall(),
+            taken=self._takings(snap.reports))
         if not d.write and not d.consumed and not news:
             for line in d.log:
                 log.info("%s%s", line, self._why)
@@ -285,6 +286,13 @@ class LeaderLoop:
         ring = histdoc.append(self.history or histdoc.EMPTY, news,
                               ring=uuid.uuid4().hex[:12]) if news else None
         return await self._write(d, snap, got, leader_revision=ld.revision, ring=ring)
+
+    def _takings(self, reports: Mapping[str, HostReport]) -> dict[str, str]:
+        """Leaderships taken from a daemon (its report's ``leader_note``) that the ring does
+        not hold yet: one history entry each."""
+        held = {e.reason for e in self.history.entries} if self.history is not None else set()
+        return {h: r.leader_note for h, r in reports.items()
+                if r.leader_note and history_entries.taken_reason(h, r.leader_note) not in held}
 
     def _take_history(self, stored: StoredHistory | None) -> None:
         """The ring read in this cycle becomes this term's; one that cannot be read is

@@ -24,7 +24,7 @@ def policy_for(cfg: DaemonConfig) -> Policy:
     """The leader's decision policy a config gives."""
     return Policy(cluster=cfg.cluster, leader=cfg.host, sick_polls=cfg.timing.sick_polls,
                   healthy_polls=cfg.timing.healthy_polls, hosts=frozenset(cfg.hosts),
-                  poll_interval=cfg.timing.poll_interval)
+                  poll_interval=cfg.timing.poll_interval, allowed=cfg.allowed())
 
 
 class DaemonShared:
@@ -36,6 +36,9 @@ class DaemonShared:
         self.term = asyncio.Event()         # set while this daemon leads (the reports watch)
         self.electing = asyncio.Lock()      # one campaign at a time: the turn's or the watch's
         self.last_error = ""
+        # etcd members older than the releases that fixed known authentication bypasses
+        # (``contract.etcd_version``), as last read (``etcd_members``); "" when none
+        self.etcd_note = ""
 
     def note_error(self, text: str) -> None:
         if text != self.last_error:
