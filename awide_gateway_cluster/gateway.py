@@ -256,6 +256,8 @@ class ClusterGateway:
             self._read_label = _default_label_reader()
         self._cards.connector = Connector(self._nvme, self._sysfs, hostnqn=self.config.nvme.hostnqn,
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
+                                    dhchap_ctrl_secret_file=(
+                                        self.config.nvme.dhchap_ctrl_secret_file),
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label, worker=self._probe_worker,
                                     timeouts=self.config.nvme.fabric_timeouts)

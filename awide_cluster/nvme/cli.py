@@ -4,8 +4,9 @@ Every argument that carries data comes from an ``NvmeTarget`` (validated on cons
 ``validate_nqn`` or ``validate_device_name``; options are passed as ``--name=value`` so that
 no value can ever be read as an option. Nothing here builds a shell string.
 
-A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``) goes to nvme-cli as
-``--dhchap-secret=``, the only way nvme-cli 2.3 takes one for a single connect: it is a
+A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``; the controller's,
+``dhchap_ctrl_secret=``) goes to nvme-cli as ``--dhchap-secret=`` (``--dhchap-ctrl-secret=``):
+it is a
 ``SecretArg`` (shown as ``***`` in every error and log) and scrubbed from nvme-cli's answers;
 while nvme-cli runs, its argv is readable in /proc (docs/security.md, "NVMe-oF access").
 """
@@ -77,12 +78,14 @@ class NvmeCli:
                       ctrl_loss_tmo: int | None = None, reconnect_delay: int | None = None,
                       keep_alive_tmo: int | None = None,
                       dhchap_secret: DhchapSecret | None = None,
+                      dhchap_ctrl_secret: DhchapSecret | None = None,
                       timeout: float | None = None) -> str:
         """Connect and return the new controller's name (``nvmeN``).
 
         Raises AlreadyConnected (exit 1 with 'already connected'), ConnectFailed otherwise.
         ``dhchap_secret`` authenticates this host (DH-HMAC-CHAP); it needs ``hostnqn`` (the
-        target holds one key per host NQN).
+        target holds one key per host NQN). ``dhchap_ctrl_secret`` makes the controller
+        authenticate too (bidirectional; needs ``dhchap_secret``).
         """
         if not isinstance(target, NvmeTarget):
             raise TypeError("connect() takes a validated NvmeTarget, not "
@@ -109,14 +112,24 @@ class NvmeCli:
                 raise ValueError("a DH-HMAC-CHAP secret needs the hostnqn it belongs to")
             secret = dhchap_secret.reveal()
             args.append(SecretArg(f"--dhchap-secret={secret}", "--dhchap-secret=***"))
+        ctrl_secret = ""
+        if dhchap_ctrl_secret is not None:
+            if not isinstance(dhchap_ctrl_secret, DhchapSecret):
+                raise TypeError("dhchap_ctrl_secret must be a DhchapSecret (read_secret_file)")
+            if dhchap_secret is None:
+                raise ValueError("a DH-HMAC-CHAP controller secret needs the host's secret")
+            ctrl_secret = dhchap_ctrl_secret.reveal()
+            args.append(SecretArg(f"--dhchap-ctrl-secret={ctrl_secret}",
+                                  "--dhchap-ctrl-secret=***"))
         try:
             done = await self._run("connect", args, timeout)
         except RunnerError as e:
-            raise _scrub(e, secret) from None
+            raise _scrub(_scrub(e, secret), ctrl_secret) from None
         if done.rc != 0:
             text = f"{done.stderr}\n{done.stdout}"
-            if secret:
-                text = text.replace(secret, "***")
+            for hidden in (secret, ctrl_secret):
+                if hidden:
+                    text = text.replace(hidden, "***")
             if "already connected" in text.lower():
                 raise AlreadyConnected("connect", done.rc, text)
             raise ConnectFailed("connect", done.rc, text)

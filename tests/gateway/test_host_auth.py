@@ -144,6 +144,28 @@ async def test_connect_passes_the_host_nqn_and_the_secret(tmp_path: Path, guarde
     assert KEY not in caplog.text and KEY not in repr(probe)
 
 
+async def test_connect_passes_the_controller_secret_for_bidirectional_authentication(
+        tmp_path: Path, guarded, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    world, card = guarded
+    ctrl = tmp_path / "ctrl"
+    ctrl.mkdir()
+    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=_secret_file(tmp_path),
+                      dhchap_ctrl_secret_file=_secret_file(ctrl, OTHER_KEY))
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
+    assert probe.good and probe.verified, probe
+    (connect,) = [c for c in world.calls() if c[0] == "connect"]
+    assert f"--dhchap-secret={KEY}" in connect
+    assert f"--dhchap-ctrl-secret={OTHER_KEY}" in connect
+    assert OTHER_KEY not in caplog.text and OTHER_KEY not in repr(probe)
+    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(_secret_file(tmp_path)),
+                  "dhchap_ctrl_secret_file": str(ctrl / "gw.dhchap")})
+    assert c.nvme.dhchap_ctrl_secret_file == ctrl / "gw.dhchap"
+    with pytest.raises(ConfigError) as err:
+        cfg(nvme={"hostnqn": HOSTNQN, "dhchap_ctrl_secret_file": str(ctrl / "gw.dhchap")})
+    assert "needs dhchap_secret_file" in err.value.reason
+
+
 @pytest.mark.parametrize("kw,secret", [
     ({}, None),                                              # nvme-cli's default host NQN
     ({"hostnqn": "nqn.2024-01.io.awide:other"}, KEY),        # not on the list
