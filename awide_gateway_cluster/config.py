@@ -30,6 +30,7 @@ Combinations that cannot work are refused when the file is loaded (exit code 78 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -152,6 +153,11 @@ class NvmeSection(Section):
         description="DH-HMAC-CHAP controller secret (DHHC-1:...): the card's target must "
                     "prove it holds it (bidirectional authentication); a file of mode 0600 "
                     "read at each connect; needs dhchap_secret_file")
+    hostid: str | None = Field(
+        default=None,
+        description="this host's NVMe host ID (a UUID, e.g. the content of "
+                    "/etc/nvme/hostid): with it, DH-HMAC-CHAP secrets reach nvme-cli in a 0600 "
+                    "JSON file (--config) instead of its command line")
     command_timeout: float = Field(default=5.0, gt=0.0, le=120.0,
                                    description="bound of every nvme-cli command, seconds")
     disconnect_forgotten: bool = Field(
@@ -171,6 +177,16 @@ class NvmeSection(Section):
     keep_alive_tmo: int = Field(
         default=2, ge=1, le=60,
         description="nvme connect --keep-alive-tmo: a silent target is noticed within it (s)")
+
+    @field_validator("hostid")
+    @classmethod
+    def _hostid(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(uuid.UUID(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not a UUID") from None
 
     @field_validator("hostnqn")
     @classmethod

@@ -56,6 +56,7 @@ class Connector:
     def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
                  dhchap_secret_file: Path | None = None,
                  dhchap_ctrl_secret_file: Path | None = None,
+                 hostid: str | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
                  sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None,
                  timeouts: FabricTimeouts | None = None) -> None:
@@ -68,6 +69,7 @@ class Connector:
         self.hostnqn = hostnqn
         self.dhchap_secret_file = dhchap_secret_file
         self.dhchap_ctrl_secret_file = dhchap_ctrl_secret_file
+        self.hostid = hostid        # with a secret: the secrets go in a file, not on argv
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
@@ -157,7 +159,7 @@ class Connector:
             t = self.timeouts
             name = await self.nvme.connect(
                 target, self.hostnqn, dhchap_secret=secret, dhchap_ctrl_secret=ctrl_secret,
-                timeout=self.command_timeout,
+                hostid=self.hostid, timeout=self.command_timeout,
                 ctrl_loss_tmo=t.ctrl_loss_tmo if t else None,
                 reconnect_delay=t.reconnect_delay if t else None,
                 keep_alive_tmo=t.keep_alive_tmo if t else None)

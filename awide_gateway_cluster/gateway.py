@@ -258,6 +258,7 @@ class ClusterGateway:
                                     dhchap_secret_file=self.config.nvme.dhchap_secret_file,
                                     dhchap_ctrl_secret_file=(
                                         self.config.nvme.dhchap_ctrl_secret_file),
+                                    hostid=self.config.nvme.hostid,
                                     command_timeout=self.config.nvme.command_timeout,
                                     read_label=self._read_label, worker=self._probe_worker,
                                     timeouts=self.config.nvme.fabric_timeouts)
