@@ -17,7 +17,8 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
             block_tokens: 16, num_layers: 32, num_kv_heads: 8, head_dim: 128}
     nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0,
            hostnqn: "nqn.2024-01.io.awide:gpu7",             # listed in the cards' allow-lists
-           dhchap_secret_file: /etc/awide/gpu7.dhchap}       # optional, mode 0600
+           dhchap_secret_file: /etc/awide/gpu7.dhchap,       # optional, mode 0600
+           dhchap_ctrl_secret_file: /etc/awide/gpu7.ctrl}    # optional: the target proves it
     watch: true
     watch_stall_after: 30.0
     hosts: {s1: [10.0.0.1], s2: [10.0.0.2, "fd00:2::/64"]}   # allowed target addresses
@@ -29,6 +30,7 @@ Combinations that cannot work are refused when the file is loaded (exit code 78 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -146,6 +148,16 @@ class NvmeSection(Section):
         default=None,
         description="DH-HMAC-CHAP secret of hostnqn (DHHC-1:...), a file of mode 0600 read "
                     "at each connect; needs hostnqn")
+    dhchap_ctrl_secret_file: Path | None = Field(
+        default=None,
+        description="DH-HMAC-CHAP controller secret (DHHC-1:...): the card's target must "
+                    "prove it holds it (bidirectional authentication); a file of mode 0600 "
+                    "read at each connect; needs dhchap_secret_file")
+    hostid: str | None = Field(
+        default=None,
+        description="this host's NVMe host ID (a UUID, e.g. the content of "
+                    "/etc/nvme/hostid): with it, DH-HMAC-CHAP secrets reach nvme-cli in a 0600 "
+                    "JSON file (--config) instead of its command line")
     command_timeout: float = Field(default=5.0, gt=0.0, le=120.0,
                                    description="bound of every nvme-cli command, seconds")
     disconnect_forgotten: bool = Field(
@@ -166,6 +178,16 @@ class NvmeSection(Section):
         default=2, ge=1, le=60,
         description="nvme connect --keep-alive-tmo: a silent target is noticed within it (s)")
 
+    @field_validator("hostid")
+    @classmethod
+    def _hostid(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(uuid.UUID(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not a UUID") from None
+
     @field_validator("hostnqn")
     @classmethod
     def _hostnqn(cls, v: str | None) -> str | None:
@@ -176,7 +198,7 @@ class NvmeSection(Section):
         except InvalidTarget as e:
             raise ValueError(str(e)) from None
 
-    @field_validator("dhchap_secret_file")
+    @field_validator("dhchap_secret_file", "dhchap_ctrl_secret_file")
     @classmethod
     def _secret_file(cls, v: Path | None) -> Path | None:
         """Checked when the config is loaded (read again at each connect, never kept)."""
@@ -212,6 +234,9 @@ class NvmeSection(Section):
         if self.dhchap_secret_file is not None and self.hostnqn is None:
             raise ValueError("dhchap_secret_file needs hostnqn: the cards hold one "
                              "DH-HMAC-CHAP key per host NQN")
+        if self.dhchap_ctrl_secret_file is not None and self.dhchap_secret_file is None:
+            raise ValueError("dhchap_ctrl_secret_file needs dhchap_secret_file: the "
+                             "controller authenticates only within the host's exchange")
         return self
 
 

@@ -29,6 +29,7 @@ identity); a directory that holds another label (different storage mounted there
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,6 +55,8 @@ _IDENTITY_FORMS = ("nguid:", "uuid:", "eui64:")
 class Connector:
     def __init__(self, nvme: NvmeCli, sysfs: Sysfs, *, hostnqn: str | None = None,
                  dhchap_secret_file: Path | None = None,
+                 dhchap_ctrl_secret_file: Path | None = None,
+                 hostid: str | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
                  sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None,
                  timeouts: FabricTimeouts | None = None) -> None:
@@ -65,6 +68,8 @@ class Connector:
         self._key = f"gw{id(self):x}"     # this connector's jobs, should a worker be shared
         self.hostnqn = hostnqn
         self.dhchap_secret_file = dhchap_secret_file
+        self.dhchap_ctrl_secret_file = dhchap_ctrl_secret_file
+        self.hostid = hostid        # with a secret: the secrets go in a file, not on argv
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label
@@ -138,19 +143,23 @@ class Connector:
         return Probe(device=device, verified=True, good=not problems, reason="; ".join(problems))
 
     async def _connect(self, card: CardEntry, target: NvmeTarget) -> Controller | Probe:
-        secret: DhchapSecret | None = None
-        secret_file = self.dhchap_secret_file
-        if secret_file is not None:
+        secrets: list[DhchapSecret | None] = []
+        for secret_file in (self.dhchap_secret_file, self.dhchap_ctrl_secret_file):
+            if secret_file is None:
+                secrets.append(None)
+                continue
             try:
-                secret = await self._off_loop(lambda: read_secret_file(secret_file), card,
-                                              "secret")
+                secrets.append(await self._off_loop(
+                    functools.partial(read_secret_file, secret_file), card, "secret"))
             except BadSecret as e:
                 log.warning("card %s: connect %s not tried: %s", card.id, target, e)
                 return Probe(note=f"connect not tried: {e}")
+        secret, ctrl_secret = secrets
         try:
             t = self.timeouts
             name = await self.nvme.connect(
-                target, self.hostnqn, dhchap_secret=secret, timeout=self.command_timeout,
+                target, self.hostnqn, dhchap_secret=secret, dhchap_ctrl_secret=ctrl_secret,
+                hostid=self.hostid, timeout=self.command_timeout,
                 ctrl_loss_tmo=t.ctrl_loss_tmo if t else None,
                 reconnect_delay=t.reconnect_delay if t else None,
                 keep_alive_tmo=t.keep_alive_tmo if t else None)
@@ -330,6 +339,8 @@ def for_config(config: GatewayConfig, *, nvme: NvmeCli | None, sysfs: Sysfs | No
         read_label = _default_label_reader()
     return Connector(nvme, sysfs, hostnqn=config.nvme.hostnqn,
                      dhchap_secret_file=config.nvme.dhchap_secret_file,
+                     dhchap_ctrl_secret_file=config.nvme.dhchap_ctrl_secret_file,
+                     hostid=config.nvme.hostid,
                      command_timeout=config.nvme.command_timeout, read_label=read_label,
                      worker=worker, timeouts=config.nvme.fabric_timeouts)
 

@@ -21,10 +21,13 @@ from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.registry import CardEntry, Registry
 from awide_cluster.contract.report import HostReport
+from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.contract.vouch import Allowed, Refusal, vet
 from awide_cluster.store.port import StoreReader
 
 log = logging.getLogger("awide_gateway_cluster")
+
+LAST_MAX = 400          # characters of the latest refusal kept (and put in the gateway record)
 
 
 def place(c: CardEntry) -> tuple[object, ...]:
@@ -58,6 +61,7 @@ class Vouching:
         # card id -> (the refused entry's place, why): a refusal is counted and logged once
         self.refusals: dict[str, tuple[tuple[object, ...], Refusal]] = {}
         self.refused = 0                            # entries refused (one per change)
+        self.last = ""                              # the latest refusal, who wrote it first
         self.reads = 0                              # reads of members/ made to vouch
 
     def _known(self, c: CardEntry) -> bool:
@@ -91,6 +95,8 @@ class Vouching:
             if why is not None and self.refusals.get(c.id) != (place(c), why):
                 self.refused += 1
                 self.refusals[c.id] = (place(c), why)
+                self.last = clean_text(f"registry generation {reg.generation} written by "
+                                       f"{reg.leader or '?'}: {why.line()}", LAST_MAX)
                 log.warning("registry generation %d written by %s: %s; keeping %s",
                             reg.generation, reg.leader or "?", why.line(),
                             "the entry last accepted" if good is not None else "none")

@@ -91,7 +91,8 @@ class ClusterProcs(ClusterBase):
         doc = daemon_config(self.spec, host, self.etcd.endpoints, h.api_port, cards,
                             address=self.addr(host),
                             sysfs_root=str(self._sysfs_root(host)) if nvme else None,
-                            auth=self.etcd_auth(host_user(self.spec.cluster, host)))
+                            auth=self.etcd_auth(host_user(self.spec.cluster, host)),
+                            allowed=self.allowed())
         tmp = h.config.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
         tmp.replace(h.config)
@@ -119,7 +120,8 @@ class ClusterProcs(ClusterBase):
             self.worlds[gid] = world
         path = self.work_dir / "config" / f"{gid}.yaml"
         doc = gateway_config(self.spec, index, self.etcd.endpoints, nvme,
-                             auth=self.etcd_auth(gateway_user(self.spec.cluster, gid)))
+                             auth=self.etcd_auth(gateway_user(self.spec.cluster, gid)),
+                             allowed=self.allowed())
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         port = METRICS_PORT_NETNS if self.net is not None else self._reserve_port()
         g = self._gateways[gid] = GatewayState(gid, index, ghost, path, GatewayFeed(gid),
@@ -139,6 +141,13 @@ class ClusterProcs(ClusterBase):
         else:
             threading.Thread(target=self._pass_lines, args=(g.proc.popen.stdout,),
                              name=f"lines-{g.id}", daemon=True).start()
+
+    def allowed(self) -> dict[str, list[str]] | None:
+        """``spec.allowed_addresses``: each storage host's own address, as allowed target
+        addresses."""
+        if not self.spec.allowed_addresses:
+            return None
+        return {h: [self.addr(h)] for h in self.spec.storage_names}
 
     def _pass_lines(self, stream: IO[bytes]) -> None:
         sink = self.gateway_lines

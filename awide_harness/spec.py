@@ -107,7 +107,10 @@ class ClusterSpec:
       (test speed over durability, on by default);
     - ``secure``: etcd serves TLS (a test PKI) with authentication on, and every daemon and
       gateway connects as its own least-privilege user (``awide_cluster.access``, passwords in
-      files); loopback only.
+      files); loopback only;
+    - ``allowed_addresses``: every gateway config and daemon config lists each storage host's
+      allowed target address (``hosts`` / ``addresses``: its own address), as the inventory
+      gives them.
     """
 
     cluster: str = "demo"
@@ -129,6 +132,7 @@ class ClusterSpec:
     # sections added to every daemon's config as they are (e.g. ``{"damping": {...}}``; flap
     # damping is off, ``{"outs": 0}``, unless given here)
     daemon_extra: Mapping[str, Any] = field(default_factory=dict)
+    allowed_addresses: bool = False
 
     @property
     def storage_names(self) -> tuple[str, ...]:
@@ -250,7 +254,8 @@ def etcd_section(endpoints: tuple[str, ...], timing: Timing,
 def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_port: int,
                   cards: list[dict[str, Any]], *, address: str = "127.0.0.1",
                   sysfs_root: str | None = None,
-                  auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  auth: Mapping[str, Any] | None = None,
+                  allowed: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     t = spec.timing
     doc: dict[str, Any] = {
         "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
@@ -270,14 +275,17 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
     # (campaigns, benchmarks, tours) and measure each fault's detection and return
     doc["damping"] = {"outs": 0}
     doc.update(spec.daemon_extra)
+    if allowed is not None:
+        doc["addresses"] = {h: list(a) for h, a in allowed.items()}
     return doc
 
 
 def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
                    nvme: Mapping[str, Any] | None = None,
-                   auth: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   auth: Mapping[str, Any] | None = None,
+                   allowed: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """``nvme``: the gateway's ``nvme`` section (its fake initiator), when there are NVMe
-    cards."""
+    cards. ``allowed``: each storage host's allowed target addresses (``hosts``)."""
     t = spec.timing
     doc: dict[str, Any] = {
         "mode": "cluster", "cluster": spec.cluster, "host": gateway_host(index),
@@ -291,6 +299,8 @@ def gateway_config(spec: ClusterSpec, index: int, endpoints: tuple[str, ...],
     }
     if nvme is not None:
         doc["nvme"] = dict(nvme)
+    if allowed is not None:
+        doc["hosts"] = {h: list(a) for h, a in allowed.items()}
     return doc
 
 

@@ -91,6 +91,7 @@ def etcd3(etcd_binaries, tmp_path):
 # Files whose tests start etcd, daemons or the demo without an etcd fixture (an embedded
 # cluster, a demo run): never ``fast``.
 STARTS_CLUSTERS = frozenset({
+    "access/test_access_attack.py",
     "access/test_access_cluster.py",
     "access/test_access_tour.py",
     "bench/test_soak.py",

@@ -120,7 +120,7 @@ def _run(config: str | None, endpoints: str | None, cluster: str | None,
          judge: Verdict, tail: bool = False, count: int | None = None) -> None:
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after,
-                          hosts=target.hosts)
+                          hosts=target.hosts, auth=store_config.username is not None)
     try:
         code = asyncio.run(_main(target, store_config, policy, fmt, watch, sample, strict,
                                  what, judge, tail, count))

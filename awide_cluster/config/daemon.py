@@ -15,6 +15,7 @@
       - {name: card0, kind: nvme, serial: SN1, target: {...}, store: {systemd_unit: ...}}
     sysfs_root: /sys
     nvme_program: nvme
+    addresses: {store-a: [10.0.0.1], store-b: [10.0.0.2]}   # allowed target addresses
 
 ``load`` raises ``ConfigError(file, field, reason)`` for the first problem: a field that does
 not validate, or a combination that cannot work (a lease that expires between two polls, two
@@ -35,6 +36,7 @@ from awide_cluster.config.common import ConfigError, EtcdSection, Section, plain
 from awide_cluster.config.listen import ListenError, parse_listen
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.contract.report import RESTART_GRACE_MAX
+from awide_cluster.contract.vouch import Allowed, parse_networks
 
 DEFAULT_LISTEN = "127.0.0.1:9700"
 # a daemon watch is never re-opened after less silence than this (seconds)
@@ -153,6 +155,31 @@ class DaemonConfig(Section):
     cards: tuple[CardSpec, ...] = ()
     sysfs_root: Path = Path("/sys")
     nvme_program: str = Field(default="nvme", min_length=1, max_length=4096)
+    # each storage host's allowed NVMe-oF target addresses (addresses or CIDR networks), from
+    # the inventory: the leader does not follow a card reported outside them (the gateways'
+    # ``hosts``); absent: not checked
+    addresses: dict[str, list[str]] | None = Field(default=None, max_length=256)
+
+    @field_validator("addresses")
+    @classmethod
+    def _addresses(cls, v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if v is None:
+            return v
+        for host, nets in v.items():
+            try:
+                check_name("host", host)
+            except BadName as e:
+                raise ValueError(str(e)) from None
+            if not 1 <= len(nets) <= 64:
+                raise ValueError(f"host {host}: 1 to 64 addresses or networks")
+            parse_networks(nets)
+        return v
+
+    def allowed(self) -> Allowed | None:
+        """``addresses`` as networks (None: not given)."""
+        if self.addresses is None:
+            return None
+        return {h: parse_networks(nets) for h, nets in self.addresses.items()}
 
     @field_validator("cluster", "host")
     @classmethod

@@ -32,6 +32,7 @@ PLACEMENT_ALGORITHM = 1
 # layout record without one was written by a release of format 1
 STORAGE_FORMAT = 1
 INTENT_ACTIONS = ("drain", "undrain", "forget", "clear-hold")
+REFUSAL_MAX = 400            # characters of a gateway record's latest refusal
 
 
 class RecordError(u.BadValue):
@@ -196,6 +197,12 @@ class GatewayRecord:
     # a record of a release before these fields decodes as minor 0, ``versions.BEFORE``
     schema_minor: int = ver.GATEWAY.minor
     versions: ver.Versions = ver.MINE
+    # registry entries this gateway refused (not vouched for by their hosts' reports) since
+    # it started, how many are refused now, and the latest refusal (who wrote the registry,
+    # the card, the field); written only when ``refused`` (older readers ignore them)
+    refused: int = 0
+    refusing: int = 0
+    last_refusal: str = ""
 
     def __post_init__(self) -> None:
         # the engine's name comes from the engine integration: written as readers accept it
@@ -210,6 +217,9 @@ class GatewayRecord:
             "engine": self.engine, "version": self.version, "stale": self.stale,
             **({"schema_minor": self.schema_minor, "versions": ver.to_wire(self.versions)}
                if self.schema_minor else {}),
+            **({"refused": self.refused, "refusing": self.refusing,
+                "last_refusal": u.clean_text(self.last_refusal, REFUSAL_MAX)}
+               if self.refused else {}),
         })
 
 
@@ -236,6 +246,8 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
         stale=f.data.get("stale") is True,
         schema_minor=schema.minor,
         versions=ver.from_wire(f.data.get("versions"), error=GatewayRecordError, key=key),
+        refused=f.integer("refused", 0), refusing=f.integer("refusing", 0),
+        last_refusal=f.text("last_refusal", required=False, limit=REFUSAL_MAX),
     )
 
 

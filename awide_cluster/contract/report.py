@@ -44,6 +44,7 @@ HISTORY_NOTE_MAX = 300          # characters of why it adopted the last one
 RESTART_GRACE_MAX = 3600        # seconds a restarting report may say it is held for
 UNTIL_MAX = 64                  # characters of its deadline's text
 PROBE_NOTE_MAX = 300            # characters of why this daemon could not probe
+ETCD_NOTE_MAX = 300             # characters of what this daemon found in etcd's members
 
 
 class ReportError(u.BadValue):
@@ -115,6 +116,14 @@ class HostReport:
     schema_minor: int = ver.REPORT.minor
     versions: ver.Versions = ver.MINE
 
+    # the leader key was taken from this daemon while its lease lived (deleted by another
+    # identity): when and by whom, as the new key's value says; written only when non-empty
+    # (older readers ignore it); kept until the daemon restarts
+    leader_note: str = ""
+    # etcd members older than the releases that fixed known authentication bypasses, as this
+    # daemon read their versions; written only when non-empty
+    etcd_note: str = ""
+
     @property
     def schema_version(self) -> ver.Schema:
         return ver.Schema(self.schema, self.schema_minor)
@@ -134,6 +143,7 @@ _Run: TypeAlias = Annotated[str, u.chars(u.RUN_MAX, 1), u.PRINTABLE]
 _HistoryNote: TypeAlias = Annotated[str, u.chars(HISTORY_NOTE_MAX), u.PRINTABLE]
 _Until: TypeAlias = Annotated[str, u.chars(UNTIL_MAX), u.PRINTABLE]
 _ProbeNote: TypeAlias = Annotated[str, u.chars(PROBE_NOTE_MAX), u.PRINTABLE]
+_EtcdNote: TypeAlias = Annotated[str, u.chars(ETCD_NOTE_MAX), u.PRINTABLE]
 
 
 class _ProbeDoc(_Strict):
@@ -178,6 +188,8 @@ class _ReportDoc(_Strict):
     history_note: _HistoryNote = ""
     restarting: _RestartingDoc | None = None
     probe_note: _ProbeNote = ""
+    leader_note: _ProbeNote = ""
+    etcd_note: _EtcdNote = ""
 
 
 def decode(raw: bytes | str, *, key: str = "") -> HostReport:
@@ -206,6 +218,7 @@ def decode(raw: bytes | str, *, key: str = "") -> HostReport:
         restarting=(Restarting(grace=doc.restarting.grace, until=doc.restarting.until)
                     if doc.restarting is not None else None),
         probe_note=doc.probe_note, schema_minor=minor, versions=written_by,
+        leader_note=doc.leader_note, etcd_note=doc.etcd_note,
     )
 
 
@@ -234,6 +247,8 @@ def to_dict(r: HostReport) -> dict[str, Any]:
         **({"probe_note": r.probe_note} if r.probe_note else {}),
         **({"schema_minor": r.schema_minor, "versions": ver.to_wire(r.versions)}
            if r.schema_minor else {}),
+        **({"leader_note": r.leader_note} if r.leader_note else {}),
+        **({"etcd_note": r.etcd_note} if r.etcd_note else {}),
     }
 
 

@@ -87,15 +87,19 @@ def counted(poll: Poll, card: str, reading: Reading) -> Poll:
 
 
 def relocate(c: CardEntry, sighting: Sighting) -> tuple[CardEntry, tuple[str, ...]]:
-    """Follow where a card is reported (its host, name, target, path may change)."""
+    """Follow where a card is reported (its host, name, kind, target, path may change):
+    what a card is and where it is served comes from its host's report, never from the
+    registry read (which any daemon identity may have written)."""
     host, rc = sighting
     target = rc.target if rc.target is not None or rc.kind == "dir" else c.target
-    if (host, rc.name, target, rc.path) == (c.host, c.name, c.target, c.path):
+    if (host, rc.name, rc.kind, target, rc.path) == (c.host, c.name, c.kind, c.target,
+                                                     c.path):
         return c, ()
     line = (f"{describe(c)} now reported as {host}/{rc.name}"
             + (f" target {target}" if target is not None else "")
             + (f" path {rc.path}" if rc.path else ""))
-    return replace(c, host=host, name=rc.name, target=target, path=rc.path), (line,)
+    return replace(c, host=host, name=rc.name, kind=rc.kind, target=target,
+                   path=rc.path), (line,)
 
 
 def judge_card(c: CardEntry, before: Hysteresis, poll: Poll, policy: Policy,

@@ -17,6 +17,7 @@ from awide_cluster.contract.registry import (
 )
 from awide_cluster.contract.report import HostReport, ReportedCard
 from awide_cluster.contract.versions import Schema
+from awide_cluster.contract.vouch import Allowed
 from awide_cluster.contract.windows import NONE as NO_WINDOWS
 from awide_cluster.contract.windows import Windows
 
@@ -106,6 +107,8 @@ class Policy:
     # seconds between two poll cycles: bounds how many a restarting report is held for
     poll_interval: float = 1.0
     damping: Damping = Damping()            # flap damping
+    # each storage host's allowed target addresses (config ``addresses``); None: not checked
+    allowed: Allowed | None = None
 
 
 @dataclass(frozen=True, slots=True)

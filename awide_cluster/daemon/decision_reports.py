@@ -10,6 +10,7 @@ from dataclasses import replace
 from awide_cluster.contract.health import Hysteresis
 from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.contract.report import HostReport
+from awide_cluster.contract.vouch import address_allowed
 from awide_cluster.daemon.decision_model import (
     STOPPED_TOGETHER,
     ClusterSnapshot,
@@ -39,6 +40,32 @@ def within_cluster(snap: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
         return snap
     return replace(snap, reports={h: r for h, r in snap.reports.items() if h in policy.hosts},
                    strangers={**others, **snap.strangers})
+
+
+def within_addresses(snap: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
+    """The snapshot with every reported NVMe card whose target lies outside its host's
+    allowed addresses (``policy.allowed``) turned into a sick card without a target: the
+    leader neither admits it nor follows it there, and counts it bad ("outside the allowed
+    addresses"). Unchanged when no addresses are given."""
+    allowed = policy.allowed
+    if allowed is None:
+        return snap
+    reports = dict(snap.reports)
+    for host, r in snap.reports.items():
+        nets = allowed.get(host, ())
+        bad = [i for i, rc in enumerate(r.cards) if rc.kind == "nvme" and rc.target is not None
+               and not address_allowed(rc.target.traddr, nets)]
+        if not bad:
+            continue
+        cards = list(r.cards)
+        for i in bad:
+            rc = cards[i]
+            assert rc.target is not None
+            cards[i] = replace(rc, healthy=False, target=None, reason=(
+                f"target address {rc.target.traddr} is outside the allowed addresses of "
+                f"{host}"))
+        reports[host] = replace(r, cards=tuple(cards))
+    return replace(snap, reports=reports)
 
 
 def restarting(snap: ClusterSnapshot, memory: LeaderMemory) -> dict[str, int]:

@@ -68,6 +68,7 @@ class Election:
         cfg = self.shared.config
         kv = await self.store.get(keys.LEADER, timeout=cfg.etcd.call_timeout)
         self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
+        self.leadership.seen_holder(kv)
         # our own key still bound to our (confirmed) lease: we stepped down because
         # the lease went unconfirmed (e.g. etcd lost quorum) but etcd kept it; nobody
         # else can take the key while we renew the lease, so campaign (it adopts the

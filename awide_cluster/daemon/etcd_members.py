@@ -3,7 +3,8 @@
 At start a cluster of fewer than 3 voting members is refused unless ``dev_cluster``
 (``ClusterTooSmall``: exit code 3). While running, a cluster that shrank below 3 voting
 members is logged, shown in ``/v1/status`` and ``awide_etcd_voting_members``; the daemon keeps
-running.
+running. With authentication on, each member's etcd version is read too: a member with a
+known authentication bypass (``contract/etcd_version.py``) is logged and said in the report.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from awide_cluster.contract import etcd_version
 from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
@@ -67,11 +69,30 @@ class EtcdMembers:
                 raise ClusterTooSmall(
                     f"etcd cluster has {n} member(s): a card cluster needs 3 or more to survive "
                     "the loss of a host (set dev_cluster: true for a development cluster)")
+            await self.versions()
             if cfg.dev_cluster:
                 log.warning("DEVELOPMENT CLUSTER (dev_cluster: true): etcd has %d member(s); "
                             "this cluster is not fit for production", n)
             return True
         return False
+
+    async def versions(self) -> None:
+        """With authentication on (an etcd username): each member's etcd version (its
+        status, one bounded call per endpoint); members with a known authentication bypass
+        go into ``shared.etcd_note`` (the report, status), logged when the note changes."""
+        cfg = self.shared.config
+        if cfg.etcd.username is None:
+            return
+        try:
+            answers = await self.store.statuses(timeout=cfg.etcd.call_timeout)
+        except StoreError as e:
+            self.shared.note_error(f"etcd member versions: {e}")
+            return
+        found = {ep: st.version for ep, st in answers.items() if not isinstance(st, StoreError)}
+        line = etcd_version.note(found)
+        if line and line != self.shared.etcd_note:
+            log.warning("%s: %s: install a fixed etcd (docs/security.md)", cfg.host, line)
+        self.shared.etcd_note = line
 
     async def recheck_when_due(self) -> None:
         """5. The member list again, once ``recheck_every`` seconds passed since the last."""
@@ -89,6 +110,7 @@ class EtcdMembers:
         except StoreError as e:
             shared.note_error(f"etcd member list: {e}")
             return
+        await self.versions()
         n, was = voting(members), self.cluster_size
         self.cluster_size = n
         self.metrics.etcd_voting_members.set(n)

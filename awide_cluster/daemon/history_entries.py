@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.history_ring import Entry, Kind, journal
 from awide_cluster.contract.registry import CardEntry, Registry
+from awide_cluster.contract.untrusted import HISTORY_REASON_MAX, clean_text
 from awide_cluster.daemon.reconcile import Intent, describe
 
 
@@ -56,17 +57,24 @@ class _Builder:
             why=intent.reason if intent else ""))
 
 
+def taken_reason(host: str, note: str) -> str:
+    """The history entry's reason for a leadership taken from ``host`` (its report's note)."""
+    return clean_text(f"{host}: {note}", HISTORY_REASON_MAX)
+
+
 def entries(before: Registry | None, after: Registry, *, leader: str = "",
             lines: Sequence[str] = (),
             intents: Sequence[Intent] = (), refused_intents: Mapping[str, str] | None = None,
-            repair: str = "", new_term: bool = False, at: str = "") -> tuple[Entry, ...]:
+            repair: str = "", new_term: bool = False, at: str = "",
+            taken: Mapping[str, str] | None = None) -> tuple[Entry, ...]:
     """The history entries of one cycle whose registry went from ``before`` to ``after``
     (``after is before`` when nothing was written): ``leader`` this leader's host (default:
     the one ``after`` names, which is an older leader's when nothing was written in this term
     yet), ``lines`` the decision's log lines,
     ``intents`` the intents it consumed, ``refused_intents`` (key -> why) the intents it
     deleted unread, ``repair`` why it rewrote etcd's registry, ``new_term`` this leader's first
-    write of its term, ``at`` its wall clock."""
+    write of its term, ``at`` its wall clock, ``taken`` (host -> its report's note) the
+    leaderships taken from a daemon while its lease lived that the ring does not hold yet."""
     leader = leader or after.leader
     b = _Builder(after.generation, at, leader)
     old = before.by_id if before is not None else {}
@@ -80,6 +88,8 @@ def entries(before: Registry | None, after: Registry, *, leader: str = "",
         b.add("leader", f"{leader} leads" + (f" (the registry was written by {was})"
                                              if was and was != leader else
                                              " (a new term)" if was else ""), host=leader)
+    for host, note in sorted((taken or {}).items()):
+        b.add("leader", taken_reason(host, note), host=host)
     if repair:
         b.add("repaired", f"registry rewritten: {repair}")
     for cid in sorted(set(old) | set(new)):

@@ -398,7 +398,8 @@ class LeaderLoop:
             snap.registry, d.registry, leader=self.policy.leader, lines=d.log,
             intents=snap.intents,
             refused_intents={k: why for k, (_, why) in snap.bad_intents.items()},
-            repair=snap.repair, new_term=not self.announced, at=self.clock.wall())
+            repair=snap.repair, new_term=not self.announced, at=self.clock.wall(),
+            taken=self._takings(snap.reports))
         news += window_entries(d.window_events, d.registry, leader=self.policy.leader,
                                at=self.clock.wall())
         self.windows = d.windows
@@ -428,6 +429,13 @@ class LeaderLoop:
                 self.metrics.registry_refused("newer_schema")
         self.schema_hold = why
         return CycleOutcome.UNCHANGED
+
+    def _takings(self, reports: Mapping[str, HostReport]) -> dict[str, str]:
+        """Leaderships taken from a daemon (its report's ``leader_note``) that the ring does
+        not hold yet: one history entry each."""
+        held = {e.reason for e in self.history.entries} if self.history is not None else set()
+        return {h: r.leader_note for h, r in reports.items()
+                if r.leader_note and history_entries.taken_reason(h, r.leader_note) not in held}
 
     def _take_history(self, stored: StoredHistory | None) -> None:
         """The ring read in this cycle becomes this term's; one that cannot be read is

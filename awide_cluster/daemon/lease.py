@@ -120,6 +120,12 @@ class Leadership:
         self.api = ""
         self.tampered = ""          # our key (same create_revision) with another value/lease
         self._orphan: tuple[int, float] | None = None  # (mod_revision, first seen) lease-less
+        # the leader key was taken from this daemon while its lease lived (deleted by someone
+        # else: this daemon never deletes its key, its lease ends it): (when, the key revision
+        # of our term); ``taken_by`` the new holder as its key says, once seen
+        self.taken: tuple[str, int] | None = None
+        self.taken_by = ""
+        self.takings = 0
 
     @property
     def has_key(self) -> bool:
@@ -169,7 +175,10 @@ class Leadership:
         """The leader key as read by the leader's cycle: step down if it is not ours."""
         self.holder = LeaderRecord.decode(kv.value) if kv is not None else None
         if self.revision is None:
+            self.seen_holder(kv)
             return
+        if (kv is None or kv.create_revision != self.revision) and self.lease.valid():
+            self._taken(kv)
         if kv is None:
             self.step_down("the leader key is gone (lease expired or revoked)")
         elif kv.create_revision != self.revision:
@@ -182,6 +191,42 @@ class Leadership:
                              else f"bound to lease {kv.lease:x}, not ours")
         else:
             self.tampered = ""
+
+    def _taken(self, kv: KeyValue | None) -> None:
+        """Our key is gone or another's while our lease lives (confirmed within TTL -
+        margin, so etcd has not expired it, and we revoke it only when stopping): someone
+        deleted it. Noted, with the new holder once its key is seen."""
+        assert self.revision is not None
+        self.takings += 1
+        self.taken, self.taken_by = (self.clock.wall(), self.revision), ""
+        log.warning("%s: the leader key (revision %d) was deleted by another etcd identity "
+                    "while this daemon's lease %x lives: leadership taken", self.host,
+                    self.revision, self.lease.id or 0)
+        self.seen_holder(kv)
+
+    def seen_holder(self, kv: KeyValue | None) -> None:
+        """The leader key as read after ours was taken: its value names who holds it now
+        (what the taker wrote: etcd records no writer)."""
+        if self.taken is None or self.taken_by or kv is None:
+            return
+        if kv.create_revision == self.taken[1]:
+            return
+        rec = LeaderRecord.decode(kv.value)
+        who = f"{rec.host} (the key's value)" if rec is not None else "an unreadable key"
+        self.taken_by = f"{who}, lease {kv.lease:x}, key revision {kv.create_revision}"
+        log.warning("%s: the leader key taken from it is now held by %s", self.host,
+                    self.taken_by)
+
+    @property
+    def taken_note(self) -> str:
+        """One line for the host report ("" when never taken)."""
+        if self.taken is None:
+            return ""
+        at, rev = self.taken
+        by = self.taken_by or "not seen yet"
+        times = f" ({self.takings} times)" if self.takings > 1 else ""
+        return (f"leadership taken{times} at {at}: leader key revision {rev} deleted while "
+                f"the lease of {self.host} lived; now held by {by}")
 
     def history_reset(self) -> None:
         """etcd's history changed (restored or rebuilt): step down and forget the revisions

@@ -118,6 +118,7 @@ from awide_cluster.daemon.decision_reports import (
     sightings,
     stale_streaks,
     take_intents,
+    within_addresses,
     within_cluster,
     write_outage,
 )
@@ -133,7 +134,7 @@ __all__ = [
     "fresh_bad", "initial_health",
     "held_hosts", "held_polls", "hold_lines", "judge_card", "judge_cards", "judge_reports",
     "mark_conflicts", "poll_card", "relocate", "reported_id", "restarting", "settle", "sightings",
-    "stale_streaks", "take_intents", "within_cluster", "write_outage",
+    "stale_streaks", "take_intents", "within_cluster", "within_addresses", "write_outage",
 ]
 
 
@@ -143,6 +144,7 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
     """One cycle: the snapshot read, the memory of the last cycle, the policy in; the registry
     to hold, the intents to delete and the memory for the next cycle out."""
     snap = within_cluster(snap, policy)     # the same snapshot, strangers set apart
+    snap = within_addresses(snap, policy)   # no card followed outside its host's addresses
     prev = snap.registry
     generation = max(prev.generation if prev is not None else 0, snap.generation_floor)
     stamp = Stamp(generation=generation + 1, at=now)

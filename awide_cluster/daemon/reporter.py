@@ -18,6 +18,7 @@ from awide_cluster.contract import untrusted as u
 from awide_cluster.contract.registry import Registry, card_id
 from awide_cluster.contract.report import (
     ELAPSED_MAX,
+    ETCD_NOTE_MAX,
     HISTORY_NOTE_MAX,
     HISTORY_RESETS_MAX,
     PROBE_NOTE_MAX,
@@ -149,11 +150,14 @@ def fit(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes) -> HostR
 def build_report(*, host: str, role: Role, version: str, api: str, run: str, seq: int,
                  dev_cluster: bool, specs: tuple[CardSpec, ...],
                  observations: list[CardObservation], history_resets: int = 0,
-                 history_note: str = "", probe_note: str = "") -> HostReport:
+                 history_note: str = "", probe_note: str = "", leader_note: str = "",
+                 etcd_note: str = "") -> HostReport:
     return fit(HostReport(
         host=host, role=role, version=_clean(version, u.VERSION_MAX),
         api=_clean(api, u.API_MAX), run=run, seq=seq, dev_cluster=dev_cluster,
         cards=tuple(to_reported(s, o) for s, o in zip(specs, observations, strict=True)),
         history_resets=min(history_resets, HISTORY_RESETS_MAX),
         history_note=_clean(history_note, HISTORY_NOTE_MAX) if history_resets else "",
-        probe_note=_clean(probe_note, PROBE_NOTE_MAX)))
+        probe_note=_clean(probe_note, PROBE_NOTE_MAX),
+        leader_note=_clean(leader_note, PROBE_NOTE_MAX),
+        etcd_note=_clean(etcd_note, ETCD_NOTE_MAX)))

@@ -27,7 +27,8 @@ def policy_for(cfg: DaemonConfig) -> Policy:
                   poll_interval=cfg.timing.poll_interval,
                   damping=Damping(outs=cfg.damping.outs, window=cfg.damping.window,
                                   first_hold=cfg.damping.first_hold,
-                                  max_hold=cfg.damping.max_hold))
+                                  max_hold=cfg.damping.max_hold),
+                  allowed=cfg.allowed())
 
 
 class DaemonShared:
@@ -39,6 +40,9 @@ class DaemonShared:
         self.term = asyncio.Event()         # set while this daemon leads (the reports watch)
         self.electing = asyncio.Lock()      # one campaign at a time: the turn's or the watch's
         self.last_error = ""
+        # etcd members older than the releases that fixed known authentication bypasses
+        # (``contract.etcd_version``), as last read (``etcd_members``); "" when none
+        self.etcd_note = ""
 
     def note_error(self, text: str) -> None:
         if text != self.last_error:

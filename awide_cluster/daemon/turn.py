@@ -194,7 +194,8 @@ class TurnLoop:
             api=self.api_url(), run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations,
             history_resets=self.history_resets, history_note=self.history_note,
-            probe_note=self.probes.note)
+            probe_note=self.probes.note, leader_note=self.leadership.taken_note,
+            etcd_note=self.shared.etcd_note)
         if self.lease.id is None:
             return ""
         try:

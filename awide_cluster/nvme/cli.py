@@ -4,16 +4,24 @@ Every argument that carries data comes from an ``NvmeTarget`` (validated on cons
 ``validate_nqn`` or ``validate_device_name``; options are passed as ``--name=value`` so that
 no value can ever be read as an option. Nothing here builds a shell string.
 
-A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``) goes to nvme-cli as
-``--dhchap-secret=``, the only way nvme-cli 2.3 takes one for a single connect: it is a
-``SecretArg`` (shown as ``***`` in every error and log) and scrubbed from nvme-cli's answers;
-while nvme-cli runs, its argv is readable in /proc (docs/security.md, "NVMe-oF access").
+A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``; the controller's,
+``dhchap_ctrl_secret=``) goes to nvme-cli as ``--dhchap-secret=``
+(``--dhchap-ctrl-secret=``): a ``SecretArg`` (shown as ``***`` in every error and log),
+scrubbed from nvme-cli's answers; while nvme-cli runs, its argv is readable in /proc. With
+``hostid=`` the secrets go in a 0600 JSON configuration file instead (``--config=``,
+docs/security.md, "NVMe-oF access").
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
-from collections.abc import Sequence
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
 
 from awide_cluster.contract.target import NvmeTarget, validate_device_name, validate_nqn
 from awide_cluster.nvme import parse
@@ -77,12 +85,17 @@ class NvmeCli:
                       ctrl_loss_tmo: int | None = None, reconnect_delay: int | None = None,
                       keep_alive_tmo: int | None = None,
                       dhchap_secret: DhchapSecret | None = None,
+                      dhchap_ctrl_secret: DhchapSecret | None = None,
+                      hostid: str | None = None,
                       timeout: float | None = None) -> str:
         """Connect and return the new controller's name (``nvmeN``).
 
         Raises AlreadyConnected (exit 1 with 'already connected'), ConnectFailed otherwise.
         ``dhchap_secret`` authenticates this host (DH-HMAC-CHAP); it needs ``hostnqn`` (the
-        target holds one key per host NQN).
+        target holds one key per host NQN). ``dhchap_ctrl_secret`` makes the controller
+        authenticate too (bidirectional; needs ``dhchap_secret``). With ``hostid`` (a UUID)
+        the secrets go to nvme-cli in a JSON configuration file (mode 0600, in a private
+        directory removed after the run, ``--config=``) instead of its argv.
         """
         if not isinstance(target, NvmeTarget):
             raise TypeError("connect() takes a validated NvmeTarget, not "
@@ -101,22 +114,41 @@ class NvmeCli:
             args.append(f"--reconnect-delay={_small_int('reconnect_delay', reconnect_delay, 1)}")
         if keep_alive_tmo is not None:
             args.append(f"--keep-alive-tmo={_small_int('keep_alive_tmo', keep_alive_tmo, 1)}")
-        secret = ""
+        secret = ctrl_secret = ""
+        if dhchap_ctrl_secret is not None and not isinstance(dhchap_ctrl_secret, DhchapSecret):
+            raise TypeError("dhchap_ctrl_secret must be a DhchapSecret (read_secret_file)")
+        if dhchap_ctrl_secret is not None and dhchap_secret is None:
+            raise ValueError("a DH-HMAC-CHAP controller secret needs the host's secret")
         if dhchap_secret is not None:
             if not isinstance(dhchap_secret, DhchapSecret):
                 raise TypeError("dhchap_secret must be a DhchapSecret (read_secret_file)")
             if hostnqn is None:
                 raise ValueError("a DH-HMAC-CHAP secret needs the hostnqn it belongs to")
             secret = dhchap_secret.reveal()
-            args.append(SecretArg(f"--dhchap-secret={secret}", "--dhchap-secret=***"))
-        try:
-            done = await self._run("connect", args, timeout)
-        except RunnerError as e:
-            raise _scrub(e, secret) from None
+            ctrl_secret = dhchap_ctrl_secret.reveal() if dhchap_ctrl_secret else ""
+        with contextlib.ExitStack() as stack:
+            if secret and hostid is not None:
+                # off argv: nvme-cli 2.3 takes the host's and the controller's keys from its
+                # JSON configuration when the host entry's hostnqn and hostid are the
+                # connect's (docs/security.md, "NVMe-oF access")
+                assert hostnqn is not None
+                path = stack.enter_context(_key_config(
+                    hostnqn, _hostid(hostid), target, secret, ctrl_secret))
+                args += [f"--hostid={_hostid(hostid)}", f"--config={path}"]
+            elif secret:
+                args.append(SecretArg(f"--dhchap-secret={secret}", "--dhchap-secret=***"))
+                if ctrl_secret:
+                    args.append(SecretArg(f"--dhchap-ctrl-secret={ctrl_secret}",
+                                          "--dhchap-ctrl-secret=***"))
+            try:
+                done = await self._run("connect", args, timeout)
+            except RunnerError as e:
+                raise _scrub(_scrub(e, secret), ctrl_secret) from None
         if done.rc != 0:
             text = f"{done.stderr}\n{done.stdout}"
-            if secret:
-                text = text.replace(secret, "***")
+            for hidden in (secret, ctrl_secret):
+                if hidden:
+                    text = text.replace(hidden, "***")
             if "already connected" in text.lower():
                 raise AlreadyConnected("connect", done.rc, text)
             raise ConnectFailed("connect", done.rc, text)
@@ -145,6 +177,36 @@ class NvmeCli:
         name = validate_device_name(device, namespace=False)
         await self._checked("disconnect", [f"--device={name}"], timeout)
         log.info("nvme disconnect %s", name)
+
+
+def _hostid(value: str) -> str:
+    """A host ID as nvme-cli takes it: a UUID (ValueError otherwise)."""
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"hostid must be a UUID, got {value!r}") from None
+
+
+@contextlib.contextmanager
+def _key_config(hostnqn: str, hostid: str, target: NvmeTarget, secret: str,
+                ctrl_secret: str) -> Iterator[str]:
+    """libnvme's JSON configuration holding this connect's keys: a 0600 file in a 0700
+    directory of its own, removed when the block ends."""
+    port: dict[str, str] = {"transport": target.transport, "traddr": target.traddr,
+                            "trsvcid": str(target.trsvcid)}
+    if ctrl_secret:
+        port["dhchap_ctrl_key"] = ctrl_secret
+    doc = [{"hostnqn": hostnqn, "hostid": hostid, "dhchap_key": secret,
+            "subsystems": [{"nqn": target.subnqn, "ports": [port]}]}]
+    folder = tempfile.mkdtemp(prefix="awide-nvme-")
+    path = os.path.join(folder, "config.json")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _scrub(e: RunnerError, secret: str) -> RunnerError:

@@ -28,7 +28,10 @@ OPERATOR_SET |= frozenset({"cluster_paused", "host_maintenance", "card_silenced"
 # witness's included, or an etcd member with quorum kept): they hold the exit code at 1 too,
 # until the part is back.
 DEGRADED = frozenset({"daemon_down", "etcd_member_down", "host_restarting"})
-HOLDING = OPERATOR_SET | DEGRADED
+# Warnings about a write nobody vouched for in force now (registry entries the gateways
+# refuse): they hold the exit code at 1 until the registry is repaired.
+FORGED = frozenset({"registry_forged"})
+HOLDING = OPERATOR_SET | DEGRADED | FORGED
 
 # The verdict as the Nagios plugin convention words it, and its exit code (docs/operations.md).
 STATE = {"healthy": "OK", "warn": "WARNING", "unhealthy": "CRITICAL"}
@@ -174,6 +177,11 @@ class GatewayRecordView:
     stale: bool
     age: Age | None             # since its record last changed
     error: str = ""
+    # registry entries it refused since it started (not vouched for by their hosts'
+    # reports), how many it refuses now, and the latest refusal (who wrote it, which field)
+    refused: int = 0
+    refusing: int = 0
+    last_refusal: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,3 +48,6 @@ class StatusPolicy:
     # the hosts the operator's config lists (a daemon config's ``hosts``; () with --endpoints):
     # with the registry's hosts, every host status expects a report from
     hosts: tuple[str, ...] = ()
+    # this reader authenticates to etcd (a username): authentication is on, so members with
+    # known authentication bypasses are warned about (``etcd_vulnerable``)
+    auth: bool = False

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from awide_cluster.contract import bounds, keys, records
+from awide_cluster.contract import bounds, etcd_version, keys, records
 from awide_cluster.contract.history_ring import History
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
@@ -48,6 +48,7 @@ from awide_cluster.operator.judge.windows import judge_windows, mute
 from awide_cluster.operator.model import (
     CardView,
     ClusterStatus,
+    EtcdView,
     GatewayRecordView,
     HostView,
     IntentView,
@@ -72,6 +73,8 @@ def build_status(raw: RawSnapshot, seen: Observations, policy: StatusPolicy) -> 
     problems: list[Problem] = []
     etcd, etcd_problems = judge_etcd(raw)
     problems += etcd_problems
+    if policy.auth:
+        problems += vulnerable(etcd)
     kv, big, bound_problems = within_bounds(raw)
     problems += bound_problems
     readable = raw.kvs is not None
@@ -148,6 +151,19 @@ def _registry(kv: dict[str, KeyValue], big: dict[str, str], raw: RawSnapshot,
         return (reg, view), problems
 
     return section("registry", judge, not_read)
+
+
+def vulnerable(etcd: EtcdView) -> list[Problem]:
+    """Members whose etcd version has a known authentication bypass (judged only when
+    this reader authenticates, i.e. authentication is on): a passing warning naming the CVE
+    and the release that fixed it (docs/security.md, "etcd's own weaknesses")."""
+    line = etcd_version.note({m.name or m.endpoint: m.version for m in etcd.members
+                              if m.version})
+    if not line:
+        return []
+    return [Problem("warning", "etcd_vulnerable", "etcd",
+                    f"{line} (install a fixed etcd and firewall the client port to known "
+                    "hosts: docs/security.md)")]
 
 
 def cluster_problems(readable: bool, leader: LeaderView | None,

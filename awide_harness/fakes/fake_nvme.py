@@ -197,6 +197,24 @@ class World:
         return found
 
 
+def config_key(opts: dict, host: str) -> str | None:
+    """The host's DH-HMAC-CHAP key from ``--config`` (libnvme's JSON configuration), as
+    nvme-cli 2.3 takes it: only from a host entry with this connect's hostnqn and hostid."""
+    path = opts.get("config")
+    if not path or path == "none":
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for entry in doc if isinstance(doc, list) else []:
+        if (isinstance(entry, dict) and entry.get("hostnqn") == host
+                and entry.get("hostid") == opts.get("hostid")):
+            return entry.get("dhchap_key")
+    return None
+
+
 def log_call(argv: list[str], **extra: object) -> None:
     path = os.environ.get("AWIDE_FAKE_NVME_LOG")
     if not path:
@@ -246,8 +264,9 @@ def cmd_connect(world: World, opts: dict[str, str]) -> int:
         host = opts.get("hostnqn") or world.doc.get("hostnqn", "")
         allowed = target.get("allowed_hosts")
         key = (target.get("dhchap_keys") or {}).get(host)
+        given = opts.get("dhchap-secret") or config_key(opts, host)
         if (allowed is not None and host not in allowed) or (
-                key is not None and opts.get("dhchap-secret") != key):
+                key is not None and given != key):
             err("Failed to write to /dev/nvme-fabrics: Input/output error\n"
                 "could not add new controller: failed to write to nvme-fabrics device\n")
             return 1

@@ -115,6 +115,21 @@ def test_dhchap_keys_are_written_per_host(tmp_path: Path) -> None:
     assert KEY1 not in r.stdout + r.stderr
 
 
+def test_a_controller_key_is_written_for_bidirectional_authentication(tmp_path: Path) -> None:
+    ctrl = KEY1.replace("DHHC-1:00:", "DHHC-1:02:")
+    keys = _keys(tmp_path, f"{GW1} {KEY1} {ctrl}\n{GW2} {KEY1}\n")
+    r = _export(tmp_path, AWIDE_DHCHAP_KEYS_FILE=str(keys))
+    assert r.returncode == 0, r.stderr
+    hosts = tmp_path / "nvmet" / "hosts"
+    assert (hosts / GW1 / "dhchap_ctrl_key").read_text() == ctrl + "\n"
+    assert not (hosts / GW2 / "dhchap_ctrl_key").exists()
+    assert ctrl not in r.stdout + r.stderr
+    bad = _keys(tmp_path, f"{GW1} {KEY1} hunter2\n{GW2} {KEY1}\n")
+    r = _export(tmp_path, AWIDE_DHCHAP_KEYS_FILE=str(bad))
+    assert r.returncode == 2 and f"the controller key of {GW1} is not a DHHC-1" in r.stderr
+    assert "hunter2" not in r.stderr
+
+
 @pytest.mark.parametrize("text,mode,named", [
     (f"{GW1} {KEY1}\n", 0o640, "readable by others (mode 640)"),
     (f"{GW1} {KEY1}\n", 0o604, "readable by others (mode 604)"),

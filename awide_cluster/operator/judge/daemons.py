@@ -205,6 +205,13 @@ def judge_report(host: str, item: KeyValue, age: Age | None, lead: str, policy: 
             "warning", "probes_starved", host,
             f"the daemon of {host} cannot run all its probes: {report.probe_note} (its cards "
             "are not taken out for it; see its process_open_fds against process_max_fds)"))
+    if report.leader_note:
+        problems.append(Problem(
+            "warning", "leader_taken", host,
+            f"the daemon of {host} says: {report.leader_note} (etcd names no writer: the "
+            "holder is what the new key says; every daemon identity may write the key, and "
+            "the gateways' vouching keeps such a leader from moving any card; shown until "
+            "that daemon restarts)"))
     return report, _host_view(host, lead, age, report=report), problems
 
 

@@ -69,7 +69,8 @@ def gateway_view(g: records.GatewayRecord, age: Age | None, generation: int | No
         id=g.id, host=g.host, pod=g.pod, namespace=g.namespace, placement=g.placement,
         fingerprint=g.fingerprint, generation=g.generation,
         lag=generation - g.generation if generation is not None else None,
-        engine=g.engine or "", version=g.version, stale=g.stale, age=age)
+        engine=g.engine or "", version=g.version, stale=g.stale, age=age,
+        refused=g.refused, refusing=g.refusing, last_refusal=g.last_refusal)
 
 
 def unread_gateway(gid: str, age: Age | None, error: str) -> GatewayRecordView:
@@ -95,12 +96,28 @@ def gateway_problems(
         problems.append(Problem("warning", "gateway_stale_view", g.id,
                                 f"gateway {g.id} says its registry view is stale (it cannot "
                                 "read etcd; it keeps its last known cards)"))
+    if g.refused:
+        problems.append(refusals(g))
     if layout is not None and layout.placement != g.placement:
         problems.append(Problem(
             "error", "layout_mismatch", g.id,
             f"gateway {g.id} uses placement {g.placement}, namespace {g.namespace} is "
             f"recorded with {layout.placement} (by {layout.created_by or '?'})"))
     return problems
+
+
+def refusals(g: records.GatewayRecord) -> Problem:
+    """Registry entries the gateway refused (no host's report vouches for them): a warning
+    that holds the exit code while some are refused now (``registry_forged``), a passing one
+    naming the latest refusal once none is."""
+    last = f"; latest: {g.last_refusal}" if g.last_refusal else ""
+    if g.refusing:
+        return Problem("warning", "registry_forged", g.id,
+                       f"gateway {g.id} refuses {g.refusing} registry entries no host's report "
+                       f"vouches for ({g.refused} refused since it started){last}")
+    return Problem("warning", "entries_refused", g.id,
+                   f"gateway {g.id} refused {g.refused} registry entries no host's report "
+                   f"vouched for since it started, none now{last}")
 
 
 def agreement(views: list[GatewayRecordView]) -> list[Problem]:
