@@ -95,8 +95,8 @@ def _render(tmp: Path, gateways: dict[str, dict[str, object]], dhchap: dict[str,
                           ("Config", "config.yml"))]},
         {"name": "Gateway hosts", "hosts": "gateways", "gather_facts": False,
          "vars": {**common,
-                  "awide_gateway_config_dir": f"{out}/{{{{ inventory_hostname }}}}/gateway",
-                  "awide_gateway_state_dir": f"{out}/{{{{ inventory_hostname }}}}/state"},
+                  "gateway_config_dir": f"{out}/{{{{ inventory_hostname }}}}/gateway",
+                  "gateway_state_dir": f"{out}/{{{{ inventory_hostname }}}}/state"},
          "tasks": [
              {"name": "Defaults", "ansible.builtin.import_role": {"name": "awide",
                                                                   "tasks_from": "noop.yml"}},
@@ -115,10 +115,10 @@ def _render(tmp: Path, gateways: dict[str, dict[str, object]], dhchap: dict[str,
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     tmp = tmp_path_factory.mktemp("gateway-role")
-    r = _render(tmp, {"gpu3": {"awide_gateway_hostnqn": "nqn.2024-01.io.awide:gpu3",
-                               "awide_gateway_model": MODEL},
-                      "gpu4": {"awide_gateway_model": MODEL},
-                      "gpu5": {"awide_gateway_hostnqn": "nqn.2024-01.io.awide:gpu5"}},
+    r = _render(tmp, {"gpu3": {"gateway_hostnqn": "nqn.2024-01.io.awide:gpu3",
+                               "gateway_model": MODEL},
+                      "gpu4": {"gateway_model": MODEL},
+                      "gpu5": {"gateway_hostnqn": "nqn.2024-01.io.awide:gpu5"}},
                 {**DHCHAP, "nqn.2024-01.io.awide:gpu5": DHCHAP["nqn.2024-01.io.awide:gpu1"]})
     return tmp, r.stdout, r.returncode
 
@@ -152,8 +152,8 @@ def test_the_gateway_config_and_its_credentials(rendered: tuple[Path, str, int])
         "nqn.2024-01.io.awide:gpu5"]
 
 
-@pytest.mark.parametrize(("host", "why"), [("gpu4", "give awide_gateway_hostnqn"),
-                                           ("gpu5", "awide_gateway_model")])
+@pytest.mark.parametrize(("host", "why"), [("gpu4", "give gateway_hostnqn"),
+                                           ("gpu5", "gateway_model")])
 def test_a_gateway_host_without_what_it_needs_is_refused(rendered: tuple[Path, str, int],
                                                          host: str, why: str) -> None:
     tmp_path, stdout, rc = rendered
