@@ -1,7 +1,9 @@
 """The gateway's Prometheus metrics: ``GatewayCollector`` reads ``stats()`` and ``snapshot()``
 at each scrape (no state of its own, nothing on the hot path), ``MetricsServer`` serves them on
 ``GET /metrics`` (what ``awide-cluster gateway watch --metrics`` runs; a host program may
-register the collector in its own registry instead). Listed in docs/metrics.md.
+register the collector in its own registry instead). Listed in docs/metrics.md. The same server
+answers ``GET /readyz``: 200 once the gateway has an accepted registry and a verified key
+layout (``readiness``), 503 saying why before (a pod's readiness probe, docs/gateway.md).
 
 Same conventions as the daemon's (``awide_cluster.api.metrics``): ``card`` is a card's id and
 ``card_name`` its name in its host's config; every series carries ``cluster`` and ``gateway``;
@@ -25,6 +27,7 @@ from awide_cluster.telemetry import CONTENT_TYPE, ConstantLabels
 
 if TYPE_CHECKING:
     from awide_gateway_cluster.gateway import ClusterGateway
+    from awide_gateway_cluster.view import SlotView
 
 # (stats field, metric name without _total, help)
 _COUNTERS = (
@@ -121,8 +124,19 @@ def families(gateway: ClusterGateway) -> Iterator[tuple[str, str]]:
         yield fam.name, fam.type
 
 
+def readiness(view: SlotView) -> tuple[bool, str]:
+    """Ready: a registry accepted (from etcd, or a state file served in an etcd outage) and
+    the namespace's key layout verified; otherwise not, and why (one line)."""
+    if view.generation <= 0:
+        return False, "no registry accepted yet"
+    if not view.layout_ok:
+        return False, f"registry generation {view.generation} accepted, key layout not verified"
+    return True, f"registry generation {view.generation} accepted, key layout verified"
+
+
 class MetricsServer:
-    """``GET /metrics`` (and nothing else) on ``listen`` (``HOST:PORT``), on the caller's loop."""
+    """``GET /metrics`` and ``GET /readyz`` (nothing else) on ``listen`` (``HOST:PORT``), on
+    the caller's loop."""
 
     def __init__(self, gateway: ClusterGateway, listen: str) -> None:
         host, sep, port = listen.rpartition(":")
@@ -130,6 +144,7 @@ class MetricsServer:
             raise ValueError(f"metrics address {listen!r}: expected HOST:PORT")
         self._host, self._port = host.strip("[]"), int(port)
         self._collector = gateway_registry(gateway)
+        self._gateway = gateway
         self._runner: web.AppRunner | None = None
         self.bound: tuple[str, int] | None = None
 
@@ -139,9 +154,16 @@ class MetricsServer:
         return web.Response(body=generate_latest(self._collector),
                             headers={"Content-Type": CONTENT_TYPE})
 
+    async def _ready(self, request: web.Request) -> web.Response:
+        if request.method != "GET":
+            raise web.HTTPMethodNotAllowed(request.method, ["GET"])
+        ok, why = readiness(self._gateway.snapshot())
+        return web.Response(status=200 if ok else 503, text=why + "\n")
+
     async def start(self) -> None:
         app = web.Application(client_max_size=1024)
         app.router.add_route("*", "/metrics", self._metrics)
+        app.router.add_route("*", "/readyz", self._ready)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

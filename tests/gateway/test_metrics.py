@@ -48,3 +48,31 @@ async def test_serves_get_metrics_only():
     assert not any(s.name.endswith("_created") for s in samples)
     assert {s.name for s in samples} >= {"awide_gateway_registry_generation",
                                          "awide_gateway_stale", "awide_gateway_polls_total"}
+
+
+def test_readiness_needs_an_accepted_registry_and_a_verified_layout():
+    from dataclasses import replace
+
+    from awide_gateway_cluster.metrics import readiness
+    view = gateway().snapshot()
+    assert readiness(view) == (False, "no registry accepted yet")
+    ok, why = readiness(replace(view, generation=7))
+    assert not ok and "layout not verified" in why
+    assert readiness(replace(view, generation=7, layout_ok=True)) == \
+        (True, "registry generation 7 accepted, key layout verified")
+
+
+async def test_readyz_answers_503_until_ready_and_get_only():
+    server = MetricsServer(gateway(), "127.0.0.1:0")
+    await server.start()
+    try:
+        assert server.bound is not None
+        host, port = server.bound
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://{host}:{port}/readyz") as r:
+                assert r.status == 503
+                assert await r.text() == "no registry accepted yet\n"
+            async with http.post(f"http://{host}:{port}/readyz") as r:
+                assert r.status == 405
+    finally:
+        await server.stop()

@@ -13,6 +13,10 @@ upgrade.yml upgrades one host at a time, the leader last, to a new version; a da
 killed with SIGKILL is restarted by systemd and the cluster is healthy again; upgrade.yml
 refuses an unhealthy cluster and changes nothing; a build that cannot start stops upgrade.yml
 at its first host; site.yml repairs that host.
+A GPU host g1 (inventory group gateways) is deployed by site.yml's gateway play: its gateway
+(awide-gateway.service) is ready, in status at the registry's generation with its own etcd
+user, its slot table holds every card in its slot; upgrade.yml upgrades it after the storage
+hosts, its batch agreeing in status.
 
 Membership, backup and restore (on the same cluster, with a 4th host booted with the others):
 add-host.yml makes it a 4th etcd member (a learner, promoted) running its daemon,
@@ -77,6 +81,11 @@ RECIPE = "bookworm minbase " + ",".join(PACKAGES) + " v1"
 HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each), h3 witness
 SPARE = "h4"                                 # booted with the others, joins in the membership test
 LAB_HOSTS = (*HOSTS, SPARE)
+# A GPU host (inventory group gateways): the gateway role and the gateway half of upgrade.yml.
+# Booted by the rollout test itself, while its wheels are built.
+GPU = "g1"
+LAB_HOSTS = (*LAB_HOSTS, GPU)
+GATEWAY_MODEL = {"name": "systest/model-1b", "num_layers": 2, "num_kv_heads": 2, "head_dim": 64}
 STORAGE = ("h1", "h2")
 CLUSTER = "systest"
 GATEWAY = "gw1"                              # a gateway given its own etcd user
@@ -527,6 +536,11 @@ def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h
                  "awide_gateways": [{"id": GATEWAY, "namespace": "ns1"}]},
         "children": {"storage": {"hosts": {h: hosts[h] for h in STORAGE}},
                      "witness": {"hosts": {h: hosts[h] for h in witness}}}}}
+    # the GPU host: the gateway role (its own etcd user; nvme-cli is not in the root filesystem
+    # and never needed: the cards are the storage hosts' directories)
+    inv["all"]["children"]["gateways"] = {"hosts": {GPU: {
+        "ansible_host": lab.addr(GPU), "gateway_hostnqn": f"nqn.2024-01.io.awide:{GPU}",
+        "gateway_model": GATEWAY_MODEL, "gateway_packages": ["python3-venv"]}}}
     path = tmp / name
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -649,10 +663,15 @@ def rollout(lab, tmp_path_factory: pytest.TempPathFactory) -> Rollout:
 
 def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_path: Path) -> None:
     lab, t = lab
+    if GPU not in lab.procs:                 # the GPU host boots while the wheels are built
+        lab.boot(GPU)
     wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, None)
     wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True)
     t.lap("wheelhouses built (new and broken version)")
     inventory = rollout.inventory
+    _wait(f"sshd of {GPU}", lambda: _port_open(lab.addr(GPU), 22), timeout=90)
+    _wait(f"ssh into {GPU}", lambda: _ssh(lab, GPU, "true", check=False).returncode == 0,
+          timeout=60)
 
     # site.yml: etcd quorum, daemons, config, units; the wheels built by the playbook from
     # a copy of this tree (awide_source)
@@ -691,12 +710,15 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
         [(h, "dev0", "dir", "in") for h in STORAGE]
     assert not doc["dev_cluster"]
     t.lap("checks after site.yml (etcd, units, status)")
+    _gateway_serves(lab)
+    t.lap(f"the gateway of {GPU} (gateway role) follows the cluster's cards")
 
     # a second run changes nothing
     again = _playbook(lab, inventory, "site.yml", "site-again")
     recap = _recap(again.stdout)
     assert {h: recap[h]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}, again.stdout[-4000:]
     assert all(recap[h]["failed"] == 0 for h in HOSTS)
+    assert (recap[GPU]["changed"], recap[GPU]["failed"]) == (0, 0), again.stdout[-4000:]
     t.lap("site.yml again (no change)")
 
     # new certificates from the same CA, one member at a time, no restart: still serving
@@ -721,7 +743,14 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     after = _healthy(lab, "h1")
     assert {h["host"]: h["version"] for h in after["hosts"]} == {h: NEW_VERSION for h in HOSTS}
     assert [c["state"] for c in after["cards"]] == ["in", "in"]
-    t.lap(f"upgrade.yml to {NEW_VERSION} (order {' '.join(order)})")
+    # the gateway half: after every storage host, its batch agreeing in status
+    assert _task_hosts(up.stdout, "Install awide-cluster into the gateway's venv") == [GPU]
+    assert _task_hosts(up.stdout, "Wait until the batch's gateways agree in status, on the "
+                                  "new version") == [GPU]
+    assert up.stdout.index("Upgrade the gateway hosts in batches") > \
+        up.stdout.index("Upgrade the leader last")
+    _gateway_serves(lab, version=NEW_VERSION)
+    t.lap(f"upgrade.yml to {NEW_VERSION} (order {' '.join(order)}, then {GPU}'s gateway)")
 
     # SIGKILL the leader's daemon: systemd restarts it, the cluster heals
     leader = after["leader"]["host"]
@@ -969,6 +998,43 @@ def _secured(lab: Lab, tmp: Path) -> None:
     assert "permission denied" in json.dumps(refused), refused
     anonymous = _etcd_json(addr, "/v3/kv/range", {"key": b64(prefix + "registry")}, ca)
     assert "user name is empty" in json.dumps(anonymous) or "http_status" in anonymous, anonymous
+
+
+def _gateway_serves(lab: Lab, version: str | None = None) -> None:
+    """The GPU host's gateway (awide-gateway.service, the gateway role): running, ready
+    (/readyz 200), in status at the registry's generation (not stale, on ``version``), its
+    slot table holding every card of the cluster in the slot the registry gives it, its state
+    file written. The cards are other hosts' directories: on the GPU host they are out of
+    service (no such directory there; a container has no NVMe-oF)."""
+    unit = _unit(lab, GPU, "awide-gateway.service")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    ready = _ssh(lab, GPU, "python3", "-c", "import urllib.request as u; print(u.urlopen("
+                 "'http://127.0.0.1:9701/readyz', timeout=5).read().decode().strip())").stdout
+    assert "accepted, key layout verified" in ready, ready
+
+    def recorded():
+        rc, now = _status(lab, "h3")
+        if not now or rc != 0:
+            return None
+        gws = [g for g in now["gateways"] if g["id"] == GPU]
+        ok = (gws and gws[0]["lag"] == 0 and not gws[0]["stale"] and gws[0]["host"] == GPU
+              and (version is None or gws[0]["version"] == version))
+        return (now, gws[0]) if ok else None
+    now, record = _wait(f"status shows {GPU}'s gateway at the registry's generation", recorded,
+                        timeout=60, every=1)
+    # the last slot table it logged (one at the start, one after each change of the slots)
+    lines = _ssh(lab, GPU, "journalctl", "-u", "awide-gateway.service", "-o", "cat",
+                 "--no-pager").stdout.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("generation ")]
+    assert heads, lines[-40:]
+    table = lines[heads[-1]:heads[-1] + 9]
+    for card in now["cards"]:
+        assert any(line.startswith(f"  slot {card['slot']}: ") and card["id"] in line
+                   for line in table), (card, table)
+    assert record["fingerprint"] and record["fingerprint"] in table[0], (record, table[0])
+    _ssh(lab, GPU, "test", "-s", f"/var/lib/awide-gateway/{GPU}.state.json")
+    print(f"[systest] {GPU}'s gateway: ready ({ready}); slot table:\n" + "\n".join(table),
+          flush=True)
 
 
 def _planned_leader(stdout: str) -> str:

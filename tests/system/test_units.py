@@ -48,7 +48,8 @@ def _install(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["awide-cluster.service", "awide-etcd.service",
                                   "awide-store@card0.service", "awide-nvmet@card0.service",
                                   "awide-etcd-defrag.service", "awide-etcd-defrag.timer",
-                                  "awide-etcd-backup.service", "awide-etcd-backup.timer"])
+                                  "awide-etcd-backup.service", "awide-etcd-backup.timer",
+                                  "awide-gateway.service"])
 def test_units_verify_cleanly(tmp_path: Path, name: str) -> None:
     units = _install(tmp_path)
     if "@" in name:
