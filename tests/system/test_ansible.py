@@ -124,24 +124,44 @@ def test_membership_changes_are_refused_before_any_host_is_touched(
     assert "UNREACHABLE" not in r.stdout
 
 
-@pytest.mark.parametrize(("hosts", "new", "remove", "allowed"), [
+QUORUM_CASES = [
     (["h1", "h2", "h3", "h4"], "h4", "", True),        # add a 4th
     (["h1", "h2", "h3", "h4"], "", "h4", True),        # remove it again
     (["h1", "h2", "h3", "h4"], "h4", "h3", True),      # replace h3 by h4: 3, 2, 3 voters
     (["h1", "h2", "h3"], "", "h3", False),             # 2 would remain
     (["h1", "h2", "h3", "h4", "h5"], "h5", "h4", True),
     (["h1", "h2", "h3"], "h3", "h2", False),           # 2, 1, 2
-])
-def test_the_quorum_arithmetic_of_membership_changes(ansible_tools: Path, tmp_path: Path,
+]
+
+
+def _refusal(stdout: str, host: str) -> str:
+    """What the failed tasks of host said (default callback, result format json)."""
+    return "\n".join(line for line in stdout.splitlines()
+                     if re.match(r"(fatal|failed): \[" + re.escape(host) + r"\]", line))
+
+
+@pytest.fixture(scope="module")
+def quorum_checks(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> \
+        subprocess.CompletedProcess[str]:
+    """The role's membership check alone, run once on localhost as one host per case of
+    QUORUM_CASES (q0, q1, ...: each decides on its own host variables)."""
+    hosts = {f"q{i}": {"ansible_host": "127.0.0.1", "awide_hosts": hosts, "awide_new_host": new,
+                       "awide_remove_host": remove, "awide_membership_usage": "usage"}
+             for i, (hosts, new, remove, _) in enumerate(QUORUM_CASES)}
+    return _play(tmp_path_factory.mktemp("quorum"), ansible_tools, "membership_check.yml", {},
+                 hosts)
+
+
+@pytest.mark.parametrize(("hosts", "new", "remove", "allowed"), QUORUM_CASES)
+def test_the_quorum_arithmetic_of_membership_changes(quorum_checks: subprocess.CompletedProcess,
                                                      hosts: list[str], new: str, remove: str,
                                                      allowed: bool) -> None:
-    """The role's membership check alone, on localhost: allowed exactly when at least 3 voting
-    members are there before and after the change."""
-    r = _play(tmp_path, ansible_tools, "membership_check.yml",
-              {"awide_hosts": hosts, "awide_new_host": new, "awide_remove_host": remove,
-               "awide_membership_usage": "usage"},
-              {"c1": {"ansible_host": "127.0.0.1"}})
-    assert (r.returncode == 0) == allowed, r.stdout[-3000:]
+    """Allowed exactly when at least 3 voting members are there before and after the change."""
+    host = f"q{QUORUM_CASES.index((hosts, new, remove, allowed))}"
+    r = quorum_checks
+    assert _recap(r.stdout)[host]["failed"] == (0 if allowed else 1), r.stdout[-3000:]
+    if not allowed:
+        assert "refused, nothing was changed" in _refusal(r.stdout, host), r.stdout[-3000:]
 
 
 def _member(name: str, addr: str, learner: bool = False) -> dict[str, object]:
@@ -151,9 +171,7 @@ def _member(name: str, addr: str, learner: bool = False) -> dict[str, object]:
 
 
 H1, H2, H3 = (_member(f"h{i}", f"192.0.2.{i}") for i in (1, 2, 3))
-
-
-@pytest.mark.parametrize(("members", "answers", "healthy", "why"), [
+REPLACE_CASES = [
     # h3 failed, h1 and h2 healthy: allowed
     ([H1, H2, H3], False, ["h1", "h2"], None),
     # a rerun after h3's member was removed: allowed (the new one joins)
@@ -167,23 +185,36 @@ H1, H2, H3 = (_member(f"h{i}", f"192.0.2.{i}") for i in (1, 2, 3))
     # the new host is already a learner (added, never started: no name yet)
     ([H1, H2, H3, _member("", "192.0.2.4", learner=True)], False, ["h1", "h2"],
      "h4 is already an etcd member"),
-])
+]
+
+
+@pytest.fixture(scope="module")
+def replace_checks(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> \
+        subprocess.CompletedProcess[str]:
+    """The role's check of etcd's live membership for replace-host.yml, run once on localhost
+    as one host per case of REPLACE_CASES (r0, r1, ...: what the playbook asked etcd given as
+    its host variables): h3 is replaced by h4."""
+    hosts = {f"r{i}": {"ansible_host": "127.0.0.1", "awide_etcd_members": members,
+                       "awide_failed_answers": answers, "awide_healthy_voters": healthy}
+             for i, (members, answers, healthy, _) in enumerate(REPLACE_CASES)}
+    return _play(tmp_path_factory.mktemp("replace"), ansible_tools, "replace_check.yml",
+                 {"awide_new_host": "h4", "awide_remove_host": "h3",
+                  "awide_leaving_peer": "https://192.0.2.3:2380",
+                  "awide_joining_peer": "https://192.0.2.4:2380"}, hosts)
+
+
+@pytest.mark.parametrize(("members", "answers", "healthy", "why"), REPLACE_CASES)
 def test_a_replacement_is_refused_by_the_live_membership(
-        ansible_tools: Path, tmp_path: Path, members: list[dict], answers: bool,
+        replace_checks: subprocess.CompletedProcess, members: list[dict], answers: bool,
         healthy: list[str], why: str | None) -> None:
-    """The role's check of etcd's live membership for replace-host.yml (what the playbook
-    asked etcd is the input): h3 is replaced by h4."""
-    r = _play(tmp_path, ansible_tools, "replace_check.yml",
-              {"awide_etcd_members": members, "awide_failed_answers": answers,
-               "awide_healthy_voters": healthy, "awide_new_host": "h4",
-               "awide_remove_host": "h3", "awide_leaving_peer": "https://192.0.2.3:2380",
-               "awide_joining_peer": "https://192.0.2.4:2380"},
-              {"c1": {"ansible_host": "127.0.0.1"}})
+    host = f"r{REPLACE_CASES.index((members, answers, healthy, why))}"
+    r = replace_checks
     if why is None:
-        assert r.returncode == 0, r.stdout[-3000:]
+        assert _recap(r.stdout)[host]["failed"] == 0, r.stdout[-3000:]
         return
-    assert r.returncode != 0
-    assert "refused, nothing was changed" in r.stdout and why in r.stdout, r.stdout[-3000:]
+    assert _recap(r.stdout)[host]["failed"] == 1, r.stdout[-3000:]
+    said = _refusal(r.stdout, host)
+    assert "refused, nothing was changed" in said and why in said, (said, r.stdout[-3000:])
 
 
 def test_restore_refuses_without_the_cluster_named(ansible_tools: Path) -> None:

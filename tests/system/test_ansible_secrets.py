@@ -92,8 +92,15 @@ def _vaulted(tools: Path, tmp: Path, value: str, name: str) -> str:
     return _VAULTED[value, name]
 
 
-def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
-           **over: object) -> dict[str, Path]:
+def _dhchap_vars(tools: Path, tmp: Path, dhchap: dict[str, str]) -> str:
+    """awide_gateway_dhchap_keys as a vars file's text: the first key plain, the second
+    vault-encrypted (as in the secrets of _setup)."""
+    keys = list(dhchap.items())
+    return ("awide_gateway_dhchap_keys:\n" + f'  "{keys[0][0]}": "{keys[0][1]}"\n'
+            + _vaulted(tools, tmp, keys[1][1], f'  "{keys[1][0]}"'))
+
+
+def _setup(tools: Path, tmp: Path, **over: object) -> dict[str, Path]:
     """The example inventory on a local connection, its paths under tmp, and the secrets in a
     vars file, two of them as vault-encrypted strings."""
     roles = _stub_handlers(tmp)
@@ -107,15 +114,12 @@ def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
                     card["path"] = str(tmp / "cards" / host / card["name"])
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
     (tmp / "vault-pw").write_text(VAULT_PASSWORD + "\n")
-    keys = list(dhchap.items())
     # store-a's etcd user and root from the vault, the other users' passwords generated
     secrets = (
         "awide_etcd_passwords:\n"
         + _vaulted(tools, tmp, ETCD_PASSWORD, '  "host:prod1:store-a"')
         + _vaulted(tools, tmp, ETCDCTL_PASSWORD, '  "root"')
-        + "awide_gateway_dhchap_keys:\n"
-        + f'  "{keys[0][0]}": "{keys[0][1]}"\n'
-        + _vaulted(tools, tmp, keys[1][1], f'  "{keys[1][0]}"')
+        + _dhchap_vars(tools, tmp, DHCHAP)
     )
     (tmp / "secrets.yml").write_text(secrets)
     out = tmp / "out"
@@ -138,12 +142,16 @@ def _setup(tools: Path, tmp: Path, dhchap: dict[str, str] = DHCHAP,
                               ("Etcd flags", "etcd_env.yml"),
                               ("Housekeeping", "maintenance_files.yml"))]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    # the same play with the checks and the TLS tasks only (a renewal)
+    play[0]["tasks"] = play[0]["tasks"][:2]
+    (tmp / "tls.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     return {"tmp": tmp, "out": out, "roles": roles}
 
 
-def _playbook(tools: Path, s: dict[str, Path], *flags: str) -> subprocess.CompletedProcess[str]:
+def _playbook(tools: Path, s: dict[str, Path], *flags: str,
+              playbook: str = "render.yml") -> subprocess.CompletedProcess[str]:
     return _run([str(tools / "ansible-playbook"), "-i", "inventory.yml", "-e", "@secrets.yml",
-                 "--vault-password-file", "vault-pw", *flags, "render.yml"], cwd=s["tmp"],
+                 "--vault-password-file", "vault-pw", *flags, playbook], cwd=s["tmp"],
                 ANSIBLE_ROLES_PATH=str(s["roles"]))
 
 
@@ -224,7 +232,8 @@ def test_keys_are_private_and_certificates_chain_to_the_cluster_ca(runs: dict) -
 def test_renewal_issues_new_certificates_from_the_same_ca(runs: dict) -> None:
     tls = runs["out"] / "store-a" / "tls"
     before = {n: (tls / n).read_bytes() for n in ("ca.crt", "etcd.crt", "etcd.key")}
-    r = _playbook(tools_dir(), runs, "-e", "awide_tls_renew=true", "--diff")
+    # the checks and the TLS tasks of the render (the others do not touch certificates)
+    r = _playbook(tools_dir(), runs, "-e", "awide_tls_renew=true", "--diff", playbook="tls.yml")
     assert r.returncode == 0, _text(r)[-3000:]
     after = {n: (tls / n).read_bytes() for n in ("ca.crt", "etcd.crt", "etcd.key")}
     assert after["ca.crt"] == before["ca.crt"]
@@ -288,9 +297,7 @@ def test_plain_http_only_with_the_loud_opt_out(tools: Path, tmp_path: Path) -> N
     assert "http://10.0.0.11:2379" in text and "https://" not in text
     assert "allow_plaintext: true" in text and "awide_etcd_insecure_plaintext is true" in text
     assert "ETCD_PEER_CLIENT_CERT_AUTH" not in text and "username" not in text
-    # setting the scheme by hand is no way around the loud name
-    r = _playbook(tools, _setup(tools, tmp_path / "b", awide_etcd_scheme="http"), "--check")
-    assert r.returncode != 0 and "awide_etcd_insecure_plaintext=true" in _text(r)
+    # setting the scheme by hand is refused: REFUSED["http-by-hand"] below
 
 
 def test_the_loud_opt_out_is_written_instead_of_the_list(tools: Path, tmp_path: Path) -> None:
@@ -301,22 +308,84 @@ def test_the_loud_opt_out_is_written_instead_of_the_list(tools: Path, tmp_path: 
     assert "AWIDE_HOST_NQNS" not in _text(r) and "AWIDE_DHCHAP_KEYS_FILE" not in _text(r)
 
 
-@pytest.mark.parametrize("over,words", [
-    ({"awide_gateway_hostnqns": []}, "must list the gateways' host NQNs"),
-    ({"dhchap": {**DHCHAP, "nqn.2024-01.io.awide:gpu1": "DHHC-1:00:not-a-key-3f9a:"}},
-     "hosts with a malformed key: ['nqn.2024-01.io.awide:gpu1']"),
-    ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "gpu2,evil"]}, "gpu2,evil"),
-    ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "nqn.2024-01.io.awide:gpu3"]},
-     "missing: ['nqn.2024-01.io.awide:gpu3']"),
-    ({"awide_config_extra": {"etcd": {"username": "u", "password": "inline-pw"}}},
-     "set awide_etcd_password"),
-])
-def test_the_inventory_checks_refuse_bad_access_settings(tools: Path, tmp_path: Path,
-                                                         over: dict, words: str) -> None:
-    s = _setup(tools, tmp_path, **over)
-    r = _playbook(tools, s, "--check")
-    assert r.returncode != 0
-    assert words in _text(r), _text(r)[-3000:]
+# Each refused host carries one bad setting (the rest as store-a's); the words its refusal must
+# say. One run of the inventory checks over all of them and store-a (which passes).
+MALFORMED = {**DHCHAP, "nqn.2024-01.io.awide:gpu1": "DHHC-1:00:not-a-key-3f9a:"}
+REFUSED = {
+    "no-list": ({"awide_gateway_hostnqns": []}, "must list the gateways' host NQNs"),
+    "bad-key": ({"dhchap": MALFORMED}, "hosts with a malformed key: ['nqn.2024-01.io.awide:gpu1']"),
+    "bad-nqn": ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "gpu2,evil"]},
+                "gpu2,evil"),
+    "no-key": ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1",
+                                           "nqn.2024-01.io.awide:gpu3"]},
+               "missing: ['nqn.2024-01.io.awide:gpu3']"),
+    "inline-pw": ({"awide_config_extra": {"etcd": {"username": "u", "password": "inline-pw"}}},
+                  "set awide_etcd_password"),
+    # setting the scheme by hand is no way around the loud name (awide_etcd_insecure_plaintext)
+    "http-by-hand": ({"awide_etcd_scheme": "http"}, "awide_etcd_insecure_plaintext=true"),
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(tools: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The role's inventory checks (checks.yml, --check) run once over store-a of the example
+    inventory and one host per REFUSED entry, each with store-a's cards and one bad setting as
+    its host variables (the DH-HMAC-CHAP keys in host_vars, one of them vault-encrypted; the
+    etcd passwords from the vault as extra vars)."""
+    tmp = tmp_path_factory.mktemp("ansible-refusals")
+    (tmp / "vault-pw").write_text(VAULT_PASSWORD + "\n")
+    inv = yaml.safe_load((ANSIBLE / "inventory.example.yml").read_text())
+    store_a = inv["all"]["children"]["storage"]["hosts"]["store-a"]
+    hosts: dict[str, dict] = {"store-a": store_a}
+    (tmp / "host_vars").mkdir()
+    for i, (host, (over, _)) in enumerate(REFUSED.items()):
+        hosts[host] = {**store_a, "ansible_host": f"10.0.1.{i + 11}",
+                       **{k: v for k, v in over.items() if k != "dhchap"}}
+    for host in hosts:
+        dhchap = REFUSED[host][0].get("dhchap", DHCHAP) if host in REFUSED else DHCHAP
+        (tmp / "host_vars" / f"{host}.yml").write_text(_dhchap_vars(tools, tmp, dhchap))
+    inv["all"]["vars"].update({"ansible_connection": "local",
+                               "ansible_python_interpreter": sys.executable})
+    inv["all"]["children"] = {"storage": {"hosts": hosts}}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
+    (tmp / "secrets.yml").write_text(
+        "awide_etcd_passwords:\n"
+        + _vaulted(tools, tmp, ETCD_PASSWORD, '  "host:prod1:store-a"')
+        + _vaulted(tools, tmp, ETCDCTL_PASSWORD, '  "root"'))
+    play = [{"name": "Check the inventory", "hosts": "storage", "gather_facts": False,
+             "tasks": [{"name": "Checks", "ansible.builtin.import_role": {
+                 "name": "awide", "tasks_from": "checks.yml"}}]}]
+    (tmp / "checks.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    r = _run([str(tools / "ansible-playbook"), "-i", "inventory.yml", "-e", "@secrets.yml",
+              "--vault-password-file", "vault-pw", "--check", "checks.yml"], cwd=tmp,
+             ANSIBLE_ROLES_PATH=str(ANSIBLE / "roles"), ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+             ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
+    return {"run": r, "recap": _recap(r.stdout)}
+
+
+def _recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
+    recap: dict[str, dict[str, int]] = {}
+    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
+        recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return recap
+
+
+def test_the_inventory_checks_pass_a_good_host(refusals: dict) -> None:
+    r = refusals["run"]
+    assert r.returncode != 0                       # the refused hosts
+    assert refusals["recap"]["store-a"]["failed"] == 0, _text(r)[-4000:]
+    assert not any(secret in _text(r) for secret in SECRETS)
+    assert "not-a-key-3f9a" not in _text(r)
+
+
+@pytest.mark.parametrize("host", sorted(REFUSED))
+def test_the_inventory_checks_refuse_bad_access_settings(refusals: dict, host: str) -> None:
+    r = refusals["run"]
+    assert refusals["recap"][host]["failed"] == 1, _text(r)[-4000:]
+    said = "\n".join(line for line in r.stdout.splitlines()
+                     if re.match(r"(fatal|failed): \[" + re.escape(host) + r"\]", line))
+    assert REFUSED[host][1] in said, (host, said, _text(r)[-3000:])
     assert not any(secret in _text(r) for secret in SECRETS)
     assert "not-a-key-3f9a" not in _text(r)
 

@@ -35,10 +35,12 @@ opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-cor
 root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
 AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
 list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
-Containers, namespaces and the bridge are removed at the end, also when a step fails; those of
-an earlier run that died without its teardown are removed before a new lab starts. Each
-host's journal and each playbook's output are kept in the test's temp directory; phase
-timings are printed (-s).
+The wheels' dependencies come from the package index once per run (the new version's
+wheelhouse); the builds after it (the broken version's, site.yml's own from the source) use
+those wheels only. Containers, namespaces and the bridge are removed at the end, also when a
+step fails; those of an earlier run that died without its teardown are removed before a new
+lab starts. Each host's journal and each playbook's output are kept in the test's temp
+directory; phase timings are printed (-s).
 """
 
 from __future__ import annotations
@@ -499,14 +501,32 @@ def _source_copy(dest: Path, version: str | None, broken: bool = False) -> Path:
     return dest
 
 
+def _build_deps(tmp: Path) -> Path:
+    """Wheels of what building this project needs (pyproject's build-system requires): with
+    them and a wheelhouse's dependencies every later build runs offline (_offline_pip)."""
+    import tomllib
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        requires = tomllib.load(f)["build-system"]["requires"]
+    out = tmp / "build-deps"
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), *requires],
+         timeout=600)
+    return out
+
+
+def _offline_pip(*wheel_dirs: Path) -> dict[str, str]:
+    """pip's environment for a build from these wheels only (no package index): the
+    dependencies resolved once per run, not again by every build."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": " ".join(str(d) for d in wheel_dirs)}
+
+
 def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None,
-                broken: bool = False) -> Path:
+                broken: bool = False, env: dict[str, str] | None = None) -> Path:
     src = _source_copy(tmp / f"src-{name}", version, broken)
     out = tmp / f"wheels-{name}"
     argv = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(src)]
     if deps_from is not None:
         argv.insert(4, "--no-deps")
-    _run(argv, timeout=600)
+    _run(argv, timeout=600, env={**os.environ, **(env or {})})
     if deps_from is not None:
         for whl in deps_from.glob("*.whl"):
             if not whl.name.startswith("awide_cluster-"):
@@ -547,8 +567,11 @@ def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h
 
 
 def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
-              *extra: str, expect_ok: bool = True) -> subprocess.CompletedProcess:
+              *extra: str, expect_ok: bool = True,
+              pip: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``pip``: pip's environment for the controller's wheel build (_offline_pip)."""
     env = dict(os.environ)
+    env.update(pip or {})
     env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_PIPELINING": "1", "ANSIBLE_HOST_KEY_CHECKING": "0",
                 "ANSIBLE_FORKS": "5",
@@ -665,8 +688,12 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     lab, t = lab
     if GPU not in lab.procs:                 # the GPU host boots while the wheels are built
         lab.boot(GPU)
+    build_deps = _build_deps(tmp_path)
     wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, None)
-    wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True)
+    # from here on pip builds offline: the dependencies are those of wheels_new
+    pip = _offline_pip(wheels_new, build_deps)
+    wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True,
+                                env=pip)
     t.lap("wheelhouses built (new and broken version)")
     inventory = rollout.inventory
     _wait(f"sshd of {GPU}", lambda: _port_open(lab.addr(GPU), 22), timeout=90)
@@ -675,7 +702,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
 
     # site.yml: etcd quorum, daemons, config, units; the wheels built by the playbook from
     # a copy of this tree (awide_source)
-    _playbook(lab, inventory, "site.yml", "site")
+    _playbook(lab, inventory, "site.yml", "site", pip=pip)
     rollout.rolled_out = True
     t.lap("site.yml")
     for host in HOSTS:
@@ -714,7 +741,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     t.lap(f"the gateway of {GPU} (gateway role) follows the cluster's cards")
 
     # a second run changes nothing
-    again = _playbook(lab, inventory, "site.yml", "site-again")
+    again = _playbook(lab, inventory, "site.yml", "site-again", pip=pip)
     recap = _recap(again.stdout)
     assert {h: recap[h]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}, again.stdout[-4000:]
     assert all(recap[h]["failed"] == 0 for h in HOSTS)
