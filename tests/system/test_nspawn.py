@@ -1010,7 +1010,8 @@ def _gateway_serves(lab: Lab, version: str | None = None) -> None:
     unit = _unit(lab, GPU, "awide-gateway.service")
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
     ready = _ssh(lab, GPU, "python3", "-c", "import urllib.request as u; print(u.urlopen("
-                 "'http://127.0.0.1:9701/readyz', timeout=5).read().decode().strip())").stdout
+                 "'http://127.0.0.1:9701/readyz', timeout=5).read().decode().strip())"
+                 ).stdout.strip()
     assert "accepted, key layout verified" in ready, ready
 
     def recorded():
