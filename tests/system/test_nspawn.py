@@ -80,7 +80,7 @@ PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "pytho
 RECIPE = "bookworm minbase " + ",".join(PACKAGES) + " v1"
 HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each), h3 witness
 SPARE = "h4"                                 # booted with the others, joins in the membership test
-LAB_HOSTS = (*HOSTS, SPARE)
+LAB_HOSTS: tuple[str, ...] = (*HOSTS, SPARE)
 # A GPU host (inventory group gateways): the gateway role and the gateway half of upgrade.yml.
 # Booted by the rollout test itself, while its wheels are built.
 GPU = "g1"
@@ -538,7 +538,9 @@ def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h
                      "witness": {"hosts": {h: hosts[h] for h in witness}}}}}
     # the GPU host: the gateway role (its own etcd user; nvme-cli is not in the root filesystem
     # and never needed: the cards are the storage hosts' directories)
-    inv["all"]["children"]["gateways"] = {"hosts": {GPU: {
+    children = inv["all"]["children"]
+    assert isinstance(children, dict)
+    children["gateways"] = {"hosts": {GPU: {
         "ansible_host": lab.addr(GPU), "gateway_hostnqn": f"nqn.2024-01.io.awide:{GPU}",
         "gateway_model": GATEWAY_MODEL, "gateway_packages": ["python3-venv"]}}}
     path = tmp / name
