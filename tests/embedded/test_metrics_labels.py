@@ -73,3 +73,8 @@ def test_card_labels_join_every_series_has_cluster_and_none_is_created(tmp_path,
         assert in_service == {cid: 1.0 for cid, _ in want}
         gen = [s.value for s in gw_samples if s.name == "awide_gateway_registry_generation"]
         assert gen and gen[0] >= 1
+        # beside /metrics, the readiness a pod's probe asks: a registry accepted, layout verified
+        ready_url = c.metrics_url(gw).removesuffix("/metrics") + "/readyz"
+        with urllib.request.urlopen(ready_url, timeout=5) as r:   # noqa: S310 - a local test URL
+            assert r.status == 200
+            assert r.read().decode().endswith("accepted, key layout verified\n")
