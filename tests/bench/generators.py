@@ -25,3 +25,12 @@ def window(load: LoadSet) -> Window:
     load.mark()
     t0 = time.monotonic()
     return load.window(t0, t0 + SPAN, load.cpu())
+
+
+def windows(loads: dict[str, LoadSet]) -> dict[str, Window]:
+    """The polls of the next SPAN seconds of every load at once: each counts its own."""
+    for load in loads.values():
+        load.mark()
+    cpu = {name: load.cpu() for name, load in loads.items()}
+    t0 = time.monotonic()
+    return {name: load.window(t0, t0 + SPAN, cpu[name]) for name, load in loads.items()}

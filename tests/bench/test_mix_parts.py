@@ -15,8 +15,8 @@ import pytest
 from awide_gateway_cluster.config import TimingSection as GatewayTiming
 from bench import cgen
 from bench.leanload import PARTS, parts_of
-from bench.loadset import LoadSet, Window
-from tests.bench.generators import SPAN, registry_revision, window
+from bench.loadset import LoadSet
+from tests.bench.generators import SPAN, registry_revision, windows
 
 CLUSTER = "parts1"
 GATEWAYS = 12                 # 4 per member
@@ -70,20 +70,38 @@ def test_the_lease_ttl_is_the_gateway_configs_unless_given(tmp_path: Path) -> No
     assert "the spec has no lease_ttl" in _c_refuses(tmp_path, "")
 
 
+def _loads(etcd3, tmp_path: Path, name: str, program: tuple[str, ...] | None, rev: int,
+           parts: dict[str, list[str]]) -> dict[str, LoadSet]:
+    """One load set per entry of ``parts`` (its label: the parts it runs), all started at
+    once against the same etcd, each with GATEWAYS gateways; closed by the caller."""
+    loads: dict[str, LoadSet] = {}
+    try:
+        for label, only in parts.items():
+            loads[label] = LoadSet(
+                etcd3.endpoints, CLUSTER, procs=1, log_dir=tmp_path / "logs",
+                name=f"{name}-{label.replace(' ', '')}-", module="bench.leanload",
+                program=program, extra={**cgen.spec(CLUSTER, rev, KEEPALIVE_TTL), "parts": only})
+        for load in loads.values():
+            load.set(GATEWAYS, "mix")
+    except BaseException:
+        for load in loads.values():
+            load.close()
+        raise
+    return loads
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_each_part_alone_on_both_generators(tmp_path: Path, etcd3) -> None:
+    """Three gateway sets at once, one part each (each set counts its own requests)."""
     rev = asyncio.run(registry_revision(etcd3.endpoints, CLUSTER))
     for name, program in _programs(tmp_path):
-        seen: dict[str, Window] = {}
-        for part in ("poll", "watch", "keepalive"):
-            load = LoadSet(etcd3.endpoints, CLUSTER, procs=1, log_dir=tmp_path / "logs",
-                           name=f"{name}-{part}-", module="bench.leanload", program=program,
-                           extra={**cgen.spec(CLUSTER, rev, KEEPALIVE_TTL), "parts": [part]})
-            try:
-                load.set(GATEWAYS, "mix")
-                seen[part] = window(load)
-            finally:
+        loads = _loads(etcd3, tmp_path, name, program, rev,
+                       {part: [part] for part in ("poll", "watch", "keepalive")})
+        try:
+            seen = windows(loads)
+        finally:
+            for load in loads.values():
                 load.close()
         poll, watch, keepalive = seen["poll"], seen["watch"], seen["keepalive"]
         ctx = (name, poll, watch, keepalive)
@@ -100,20 +118,16 @@ def test_the_watch_proof_leaves_the_serializable_polls_out_on_both_generators(
         tmp_path: Path, etcd3) -> None:
     """The fixtures' members notify watch progress every second: with "proof" (the default
     mix) a gateway's serializable polls are left out and counted as proven, so about one turn
-    in ten polls; without it every turn polls."""
+    in ten polls; without it every turn polls (both sets at once)."""
     rev = asyncio.run(registry_revision(etcd3.endpoints, CLUSTER))
     for name, program in _programs(tmp_path):
-        seen: dict[str, Window] = {}
-        for label, parts in (("proof", list(PARTS)), ("no proof", ["poll", "watch"])):
-            load = LoadSet(etcd3.endpoints, CLUSTER, procs=1, log_dir=tmp_path / "logs",
-                           name=f"{name}-{label.replace(' ', '')}-", module="bench.leanload",
-                           program=program,
-                           extra={**cgen.spec(CLUSTER, rev, KEEPALIVE_TTL), "parts": parts})
-            try:
-                load.set(GATEWAYS, "mix")
-                window(load)                         # the first turns: linearizable, no proof yet
-                seen[label] = window(load)
-            finally:
+        loads = _loads(etcd3, tmp_path, name, program, rev,
+                       {"proof": list(PARTS), "no proof": ["poll", "watch"]})
+        try:
+            windows(loads)                       # the first turns: linearizable, no proof yet
+            seen = windows(loads)
+        finally:
+            for load in loads.values():
                 load.close()
         proof, plain = seen["proof"], seen["no proof"]
         ctx = (name, proof, plain)

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -134,17 +135,16 @@ def _setup(tools: Path, tmp: Path, **over: object) -> dict[str, Path]:
         "awide_secrets_dir": str(tmp / "secrets"),
         **over,
     }
-    play = [{"name": "Render the example inventory", "hosts": "storage:witness",
-             "gather_facts": False, "vars": play_vars, "tasks": [
-                 {"name": n, "ansible.builtin.import_role": {"name": "awide", "tasks_from": f}}
-                 for n, f in (("Checks", "checks.yml"), ("TLS", "tls.yml"),
-                              ("Config", "config.yml"),
-                              ("Etcd flags", "etcd_env.yml"),
-                              ("Housekeeping", "maintenance_files.yml"))]}]
-    (tmp / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    tasks = [{"name": n, "ansible.builtin.import_role": {"name": "awide", "tasks_from": f}}
+             for n, f in (("Checks", "checks.yml"), ("TLS", "tls.yml"), ("Config", "config.yml"),
+                          ("Etcd flags", "etcd_env.yml"),
+                          ("Housekeeping", "maintenance_files.yml"))]
+    play = {"name": "Render the example inventory", "hosts": "storage:witness",
+            "gather_facts": False, "vars": play_vars}
+    (tmp / "render.yml").write_text(yaml.safe_dump([{**play, "tasks": tasks}], sort_keys=False))
     # the same play with the checks and the TLS tasks only (a renewal)
-    play[0]["tasks"] = play[0]["tasks"][:2]
-    (tmp / "tls.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (tmp / "tls.yml").write_text(yaml.safe_dump([{**play, "tasks": tasks[:2]}],
+                                                 sort_keys=False))
     return {"tmp": tmp, "out": out, "roles": roles}
 
 
@@ -311,7 +311,7 @@ def test_the_loud_opt_out_is_written_instead_of_the_list(tools: Path, tmp_path: 
 # Each refused host carries one bad setting (the rest as store-a's); the words its refusal must
 # say. One run of the inventory checks over all of them and store-a (which passes).
 MALFORMED = {**DHCHAP, "nqn.2024-01.io.awide:gpu1": "DHHC-1:00:not-a-key-3f9a:"}
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "no-list": ({"awide_gateway_hostnqns": []}, "must list the gateways' host NQNs"),
     "bad-key": ({"dhchap": MALFORMED}, "hosts with a malformed key: ['nqn.2024-01.io.awide:gpu1']"),
     "bad-nqn": ({"awide_gateway_hostnqns": ["nqn.2024-01.io.awide:gpu1", "gpu2,evil"]},
