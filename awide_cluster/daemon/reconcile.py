@@ -162,7 +162,9 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
     polls = hold_polls(polls, ledger.cards, snap, windows.windows)
     registered = ledger.cards
     ledger = judge_cards(ledger, polls, reading, policy, stamp)
-    tick = memory.polls + (1 if snap.trigger == "poll" else 0)
+    # the poll cycle this one counts as: a report cycle belongs to the poll period it runs in,
+    # so holds end at the same poll with report cycles or without
+    tick = memory.polls + 1
     ledger, flaps = damp_cards(registered, ledger, taken.pending, memory, policy, stamp, tick)
     ledger = apply_drains(ledger, taken.pending, stamp)
     ledger = admit(ledger, seen, taken.forgotten, stamp)
@@ -178,7 +180,7 @@ def decide(snap: ClusterSnapshot, memory: LeaderMemory, policy: Policy, now: str
         stale_for=reading.streaks,
         outage=reading.outage,
         held_for=reading.held_for,
-        polls=tick,
+        polls=tick if snap.trigger == "poll" else memory.polls,
         flaps=flaps,
     )
     return Decision(registry=settled.registry, write=settled.write,
