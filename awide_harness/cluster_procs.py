@@ -92,7 +92,10 @@ class ClusterProcs(ClusterBase):
                             address=self.addr(host),
                             sysfs_root=str(self._sysfs_root(host)) if nvme else None,
                             auth=self.etcd_auth(host_user(self.spec.cluster, host)),
-                            allowed=self.allowed())
+                            allowed=self.allowed(),
+                            # a host running another release's code (code_roots) gets only
+                            # the sections that release knows: no damping section
+                            damping_off=host not in self.code_roots)
         tmp = h.config.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
         tmp.replace(h.config)

@@ -255,7 +255,8 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
                   cards: list[dict[str, Any]], *, address: str = "127.0.0.1",
                   sysfs_root: str | None = None,
                   auth: Mapping[str, Any] | None = None,
-                  allowed: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
+                  allowed: Mapping[str, list[str]] | None = None,
+                  damping_off: bool = True) -> dict[str, Any]:
     t = spec.timing
     doc: dict[str, Any] = {
         "cluster": spec.cluster, "host": host, "hosts": list(spec.hosts),
@@ -272,8 +273,10 @@ def daemon_config(spec: ClusterSpec, host: str, endpoints: tuple[str, ...], api_
     if sysfs_root is not None:
         doc["sysfs_root"] = sysfs_root
     # flap damping off unless a test sets it: the harness's clusters fault one card many times
-    # (campaigns, benchmarks, tours) and measure each fault's detection and return
-    doc["damping"] = {"outs": 0}
+    # (campaigns, benchmarks, tours) and measure each fault's detection and return;
+    # ``damping_off`` False: no section (a release before damping refuses it)
+    if damping_off:
+        doc["damping"] = {"outs": 0}
     doc.update(spec.daemon_extra)
     if allowed is not None:
         doc["addresses"] = {h: list(a) for h, a in allowed.items()}
