@@ -137,7 +137,9 @@ async def test_the_layout_is_read_first_and_created_only_when_absent(
 
 
 async def test_a_start_with_an_existing_layout_writes_no_layout(
-        etcd: Any, cluster_name: str, world: FakeNvmeWorld, world_b: FakeNvmeWorld) -> None:
+        etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld,
+        world_b: FakeNvmeWorld) -> None:
+    await leader.publish([])        # a registry to take the card set from (none: no record)
     first_store = CountedWrites(store_config(etcd, cluster_name))
     first = gateway(config(cluster_name, etcd.endpoints, world), world, store=first_store)
     await first.start()
