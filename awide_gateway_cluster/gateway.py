@@ -468,15 +468,8 @@ class ClusterGateway:
             namespace=self.namespace, placement=self.placement_name,
             fingerprint=v.fingerprint, generation=v.generation, engine=self._engine.name,
             version=__version__, stale=bool(self._follower.state.problem),
-            **self._refusal_fields(),
+            **(self._vouch.record_fields() if self._vouch is not None else {}),
         )
-
-    def _refusal_fields(self) -> dict[str, Any]:
-        """What the record says of the vouching's refusals (status names them)."""
-        v = self._vouch.vouching if self._vouch is not None else None
-        if v is None or not v.refused:
-            return {}
-        return {"refused": v.refused, "refusing": len(v.refusals), "last_refusal": v.last}
 
     def _loop_failed(self, what: str, e: BaseException) -> None:
         why = clean_text(f"{what} failed: {type(e).__name__}: {e}", 300)

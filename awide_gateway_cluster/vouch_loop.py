@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from awide_cluster.contract.registry import Registry
 from awide_cluster.store.port import Store
@@ -23,6 +24,13 @@ VOUCH_RETRY_POLLS = 10
 
 
 class VouchLoop:
+    def record_fields(self) -> dict[str, Any]:
+        """What the gateway record says of the refusals (status names them)."""
+        v = self.vouching
+        if not v.refused:
+            return {}
+        return {"refused": v.refused, "refusing": len(v.refusals), "last_refusal": v.last}
+
     def __init__(self, vouching: Vouching, *, source: Callable[[], Registry | None],
                  store: Callable[[], Store],
                  changed: Callable[[Registry | None, Registry], None],
