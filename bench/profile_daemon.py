@@ -22,6 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.calibrate import time_python
 from bench.common import Context, cpu_seconds, find_bench_etcd, make_dir_cards, start_etcd
 from bench.fig8_footprint import Daemon, Listeners, _leader_and_cards, _wait, daemon_config
 from bench.proc import Worker
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.window)     # not a wait: the measured window
         share = (cpu_seconds(pid, children=True) - c0) / (time.monotonic() - t0) * 100.0
         print(f"leader daemon CPU: {share:.3f} % of a core over {args.window:g} s "
-              "(/proc, children included, no profiler attached)")
+              "(/proc, children included, no profiler attached); Python workload "
+              f"{time_python()} (bench/calibrate.py)")
         spy = shutil.which("py-spy")
         if spy is None:
             print("py-spy not on PATH: no profile")
