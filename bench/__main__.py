@@ -19,6 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
+from bench import calibrate
 from bench.common import REPO, Context, Row, cpu_ticks, find_bench_etcd, loadavg, machine
 
 FIGURES: dict[int, str] = {
@@ -28,6 +29,7 @@ FIGURES: dict[int, str] = {
     7: "bench.fig7_faults",
     8: "bench.fig8_footprint",
     9: "bench.fig9_storm",
+    10: "bench.fig10_frozen_detection",
 }
 ALIASES = {2: 1, 3: 1, 4: 1}
 
@@ -71,9 +73,36 @@ def select(only: str | None) -> list[str]:
         n = int(part)
         n = ALIASES.get(n, n)
         if n not in FIGURES:
-            raise SystemExit(f"no figure {part} (figures: 1-9)")
+            raise SystemExit(f"no figure {part} (figures: 1-10)")
         mods.append(FIGURES[n])
     return list(dict.fromkeys(mods))
+
+
+def run_figure(mod_name: str, ctx: Context, calibration: dict[str, object],
+               errors: dict[str, str], loads: list[dict[str, object]]) -> list[Row]:
+    """One figure module's rows, each carrying the run's ``calibration`` (its
+    ``extra["calibration"]``); an error goes to ``errors``, the machine's load to ``loads``."""
+    t0 = time.monotonic()
+    la0, b0 = loadavg(), cpu_ticks()
+    ctx.say(f"== {mod_name} ({'quick' if ctx.quick else 'full'})")
+    got: list[Row] = []
+    try:
+        mod = importlib.import_module(mod_name)
+        got = mod.run(ctx)
+    except Exception as e:  # noqa: BLE001 - one broken figure does not hide the others
+        errors[mod_name] = f"{type(e).__name__}: {e}"
+        ctx.say(traceback.format_exc())
+    finally:
+        b1 = cpu_ticks()
+        loads.append({"module": mod_name, "seconds": round(time.monotonic() - t0, 1),
+                      "loadavg_1m_start": la0[0] if la0 else None,
+                      "loadavg_1m_end": next(iter(loadavg()), None),
+                      "cpu_busy_pct": round(100.0 * (b1[0] - b0[0]) / (b1[1] - b0[1]), 1)
+                      if b1[1] > b0[1] else None})
+    for r in got:
+        r.extra["calibration"] = calibration
+    ctx.say(f"   {mod_name}: {len(got)} rows in {time.monotonic() - t0:.0f} s")
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,27 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     errors: dict[str, str] = {}
     loads: list[dict[str, object]] = []      # the machine's load while each figure ran
+    calibration: dict[str, object] = {}
     try:
+        # the host's speed, measured in this run before the figures (bench/calibrate.py)
+        try:
+            calibration = calibrate.measure(ctx)
+            ctx.say(f"== calibration: {calibrate.brief(calibration)}")
+        except Exception as e:  # noqa: BLE001 - the figures still run; the error is recorded
+            errors["bench.calibrate"] = f"{type(e).__name__}: {e}"
+            ctx.say(traceback.format_exc())
         for mod_name in select(args.only):
-            t0 = time.monotonic()
-            la0, b0 = loadavg(), cpu_ticks()
-            ctx.say(f"== {mod_name} ({'quick' if args.quick else 'full'})")
-            got: list[Row] = []
-            try:
-                mod = importlib.import_module(mod_name)
-                got = mod.run(ctx)
-            except Exception as e:  # noqa: BLE001 - one broken figure does not hide the others
-                errors[mod_name] = f"{type(e).__name__}: {e}"
-                ctx.say(traceback.format_exc())
-            finally:
-                b1 = cpu_ticks()
-                loads.append({"module": mod_name, "seconds": round(time.monotonic() - t0, 1),
-                              "loadavg_1m_start": la0[0] if la0 else None,
-                              "loadavg_1m_end": next(iter(loadavg()), None),
-                              "cpu_busy_pct": round(100.0 * (b1[0] - b0[0]) / (b1[1] - b0[1]), 1)
-                              if b1[1] > b0[1] else None})
-            rows.extend(got)
-            ctx.say(f"   {mod_name}: {len(got)} rows in {time.monotonic() - t0:.0f} s")
+            rows.extend(run_figure(mod_name, ctx, calibration, errors, loads))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -155,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {**info, "loadavg_end": end_load,
                     "cpu_busy_pct_during_run": busy},   # the bench's own processes included
         "etcd_binary": ctx.etcd_binary,
+        "calibration": calibration,
         "figure_load": loads,
         "figures": [r.to_dict() for r in rows],
         "errors": errors,
@@ -166,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(info['loadavg_start'])} at start, "
           f"{' '.join(end_load)} at end; CPU busy {busy} % "
           "during the run (the bench included)")
+    print(f"calibration: {calibrate.brief(calibration)}")
     for ld in loads:
         print(f"  {ld['module']}: {ld['seconds']} s, load average (1 min) "
               f"{ld['loadavg_1m_start']} -> {ld['loadavg_1m_end']}, "

@@ -252,6 +252,12 @@ def run(ctx: Context) -> list[Row]:
             head.baseline = per_gateway_worker.value
             head.ratio = round(per_gateway_worker.value / head.value, 2)
             head.ratio_of = "one worker per gateway / one per process"
+        alone = next((r for r in rows if r.name.startswith("propagation, watch, 1 gateway alone")),
+                     None)
+        if head is not None and alone is not None and head.value and alone.value:
+            # the host's own floor, measured in the same run: one gateway with a core to itself
+            head.extra["alone_p99_ms"] = alone.value
+            head.extra["ratio_to_alone"] = round(head.value / alone.value, 2)
     finally:
         etcd.stop()
     return rows

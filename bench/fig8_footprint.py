@@ -198,6 +198,10 @@ def run(ctx: Context) -> list[Row]:
                         met=share["daemon"] <= 1.0,
                         note=f"over {span:.0f} s, probes included; witness daemon "
                              f"{share['witness']:.2f} %",
+                        baseline=round(share["witness"], 3),
+                        ratio=(round(share["daemon"] / share["witness"], 2)
+                               if share["witness"] > 0 else None),
+                        ratio_of="leader / witness daemon",
                         extra={**common, "witness_cpu_pct": round(share["witness"], 3)}))
         added = end["rss"] - base
         rows.append(Row(8, "gateway library added RSS (8 cards, watch on)",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench import calibrate
 from bench.__main__ import _fmt
 from bench.common import REPO
 
@@ -29,6 +30,10 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{ld['module'].removeprefix('bench.')} {ld['loadavg_1m_start']}->"
             f"{ld['loadavg_1m_end']}, {ld['cpu_busy_pct']} %"
             for ld in doc.get("figure_load", [])) + ".",
+        "",
+        "Calibration of the host, measured in the same run before the figures "
+        "(`bench/calibrate.py`): " + (calibrate.brief(doc["calibration"])
+                                      if doc.get("calibration") else "not recorded") + ".",
         "",
         "| fig | figure | value | unit | stat | runs | median | p99 | max | floor / baseline "
         "| ratio | goal | met |",

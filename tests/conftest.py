@@ -94,6 +94,7 @@ STARTS_CLUSTERS = frozenset({
     "access/test_access_attack.py",
     "access/test_access_cluster.py",
     "access/test_access_tour.py",
+    "bench/test_calibrate.py",
     "bench/test_soak.py",
     "compat/test_mixed_versions.py",
     "embedded/test_api_flood.py",

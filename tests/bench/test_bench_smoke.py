@@ -55,9 +55,10 @@ def test_select_figures() -> None:
     assert select("2,4") == ["bench.fig1_4_cluster"]
     assert select("5,6") == ["bench.fig5_propagation", "bench.fig6_capacity"]
     assert select("9") == ["bench.fig9_storm"]
-    assert len(select(None)) == 6
+    assert select("10") == ["bench.fig10_frozen_detection"]
+    assert len(select(None)) == 7
     with pytest.raises(SystemExit):
-        select("10")
+        select("11")
 
 
 @pytest.mark.slow
@@ -75,6 +76,9 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     assert doc["mode"] == "quick" and doc["errors"] == {}
     assert doc["command"].startswith("python -m bench --quick")
     assert doc["machine"]["nproc"] >= 1
+    cal = doc["calibration"]            # the host's speed, measured in the same run
+    assert cal["etcd_idle_cores"] >= 0 and cal["python_s"] > 0
+    assert cal["cgen_us_per_request"] > 0 and cal["cgen_requests"] > 0
     rows = doc["figures"]
     assert rows and {r["figure"] for r in rows} == {8}
     names = " ".join(r["name"] for r in rows)
@@ -83,6 +87,7 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
                  "store-unit probes"):
         assert what in names
     for r in rows:
+        assert r["extra"]["calibration"] == cal
         assert isinstance(r["value"], (int, float)) and math.isfinite(r["value"]), r
         assert r["value"] >= 0 and r["unit"] and r["runs"] >= 1
         assert r["met"] in (True, False, None)
