@@ -36,10 +36,11 @@ async def test_a_card_goes_out_and_back_on_its_hosts_reports_not_the_leaders_pol
         for healthy, state in ((False, "out"), (True, "in")):
             cards.set_healthy("h2c0", healthy)
             await wait_until(lambda s=state: _is(store, cid, s), what=f"the card {state}")
-            # the leader logs its decision once etcd answered the commit: wait for the line
+            # the leader logs the change once etcd answered the commit, in the history's
+            # words ("gen 7 out card <id> (h2/h2c0): ..."): wait for the line
             said = await wait_until(lambda s=state: [
                 r.getMessage() for r in caplog.records
-                if f"card {cid}" in r.getMessage() and f"{s}:" in r.getMessage()],
+                if f" {s} card {cid}" in r.getMessage()],
                 what=f"the leader's line for the card {state}")
             assert said[-1].endswith(ARRIVAL), said
         assert lead.report_cycles.get("wrote", 0) >= 3      # admitted, out, in
