@@ -78,13 +78,16 @@ def test_every_metric_the_rules_and_dashboard_query_is_exported(cluster):
 
 
 def with_bool(expr: str) -> str:
-    """``expr`` with its last comparison made a ``bool`` one, so that it returns its series
-    (0 or 1) whether or not the condition holds."""
+    """``expr`` with every comparison against a number made a ``bool`` one, so that it
+    returns its series (0 or 1) whether or not the conditions hold (a rule may combine
+    several, e.g. a card out ``unless``/``and`` silenced), and the last comparison whatever it
+    compares with. Label matchers compare with
+    quoted strings and are left alone."""
     found = list(re.finditer(r"(==|!=|>=|<=|>|<)(?!\s*bool)", expr))
-    if not found:
-        return expr
-    end = found[-1].end()
-    return expr[:end] + " bool" + expr[end:]
+    if found:                   # the last comparison, whatever it compares with
+        end = found[-1].end()
+        expr = expr[:end] + " bool" + expr[end:]
+    return re.sub(r"(==|!=|>=|<=|>|<)(?!\s*bool)(?=\s*[0-9.])", r"\1 bool", expr)
 
 
 def start_prometheus(work: Path, c: EmbeddedCluster, binary: str) -> Prometheus:
