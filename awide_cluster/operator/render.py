@@ -223,15 +223,31 @@ def _card_note(c: CardView) -> str:
         if c.reported not in ("ok", "") and c.reported not in c.reason else "") if x)
 
 
+_NBSP = "\u00a0"
+
+
+def wrap_keeping_commands(text: str, width: int, *, initial_indent: str = "",
+                          subsequent_indent: str = "") -> list[str]:
+    """``textwrap.wrap`` that breaks no line inside a `command` (kept whole to copy),
+    unless the command alone is wider than a line."""
+    parts = text.split("`")
+    kept = "`".join(p.replace(" ", _NBSP) if i % 2 else p for i, p in enumerate(parts))
+    return [line.replace(_NBSP, " ")
+            for line in textwrap.wrap(kept, width, break_long_words=True,
+                                      break_on_hyphens=False, initial_indent=initial_indent,
+                                      subsequent_indent=subsequent_indent)]
+
+
 def problem_lines(problems: Sequence[Problem], width: int, rows: int) -> list[str]:
     """The problems within ``rows`` lines of ``width``: each wrapped whole when all fit, else
     each on one line and the first ones wrapped as far as rows are left, else the first ones
     and a line saying how many more ``-o wide`` shows."""
     if rows <= 0 or not problems:
         return []
-    whole = [textwrap.wrap(f"{p.severity.upper():7}  {p.code}: {p.message}", width - 2,
-                           initial_indent="  ", subsequent_indent="             ",
-                           break_long_words=True) or ["  " + p.code] for p in problems]
+    whole = [wrap_keeping_commands(f"{p.severity.upper():7}  {p.code}: {p.message}",
+                                   width - 2, initial_indent="  ",
+                                   subsequent_indent="             ") or ["  " + p.code]
+             for p in problems]
     if sum(len(w) for w in whole) <= rows:
         return [line for w in whole for line in w]
     if len(problems) > rows:

@@ -77,4 +77,4 @@ def test_json_lines_parse_and_a_card_decision_names_the_card(tmp_path):
     for d in docs:
         assert {"time", "level", "logger", "message"} <= set(d), d
         assert (d["cluster"], d["host"]) == ("jsonlogs", "s1"), d
-    assert found[0]["card_host"] == "s1" and found[0]["level"] == "warning"   # a card out is a warning
+    assert found[0]["card_host"] == "s1" and found[0]["level"] == "warning"

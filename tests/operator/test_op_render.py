@@ -192,3 +192,12 @@ def test_any_frame_is_cut_to_the_screen_and_drawn_over_the_last():
     drawn = redraw(frame)
     assert drawn.startswith("\x1b[H") and drawn.endswith("\x1b[K\x1b[J")
     assert drawn.count("\n") == len(frame) - 1      # no newline after the last line
+
+
+def test_a_wrapped_line_never_breaks_inside_a_command() -> None:
+    from awide_cluster.operator.render import wrap_keeping_commands
+    text = "card_drained: it serves nothing until `awide-cluster undrain cfb4f291bbd3` is run"
+    for width in range(40, 81):
+        lines = wrap_keeping_commands(text, width, subsequent_indent="  ")
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert any("`awide-cluster undrain cfb4f291bbd3`" in line for line in lines), lines
