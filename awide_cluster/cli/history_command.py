@@ -78,8 +78,8 @@ def history(config: str | None, endpoints: str | None, cluster: str | None,
     try:
         code = asyncio.run(_show(target, store_config, card, after, as_json,
                                  interval if follow else None))
-    except KeyboardInterrupt:
-        code = EXIT_UNHEALTHY
+    except KeyboardInterrupt:   # before the signal handlers (--follow: the way it ends)
+        code = EXIT_OK if follow else EXIT_UNHEALTHY
     sys.exit(code)
 
 
@@ -134,8 +134,9 @@ async def _show(target: ClusterTarget, store_config: StoreConfig, card: str | No
             return EXIT_UNHEALTHY
         shown = select(ring, card=card, since=after)
         if follow is not None:
+            interrupt = Interrupt()     # before the first line: a Ctrl-C after it ends with 0
             _print(shown, as_json)
-            await _follow(store, call, ring, card, after, as_json, follow)
+            await _follow(store, call, ring, card, after, as_json, follow, interrupt)
         elif as_json:
             click.echo(json.dumps({"cluster": target.cluster, "ring": ring.ring,
                                    "entries": [x.to_dict() for x in shown]}, indent=2))
@@ -147,12 +148,12 @@ async def _show(target: ClusterTarget, store_config: StoreConfig, card: str | No
 
 
 async def _follow(store: EtcdStore, call: float, ring: histdoc.History, card: str | None,
-                  after: datetime | None, as_json: bool, interval: float) -> None:
+                  after: datetime | None, as_json: bool, interval: float,
+                  interrupt: Interrupt) -> None:
     """Every ``interval`` read the ring and print the entries that arrived since the last
     read (``Tail``: a fresh ring prints all of it), until SIGINT/SIGTERM. A failed read is
     said once on stderr (again only when the failure changes) and retried."""
     from awide_cluster.store.errors import StoreError
-    interrupt = Interrupt()
     tail, _ = Tail().step(ring)
     said = ""
     try:

@@ -24,7 +24,7 @@ import yaml
 
 from tests.operator.op_fixtures import shared_etcd  # noqa: F401
 from tests.operator.op_lab import CLI, Lab
-from tests.timing import bound
+from tests.timing import bound, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 DAEMON_FILE = "/etc/awide-cluster/cluster.yaml"
@@ -101,6 +101,16 @@ async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
                 store_b_down = True
                 await lab.until(lambda r: lab.card(r, "store-b", "card0").state == "out",
                                 "SN-B1 out")
+            if args[:2] == ["leader", "switchover"] and "--to" in args:
+                # the example hands over to a host that does not lead: whichever leads now,
+                # the lab's leader is moved away from it first (by the same command)
+                to = args[args.index("--to") + 1]
+                if lab.daemons[to].is_leader:
+                    other = next(h for h, d in lab.daemons.items() if h != to)
+                    code, out, err = await lab.cli("leader", "switchover", "--to", other)
+                    assert code == 0, (out, err)
+                    await wait_until(lambda o=other: lab.daemons[o].is_leader, bound(20),
+                                     what=f"{other} leads")
             if store_b_down and args[0] == "status" and expected == 0:
                 expected = 1        # store-b is still configured, its daemon down: WARNING
             if "--watch" in args or "-w" in args or "--follow" in args:
