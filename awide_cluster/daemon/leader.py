@@ -55,6 +55,7 @@ from awide_cluster.daemon.leader_read import (
     sort_window_requests,
     windows_found,
 )
+from awide_cluster.daemon.leader_repair import base_for, gateway_generations
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
     ClusterSnapshot,
@@ -539,62 +540,26 @@ class LeaderLoop:
         self._newer = newer
 
     async def _repair_base(self, got: LeaderRead) -> ClusterSnapshot:
-        """The snapshot ``decide`` builds on. When etcd's registry is what this term wrote (or
-        the first one it reads and nothing newer is known) it is the base. Otherwise, corrupt,
-        unknown, missing, gone back or not the one this leader wrote, the base is the last good
-        registry this daemon knows, and the write gets a generation above any gateway's."""
+        """The snapshot ``decide`` builds on (``leader_repair.base_for``)."""
         snap, etcd_reg = got.snapshot, got.snapshot.registry
-        mine = self.own
-        if etcd_reg is not None and self.attempted is not None and etcd_reg == self.attempted:
-            self.own = mine = etcd_reg              # a write that timed out but was applied
-            self.attempted = None
-        base, why = etcd_reg, ""
-        if got.found != "ok":
-            base = mine or self.known
-            if got.found != "missing" or base is not None:
-                why = f"{keys.REGISTRY} {got.found.replace('_', ' ')}: {got.problem}"
-            if self.metrics is not None and got.found != "missing":
-                self.metrics.registry_refused(got.found)
-        elif mine is not None and etcd_reg is not None and etcd_reg != mine:
-            base = mine
-            why = (f"{keys.REGISTRY} in etcd (generation {etcd_reg.generation}, lineage "
-                   f"{etcd_reg.lineage or '-'}) is not the one this leader wrote (generation "
-                   f"{mine.generation})")
-        elif mine is None and self.known is not None and etcd_reg is not None:
-            back = regdoc.went_back(self.known, etcd_reg)
-            if back is None and self.history_reset and etcd_reg.lineage != self.known.lineage:
-                back = (f"of lineage {etcd_reg.lineage or '-'} (generation "
-                        f"{etcd_reg.generation}) after etcd's history changed, not lineage "
-                        f"{self.known.lineage or '-'} (generation {self.known.generation}) "
-                        "held before")
-            if back is not None:
-                base, why = self.known, f"{keys.REGISTRY} {back}"
-        if not why and base is not None:
+        b = base_for(got, own=self.own, attempted=self.attempted, known=self.known,
+                     history_reset=self.history_reset)
+        if b.confirmed:
+            self.own, self.attempted = b.own, None
+        if b.refused and self.metrics is not None:
+            self.metrics.registry_refused(b.refused)
+        if not b.why and b.registry is not None:
             # a registry written before lineages existed gets one now (and a new generation)
-            return snap if base.lineage else replace(snap, lineage=uuid.uuid4().hex[:12])
-        floor = max((r.generation for r in (etcd_reg, mine, self.known) if r is not None),
+            return snap if b.registry.lineage else replace(snap, lineage=uuid.uuid4().hex[:12])
+        floor = max((r.generation for r in (etcd_reg, b.own, self.known) if r is not None),
                     default=0)
-        floor = max(floor, await self._gateway_generations())
-        if why:
-            log.warning("%s: repairing it from generation %s", why,
-                        base.generation if base is not None else "none (rebuilt from reports)")
-        return replace(snap, registry=base, repair=why, generation_floor=floor,
+        floor = max(floor, await gateway_generations(self.store, self.call_timeout))
+        if b.why:
+            log.warning("%s: repairing it from generation %s", b.why,
+                        b.registry.generation if b.registry is not None
+                        else "none (rebuilt from reports)")
+        return replace(snap, registry=b.registry, repair=b.why, generation_floor=floor,
                        lineage=uuid.uuid4().hex[:12])
-
-    async def _gateway_generations(self) -> int:
-        """The highest registry generation any gateway says it applied (0: none readable), over
-        the first ``CLUSTER_MAX_KEYS`` gateway records, each within the records' bound."""
-        res = await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
-                                           max_value_bytes=bounds.RECORD_MAX_BYTES,
-                                           timeout=self.call_timeout)
-        top = 0
-        for kv in res.kvs:
-            try:
-                gid = keys.tail(kv.key, keys.GATEWAYS)
-                top = max(top, records.decode_gateway(kv.value, gid).generation)
-            except ValueError:
-                continue                    # a refused record says nothing
-        return min(top, regdoc.MAX_GENERATION - 1)
 
     def _outage_changed(self, was: str, now: str) -> None:
         if self.metrics is not None:
