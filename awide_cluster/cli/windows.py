@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -130,6 +132,17 @@ def _start(seconds: int, reason: str, drained: bool = False) -> WindowRequest:
                          reason=reason, drained=drained)
 
 
+def _window_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--for, --reason (both required) and --wait: a window's options (pause, silence)."""
+    f = click.option("--wait", "wait", type=float, default=None, help=_WAIT_HELP)(f)
+    f = click.option("--reason", required=True, metavar="TEXT",
+                     help=f"why (shown in status and history; at most {INTENT_REASON_MAX} "
+                          "characters)")(f)
+    return click.option("--for", "duration", required=True, metavar="DURATION",
+                        help="how long: 90s, 20m, 2h, 1d (at most 7 days); it expires by "
+                             "itself")(f)
+
+
 def _end(reason: str) -> WindowRequest:
     from awide_cluster.contract.records import iso
     from awide_cluster.daemon.window_requests import who
@@ -138,11 +151,7 @@ def _end(reason: str) -> WindowRequest:
 
 @cli.command("pause")
 @target_options
-@click.option("--for", "duration", required=True, metavar="DURATION",
-              help="how long: 90s, 20m, 2h, 1d (at most 7 days); it expires by itself")
-@click.option("--reason", required=True, metavar="TEXT",
-              help=f"why (shown in status and history; at most {INTENT_REASON_MAX} characters)")
-@click.option("--wait", "wait", type=float, default=None, help=_WAIT_HELP)
+@_window_options
 def pause(config: str | None, endpoints: str | None, cluster: str | None,
           call_timeout: float | None, duration: str, reason: str, wait: float | None) -> None:
     """Pause the cluster: the leader takes no card out (a card failing meanwhile stays in;
@@ -206,11 +215,7 @@ def maintenance(host_name: str, config: str | None, endpoints: str | None, clust
 @cli.command("silence")
 @click.argument("card")
 @target_options
-@click.option("--for", "duration", required=True, metavar="DURATION",
-              help="how long: 90s, 20m, 2h, 1d (at most 7 days); it expires by itself")
-@click.option("--reason", required=True, metavar="TEXT",
-              help=f"why (shown in status and history; at most {INTENT_REASON_MAX} characters)")
-@click.option("--wait", "wait", type=float, default=None, help=_WAIT_HELP)
+@_window_options
 def silence(card: str, config: str | None, endpoints: str | None, cluster: str | None,
             call_timeout: float | None, duration: str, reason: str, wait: float | None) -> None:
     """Mute a known problem of CARD (a card id, serial or host/name): status shows it muted
