@@ -23,7 +23,7 @@ from awide_cluster.cli.main import cli
 from awide_cluster.config import common as common_config
 from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import bounds, keys, untrusted
-from awide_cluster.daemon import cycles, leader, leader_watch, reconcile
+from awide_cluster.daemon import cycles, leader_read, leader_watch, reconcile
 from awide_cluster.operator import clusters
 from awide_cluster.operator.judge import etcd as judge_etcd
 from awide_cluster.store import bounded, credentials, hedge, session, transport
@@ -164,7 +164,7 @@ class Quote:
 def _too_large_label() -> str:
     refused = ValueTooLarge("over", key="registry", limit=bounds.REGISTRY_MAX_BYTES,
                             size=bounds.REGISTRY_MAX_BYTES + 1, mod_revision=7)
-    return leader.registry_found(refused).found
+    return leader_read.registry_found(refused).found
 
 
 _GW = gateway_config.TimingSection.model_fields
@@ -231,7 +231,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/registry.md", r"over its size bound \(([^)]+)\)",
           size(bounds.REGISTRY_MAX_BYTES), "bounds.REGISTRY_MAX_BYTES"),
     Quote("docs/registry.md", r"over its size bound [^|]+\|[^|]+\| [^|]*\{found=\"(\w+)\"\}",
-          _too_large_label(), "leader.registry_found(ValueTooLarge(...)).found"),
+          _too_large_label(), "leader_read.registry_found(ValueTooLarge(...)).found"),
     Quote("docs/operations.md", r"a host report (\d+ \w+), the registry",
           size(bounds.REPORT_MAX_BYTES), "bounds.REPORT_MAX_BYTES"),
     Quote("docs/operations.md", r"a host report \d+ \w+, the registry (\d+ \w+)",
@@ -241,7 +241,7 @@ QUOTES: tuple[Quote, ...] = (
     Quote("docs/operations.md", r"whose name is over (\d+) bytes",
           count(bounded.MAX_KEY_BYTES), "bounded.MAX_KEY_BYTES"),
     Quote("docs/operations.md", r"awide_registry_repairs_total\{found=\"(too_\w+)\"\}",
-          _too_large_label(), "leader.registry_found(ValueTooLarge(...)).found"),
+          _too_large_label(), "leader_read.registry_found(ValueTooLarge(...)).found"),
     Quote("docs/operations.md", r"more than ([\d,]+) keys under the cluster prefix",
           count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
     Quote("docs/operations.md", r"at most (\d+) names",

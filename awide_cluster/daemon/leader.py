@@ -19,7 +19,6 @@ fails).
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import uuid
@@ -35,26 +34,12 @@ from awide_cluster.contract import versions as ver
 from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.report import HostReport
-from awide_cluster.contract.untrusted import (
-    HISTORY_CORRUPT,
-    WINDOW_REQUEST_CORRUPT,
-    WINDOWS_CORRUPT,
-)
-from awide_cluster.daemon import history_entries, switchover
+from awide_cluster.contract.untrusted import HISTORY_CORRUPT
+from awide_cluster.daemon import history_entries
 from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.decision_windows import window_entries
-from awide_cluster.daemon.leader_read import (
-    LeaderRead,
-    StoredHistory,
-    StoredRegistry,
-    history_found,
-    registry_found,
-    registry_schema,
-    sort_intents,
-    sort_reports,
-    sort_window_requests,
-    windows_found,
-)
+from awide_cluster.daemon.leader_fetch import LeaderFetch
+from awide_cluster.daemon.leader_read import LeaderRead, StoredHistory, StoredRegistry
 from awide_cluster.daemon.leader_repair import base_for, gateway_generations
 from awide_cluster.daemon.lease import Leadership, first_kv
 from awide_cluster.daemon.reconcile import (
@@ -65,9 +50,9 @@ from awide_cluster.daemon.reconcile import (
     Trigger,
     decide,
 )
-from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge, refusal_reason
+from awide_cluster.store.errors import StoreError, Timeout, refusal_reason
 from awide_cluster.store.port import Op, Store
-from awide_cluster.store.types import Compare, Delete, Get, KeyValue, PrefixRead, Put
+from awide_cluster.store.types import Compare, Delete, Get, PrefixRead, Put
 
 if TYPE_CHECKING:
     from awide_cluster.api.metrics import DaemonMetrics
@@ -105,11 +90,10 @@ def fenced_write(d: Decision, *, leader_revision: int, registry_revision: int,
     return compares, success
 
 
-async def _kept(value: PrefixRead) -> PrefixRead:
-    return value
+class LeaderLoop(LeaderFetch):
+    """The cycle; its reads (``leader_fetch``) and its switchover handling
+    (``leader_switchover``) are its bases."""
 
-
-class LeaderLoop:
     def __init__(self, store: Store, leadership: Leadership, clock: Clock, *, policy: Policy,
                  call_timeout: float, metrics: DaemonMetrics | None = None) -> None:
         self.store, self.leadership, self.clock = store, leadership, clock
@@ -166,126 +150,6 @@ class LeaderLoop:
         """Why the last cycle was a write outage ("" when it was not)."""
         return self.memory.outage
 
-    async def read(self, *, gateways: bool = True) -> LeaderRead:
-        """Every read of one cycle; StoreError if any failed. A registry that cannot be used
-        (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
-        cycle repairs it. ``gateways``: read the gateway records too (what they read decides
-        the registry schema; a cycle out of turn keeps the last poll cycle's)."""
-        t = self.call_timeout
-        (members, reg_kv, intents, leader_kv, ring, gw), (win_kv, asks) = await asyncio.gather(
-            asyncio.gather(
-                self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
-                                       max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
-                self._get_registry(t),
-                self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
-                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
-                self.store.get(keys.LEADER, timeout=t),
-                self._get_history(t),
-                self._get_gateways(t) if gateways or self.gateway_records is None
-                else _kept(self.gateway_records)),
-            asyncio.gather(                 # the operator windows (decision_windows)
-                self._get_windows(t),
-                self.store.read_prefix(keys.WINDOW_REQUESTS, max_keys=bounds.INTENTS_MAX_KEYS,
-                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t)),
-        )
-        self.gateway_records = gw
-        members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
-        if self.metrics is not None:
-            self.metrics.intents_pending.set(intents.count)
-        if intents.more:
-            log.warning("%d intents pending, over the bound of %d per cycle: the first %d now, "
-                        "the others at the next cycles", intents.count, intents.max_keys,
-                        intents.max_keys)
-        for r in (*members.refused.values(), *intents.refused.values()):
-            if r.kind == "key":
-                log.warning("key %s ignored: %s", r.name, r.why)
-        hosts = sort_reports(members, self.policy.hosts, self.reports_memo.decode)
-        stored = self._registry_found(reg_kv)
-        intents = self._take_switchover(intents)
-        good_intents, bad_intents = sort_intents(intents)
-        good_asks, bad_asks = sort_window_requests(asks)
-        windows, windows_problem = windows_found(win_kv)
-        if self.metrics is not None:
-            if windows_problem:
-                self.metrics.value_refused(WINDOWS_CORRUPT)
-            for _ in bad_asks:
-                self.metrics.value_refused(WINDOW_REQUEST_CORRUPT)
-        snap = ClusterSnapshot(reports=hosts.reports, bad_reports=hosts.bad,
-                        registry=stored.registry, intents=good_intents,
-                        bad_intents=bad_intents, strangers=hosts.strangers,
-                        windows=windows, windows_problem=windows_problem,
-                        window_requests=good_asks, bad_window_requests=bad_asks,
-                        wall=records.parse_time(self.clock.wall()) or 0.0,
-                        registry_schema=registry_schema(hosts.reports.values(), gw))
-        return LeaderRead(snapshot=snap, registry_rev=stored.revision, leader_kv=leader_kv,
-                    found=stored.found, problem=stored.problem, history=ring)
-
-    def _registry_found(self, kv: KeyValue | ValueTooLarge | None) -> StoredRegistry:
-        """``registry_found``, not decoded again while etcd holds the same value at the same
-        revision (the leader's registry changes only when it writes one)."""
-        if not isinstance(kv, KeyValue):
-            return registry_found(kv)
-        kept = self._registry_kept
-        if kept is not None and kept[0] == kv.mod_revision and kept[1] == kv.value:
-            return kept[2]
-        stored = registry_found(kv)
-        self.registry_decodes += 1
-        self._registry_kept = (kv.mod_revision, kv.value, stored)
-        return stored
-
-    async def _get_gateways(self, timeout: float) -> PrefixRead:
-        return await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
-                                            max_value_bytes=bounds.RECORD_MAX_BYTES,
-                                            timeout=timeout)
-
-    async def _get_history(self, timeout: float) -> StoredHistory | None:
-        """The history ring, read only when this term does not hold it (its first cycle, or
-        after a write that was not confirmed); None when it is not read."""
-        if self.history is not None:
-            return None
-        try:
-            kv = await self.store.get(keys.HISTORY, timeout=timeout,
-                                      max_value_bytes=bounds.HISTORY_MAX_BYTES)
-        except ValueTooLarge as e:
-            return history_found(e)
-        return history_found(kv)
-
-    async def _get_windows(self, timeout: float) -> KeyValue | ValueTooLarge | None:
-        """The windows in force (``windows``), within their bound."""
-        try:
-            return await self.store.get(keys.WINDOWS, timeout=timeout,
-                                        max_value_bytes=bounds.WINDOWS_MAX_BYTES)
-        except ValueTooLarge as e:
-            return e
-
-    async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
-        """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
-        over its bound: repaired like a corrupt one, not read again while unchanged (the store
-        remembers the refusal)."""
-        try:
-            return await self.store.get(keys.REGISTRY, timeout=timeout,
-                                        max_value_bytes=bounds.REGISTRY_MAX_BYTES)
-        except ValueTooLarge as e:
-            return e
-
-    def _take_switchover(self, intents: PrefixRead) -> PrefixRead:
-        """``intents/switchover`` set apart from the card intents (``switchover``): a request
-        is kept for this cycle's end; a granted one (a hand-over in progress) is left to its
-        lease."""
-        self.switchover = None
-        kv = next((kv for kv in intents.kvs if kv.key == keys.SWITCHOVER), None)
-        if kv is None:
-            return intents
-        try:
-            rec = records.decode_switchover(kv.value)
-            if not rec.granted:
-                self.switchover = (rec, kv.mod_revision)
-        except records.RecordError as e:
-            if str(e) != self._switchover_refused:
-                log.warning("%s", e)
-            self._switchover_refused = str(e)
-        return replace(intents, kvs=tuple(k for k in intents.kvs if k.key != keys.SWITCHOVER))
-
     async def cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
                     occasion: str = "") -> CycleOutcome:
         """``_cycle``, then a switchover request answered after a poll cycle that left the
@@ -294,39 +158,9 @@ class LeaderLoop:
         if self.switchover is None or trigger != "poll" or outcome not in (
                 CycleOutcome.WROTE, CycleOutcome.UNCHANGED):
             return outcome
-        return await self._answer_switchover(*self.switchover) or outcome
-
-    async def _answer_switchover(self, request: records.SwitchoverRecord,
-                                 mod_revision: int) -> CycleOutcome | None:
-        """Grant (hand over, step down: DEPOSED) or refuse a switchover request, fenced."""
-        ld = self.leadership
-        self.switchover = None
-        if not ld.is_leader or ld.revision is None:
-            return None
-        reg = self.registry
-        try:
-            got = await switchover.answer(
-                self.store, request=request, mod_revision=mod_revision, reports=self.reports,
-                leader=self.policy.leader, hosts=self.policy.hosts,
-                leader_revision=ld.revision, ttl=ld.lease.ttl,
-                generation=reg.generation if reg is not None else 0, ring=self.history,
-                wall=self.clock.wall(), call_timeout=self.call_timeout)
-        except StoreError as e:
-            self.history = None
-            log.warning("switchover not answered yet: %s", e)
-            return None
-        self.history = None         # the ring changed (or not): read it again next cycle
-        if not got.applied:
-            log.info("switchover not answered: the leader key or the request changed since "
-                     "they were read")
-            return None
-        if got.target is None:
-            log.warning("switchover%s refused: %s",
-                        f" by {request.by}" if request.by else "", got.why)
-            return None
-        ld.step_down(f"switchover{f' by {request.by}' if request.by else ''}: leadership "
-                     f"handed over to {got.target}", level=logging.INFO)
-        return CycleOutcome.DEPOSED
+        if await self._answer_switchover(*self.switchover):
+            return CycleOutcome.DEPOSED
+        return outcome
 
     async def _cycle(self, write_failure: str = "", *, trigger: Trigger = "poll",
                      occasion: str = "") -> CycleOutcome:

@@ -1,6 +1,7 @@
 """What a leader cycle reads, sorted (pure): the host reports (decoded, refused, from
 strangers), the intents, the registry and the history ring as etcd holds them, each value
-untrusted and bounded; ``LeaderLoop.read`` does the reads and builds a ``LeaderRead``."""
+untrusted and bounded; ``LeaderFetch.read`` (``leader_fetch``) does the reads and builds a
+``LeaderRead``."""
 
 from __future__ import annotations
 
