@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import untrusted as u
-from awide_cluster.contract.registry import validated
 from awide_cluster.contract.untrusted import Name
+from awide_cluster.contract.wire import validated
 
 SCHEMA_VERSION = 1
 Kind = Literal["joined", "in", "out", "moved", "forgotten", "dropped", "drained",

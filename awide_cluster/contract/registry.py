@@ -24,16 +24,24 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import Field, ValidationError
 
 from awide_cluster.contract import keys
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract import untrusted as u
 from awide_cluster.contract import versions as ver
-from awide_cluster.contract.target import InvalidTarget, NvmeTarget
+from awide_cluster.contract.card_hold import CardHold, HoldDoc, hold_from_doc, hold_to_dict
+from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.contract.untrusted import Name
+from awide_cluster.contract.wire import (
+    _Strict,
+    _TargetDoc,
+    card_target,
+    checked,
+    loaded,
+)
 
 SCHEMA_VERSION = 1
 MAX_GENERATION = 2**53 - 1      # exact in every JSON reader; a lineage never gets there
@@ -68,23 +76,6 @@ def card_id(serial: str, model: str, identity: str) -> str:
     """
     digest = hashlib.sha256(f"{serial}\n{model}\n{identity}".encode()).hexdigest()
     return "c" + digest[:11]
-
-
-@dataclass(frozen=True, slots=True)
-class CardHold:
-    """Flap damping: a card that went out several times within a window is held out when it
-    returns, for a hold that doubles each time (``daemon/decision_damping.py``). Written by the
-    leader so that a new leader keeps the hold; read as untrusted (bounded)."""
-
-    level: int                      # holds in a row (1: the first); the next is twice as long
-    seconds: float                  # this hold's length
-    active: bool                    # held out now (or the hold ran out and waits its return)
-    until: str = ""                 # the leader's wall clock when it ends, informational only
-    reason: str = ""                # why it is held (outs within the window)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", u.clean_text(self.reason, u.REGISTRY_REASON_MAX))
-        object.__setattr__(self, "until", u.clean_text(self.until, u.TIME_TEXT_MAX))
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +201,6 @@ def check_slots(reg: Registry) -> str | None:
 # is a key-segment name (contract/keys.py), ``Annotated[str, u.chars(n), u.PRINTABLE]`` at
 # most n characters without a control character.
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
-
-
 _Serial: TypeAlias = Annotated[str, u.chars(u.SERIAL_MAX, 1), u.PRINTABLE]
 _Model: TypeAlias = Annotated[str, u.chars(u.MODEL_MAX), u.PRINTABLE]
 _Identity: TypeAlias = Annotated[str, u.chars(u.IDENTITY_MAX), u.PRINTABLE]
@@ -222,29 +209,6 @@ _Conflict: TypeAlias = Annotated[str, u.chars(u.CONFLICT_MAX), u.PRINTABLE]
 _Unplaced: TypeAlias = Annotated[str, u.chars(u.UNPLACED_REASON_MAX), u.PRINTABLE]
 _Time: TypeAlias = Annotated[str, u.chars(u.TIME_TEXT_MAX), u.PRINTABLE]
 _Path: TypeAlias = Annotated[str, u.chars(u.PATH_MAX), u.PRINTABLE]
-_Short = Annotated[str, StringConstraints(max_length=256)]     # NvmeTarget checks the rest
-_Port = Annotated[str, StringConstraints(max_length=8)]
-
-
-class _TargetDoc(_Strict):
-    transport: _Short
-    traddr: _Short
-    trsvcid: int | _Port           # NvmeTarget writes an int; "4420" also accepted
-    subnqn: _Short
-
-
-HOLD_LEVEL_MAX = 64
-HOLD_SECONDS_MAX = 86400.0
-
-
-class _HoldDoc(_Strict):
-    level: int = Field(ge=1, le=HOLD_LEVEL_MAX)
-    seconds: float = Field(ge=0, le=HOLD_SECONDS_MAX, allow_inf_nan=False)
-    active: bool
-    until: _Time = ""
-    reason: _Reason = ""
-
-
 class _CardDoc(_Strict):
     id: Name
     serial: _Serial
@@ -262,7 +226,7 @@ class _CardDoc(_Strict):
     target: _TargetDoc | None = None
     path: _Path | None = None
     conflict: _Conflict | None = None
-    hold: _HoldDoc | None = None
+    hold: HoldDoc | None = None
 
 
 class _UnplacedDoc(_Strict):
@@ -290,70 +254,6 @@ class _RegistryDoc(_RegistryHead):
     """The whole document, its cards checked (the field keeps its place among the others)."""
 
     cards: list[_CardDoc] = Field(max_length=u.REGISTRY_CARDS_MAX)
-
-
-def where(err: ValidationError) -> str:
-    """The first field at fault in a pydantic error, as ``cards[3].reason: <why>``."""
-    e = err.errors(include_url=False, include_input=False)[0]
-    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
-    return f"{loc or 'document'}: {e['msg']}"
-
-
-Doc = TypeVar("Doc", bound=BaseModel)
-
-
-def validated(model: type[Doc], raw: bytes | str, *, schema_version: int,
-              error: type[u.BadValue], unknown: type[u.BadValue], limits: u.Limits,
-              key: str) -> Doc:
-    """The document in ``raw`` (a registry or a host report) checked by its wire ``model``:
-    bounded JSON, the schema this reader knows (else ``unknown``), every field; ``error``
-    names the key and the field at fault."""
-    data = loaded(raw, schema_version=schema_version, error=error, unknown=unknown,
-                  limits=limits, key=key)
-    return checked(model, data, error=error, key=key)
-
-
-def loaded(raw: bytes | str, *, schema_version: int, error: type[u.BadValue],
-           unknown: type[u.BadValue], limits: u.Limits, key: str,
-           span: ver.Span | None = None, newer: type[u.BadValue] | None = None,
-           kind: str = "") -> dict[str, Any]:
-    """``validated``'s first half: the bounded JSON object of the schema this reader knows.
-    ``span``: the schemas this reader reads (contract/versions.py): any minor of its majors is
-    accepted (a newer minor is read, its unknown fields ignored); a newer major raises
-    ``newer`` when the document claims it (``versions.claims`` for ``kind``), else
-    ``unknown``. Without ``span`` only ``schema_version`` is accepted."""
-    data = u.load(raw, error=error, limits=limits, key=key)
-    if span is not None:
-        s = ver.schema_of(data, error=unknown, key=key)
-        fit = span.fit(s)
-        if fit in ("newer_major", "older"):
-            claimed = newer is not None and fit == "newer_major" and ver.claims(data, kind, s)
-            raise (newer if newer is not None and claimed else unknown)(
-                f"schema {s.major} is not known to this reader (reads {span})", key=key)
-        return data
-    schema = data.get("schema")
-    if type(schema) is not int or schema != schema_version:
-        raise unknown(f"schema {u.shown(schema)} is not known to this "
-                      f"reader (knows {schema_version})", key=key)
-    return data
-
-
-def checked(model: type[Doc], data: dict[str, Any], *, error: type[u.BadValue],
-            key: str) -> Doc:
-    """``validated``'s second half: every field of ``data`` checked by ``model``."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        raise error(f"field {where(e)}", key=key) from None
-
-
-def card_target(doc: _TargetDoc | None, index: int, *, error: type[u.BadValue],
-                key: str) -> NvmeTarget | None:
-    """The NVMe-oF target of card ``index`` of a document, validated (None: it has none)."""
-    try:
-        return NvmeTarget.parse(doc.model_dump()) if doc else None
-    except InvalidTarget as e:
-        raise error(f"field cards[{index}].target: {e}", key=key) from None
 
 
 def decode(raw: bytes | str, *, key: str = keys.REGISTRY,
@@ -389,8 +289,7 @@ def _entry(c: _CardDoc, index: int, key: str) -> CardEntry:
         name=c.name, kind=c.kind, state=c.state, health=c.health, reason=c.reason,
         admitted=c.admitted, changed_generation=c.changed_generation,
         changed_at=c.changed_at, target=target, path=c.path, conflict=c.conflict,
-        hold=CardHold(level=c.hold.level, seconds=c.hold.seconds, active=c.hold.active,
-                      until=c.hold.until, reason=c.hold.reason) if c.hold else None,
+        hold=hold_from_doc(c.hold),
     )
 
 
@@ -522,9 +421,7 @@ def to_dict(reg: Registry) -> dict[str, Any]:
 def _card_dict(c: CardEntry) -> dict[str, Any]:
     d = _plain_card(c)
     if c.hold is not None:      # only when there is one: a registry without holds is unchanged
-        h = c.hold
-        d["hold"] = {"level": h.level, "seconds": h.seconds, "active": h.active,
-                     "until": h.until, "reason": h.reason}
+        d["hold"] = hold_to_dict(c.hold)
     return d
 
 

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from awide_cluster.contract.registry import CardEntry, CardHold
+from awide_cluster.contract.card_hold import CardHold
+from awide_cluster.contract.registry import CardEntry
 from awide_cluster.daemon.decision_model import (
     Damping,
     Flaps,
