@@ -14,8 +14,9 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   thread together (``card_workers.CardWorkers``).
 
 The registry watch is ``registry_watch.RegistryWatch``, the vouching's reads of the reports
-``vouch_loop.VouchLoop``, the state file's use ``state_keeping.StateKeeping``; the registry's
-poll and its steps (``follower.Follower``) and the view stay here.
+``vouch_loop.VouchLoop``, the state file's use ``state_keeping.StateKeeping``, the registry's
+poll and what each step of the follower does ``registry_poll.RegistryPoll`` (a base); the view
+stays here.
 
 The hot path (``snapshot()``, ``placement``, ``report_io_error``) reads one reference or bumps
 one counter: no I/O, no await, no lock held across I/O. Every state change builds a new
@@ -55,6 +56,7 @@ from awide_gateway_cluster.etcd_side import EtcdSide
 from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.placement import Placement
 from awide_gateway_cluster.registration import Registration
+from awide_gateway_cluster.registry_poll import RegistryPoll
 from awide_gateway_cluster.registry_watch import PROOF_WINDOW as PROOF_WINDOW  # re-exported
 from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.state_keeping import StateKeeping
@@ -71,7 +73,7 @@ log = logging.getLogger("awide_gateway_cluster")
 
 
 
-class ClusterGateway:
+class ClusterGateway(RegistryPoll):
     """The gateway's cluster mode. ``store``/``nvme``/``clock`` are for tests and embedding:
     an ``EtcdStore``-like object, an ``NvmeCli``, and a monotonic clock returning seconds;
     ``probe_worker``: where the cards' blocking reads run (one of this gateway's own when
@@ -325,41 +327,6 @@ class ClusterGateway:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    # ------------------------------------------------------------------ registry
-
-    async def _poll_loop(self) -> None:
-        wait = self._rng.uniform(0, self._interval)     # random phase
-        assert self._follower is not None
-        while True:
-            asked = False
-            with contextlib.suppress(TimeoutError):     # or earlier, when the watch asks
-                async with asyncio.timeout(wait):
-                    await self._poll_now.wait()
-                    asked = True
-            self._poll_now.clear()
-            wait = self._interval
-            if not asked and self._follower.skips(self._registry_watch.window):
-                self._follower.skip()       # the watch proved the view fresh meanwhile
-                continue
-            ok = False
-            try:
-                ok = (await self._poll_once()).outcome != "failed"
-            except Exception as e:      # noqa: BLE001 - no content may end the poll loop
-                self._loop_failed("registry poll", e)
-            wait = self._poll_backoff.next(ok)
-            if not ok:
-                log.debug("registry poll failed %d times in a row: next in %.2f s",
-                          self._poll_backoff.failures, wait)
-
-    async def _poll_once(self) -> FollowStep:
-        """One poll, acted upon (its outcome is "failed" when etcd did not answer it)."""
-        assert self._follower is not None
-        self._history_check()
-        taken = await self._follower.poll()
-        self._history_check()
-        self._take(taken)
-        return taken
-
     # ------------------------------------------------------------------ state file
 
     def _serve_saved(self, saved: sf.SavedState, first: FollowStep) -> None:
@@ -382,56 +349,7 @@ class ClusterGateway:
         """Offer the registry in use and the layout verified for the state file."""
         self._state.save(self._in_use())
 
-    def _history_check(self) -> bool:
-        """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the
-        follower forgets its revisions (keeps the registry), the gateway record is written
-        again and the key layout checked again (both may be gone), the next poll is now."""
-        store = self._store
-        if store is None or store.timeline_epoch == self._epoch:
-            return False
-        assert self._follower is not None and self._registration is not None
-        self._epoch = store.timeline_epoch
-        self._follower.sync_history()
-        self._side.history_reset()
-        self._history_resets += 1
-        self._history_note = clean_text(store.timeline_note, 300)
-        log.warning("gateway %s: etcd history changed: %s; keeping registry generation %d "
-                    "until the leader republishes", self.id, self._history_note,
-                    self._view.generation)
-        self._poll_now.set()
-        return True
-
-    def _take(self, decision: FollowStep) -> None:
-        """Act on one step of the follower (a poll's or a watch event's), right after it."""
-        assert self._follower is not None
-        after = self._follower.state
-        if decision.outcome == "applied":
-            self._apply(decision.replaced, decision)
-        elif decision.outcome in ("failed", "rejected"):
-            if decision.outcome == "rejected" or not decision.problem_before:
-                log.warning("registry stale: %s", decision.detail)
-                self._publish(ev.ChangeEvent("stale", detail=decision.detail,
-                                             generation=self._view.generation))
-        if decision.problem_before and not after.problem and decision.outcome != "failed":
-            log.info("registry fresh again at generation %d", self._view.generation)
-            self._publish(ev.ChangeEvent("fresh", generation=self._view.generation,
-                                         detail="registry read and applied"))
-
-    def _apply(self, old: Registry | None, decision: FollowStep) -> None:
-        reg = decision.registry
-        assert reg is not None
-        served = self._state.end_serving(reg, judge=old is None)
-        if served is not None:
-            old = served
-        if self._vouch is not None:
-            old, reg = self._vouch.applied(reg, old)
-        self._tasks.extend(self._cards.applied(old, reg, SETTLE * self._interval))
-        self._side.applied_at = self._clock()
-        if decision.detail:
-            log.warning("%s", decision.detail)
-        log.info("registry generation %d applied (%d cards)", reg.generation, len(reg.cards))
-        self._rebuild()
-        self._save_state()
+    # ------------------------------------------------------------------ registry
 
     def _registry(self) -> Registry | None:
         """The registry the gateway uses (None: none read yet, or not started): the one the
