@@ -4,16 +4,19 @@ gateway.yaml passes the gateway's own `awide-cluster gateway check-config` (the 
 `validate:`) in cluster mode with its host NQN, etcd user, CA, password file, DH-HMAC-CHAP
 secret file, DH-HMAC-CHAP controller key file and NVMe host ID file (an existing one kept)
 and state directory; the secrets are root-only files, the controller key is the storage hosts'
-keys file's third field; the storage hosts' exported
-cards allow the gateway hosts' NQNs (next to awide_gateway_hostnqns); a gateway host without
-its NQN or its model is refused before it is touched. ansible-core comes with the test extra;
-without it the tests skip, saying so. The rollout onto a real systemd host is
+keys file's third field; the storage hosts' exported cards allow the gateway hosts' NQNs
+(next to awide_gateway_hostnqns); a gateway host without its NQN or its model is refused
+before it is touched. The storage hosts also get an
+operator-supplied etcd binary (checked against its SHA-256, run through a unit drop-in); one
+whose checksum does not match is refused before it is copied. ansible-core comes with the
+test extra; without it the tests skip, saying so. The rollout onto a real systemd host is
 tests/system/test_nspawn.py.
 """
 
 from __future__ import annotations
 
 import grp
+import hashlib
 import os
 import pwd
 import re
@@ -42,6 +45,7 @@ DHCHAP = {
 # the controller key the cards prove to gpu3 (bidirectional; another secret than its own)
 CTRL = {"nqn.2024-01.io.awide:gpu3": "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:"}
 HOSTID = "fc5d7cf3-2da3-497c-9a5d-9660e3b8585c"
+ETCD_BINARY = b"#!/bin/sh\necho 'etcd Version: 3.5.17'\n"
 MODEL = {"name": "test/model-7b", "num_layers": 4, "num_kv_heads": 2, "head_dim": 64}
 
 
@@ -93,12 +97,20 @@ def _render(tmp: Path, gateways: dict[str, dict[str, object]], dhchap: dict[str,
               "awide_bin": str(BIN / "awide-cluster"), "awide_user": me,
               "awide_group": grp.getgrgid(os.getgid()).gr_name, "awide_etcd_os_user": me,
               "awide_tls_pki_dir": str(tmp / "pki"), "awide_secrets_dir": str(tmp / "secrets")}
+    binary = tmp / "etcd-3.5.17"
+    binary.write_bytes(ETCD_BINARY)
+    sha = hashlib.sha256(ETCD_BINARY).hexdigest()
+    storage = {**common, "awide_etcd_binary": str(binary),
+               "awide_etcd_binary_dest": f"{out}/{{{{ inventory_hostname }}}}/etcd",
+               # witness-1 is given a checksum the binary does not have
+               "awide_etcd_binary_sha256":
+                   f"{{{{ '{'0' * 64}' if inventory_hostname == 'witness-1' else '{sha}' }}}}"}
     plays = [
         {"name": "Storage hosts", "hosts": "storage:witness", "gather_facts": False,
-         "vars": common, "tasks": [
+         "vars": storage, "tasks": [
              {"name": n, "ansible.builtin.import_role": {"name": "awide", "tasks_from": f}}
              for n, f in (("Checks", "checks.yml"), ("TLS", "tls.yml"),
-                          ("Config", "config.yml"))]},
+                          ("Config", "config.yml"), ("Etcd binary", "etcd_binary.yml"))]},
         {"name": "Gateway hosts", "hosts": "gateways", "gather_facts": False,
          "vars": {**common,
                   "gateway_config_dir": f"{out}/{{{{ inventory_hostname }}}}/gateway",
@@ -193,3 +205,20 @@ def _recap(stdout: str) -> dict[str, dict[str, int]]:
     for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
         recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
     return recap
+
+
+def test_an_operator_supplied_etcd_binary_is_checked_and_run(
+        rendered: tuple[Path, str, int]) -> None:
+    tmp_path, stdout, _ = rendered
+    recap = _recap(stdout)
+    assert recap["store-a"]["failed"] == 0, stdout[-5000:]
+    out = tmp_path / "out" / "store-a"
+    assert (out / "etcd").read_bytes() == ETCD_BINARY
+    assert stat.S_IMODE((out / "etcd").stat().st_mode) == 0o755
+    dropin = (out / "units" / "awide-etcd.service.d" / "binary.conf").read_text()
+    assert f"ExecStart=\nExecStart={out / 'etcd'}\n" in dropin and "[Service]" in dropin
+    # a checksum that does not match: refused, nothing copied
+    assert recap["witness-1"]["failed"] == 1, stdout[-5000:]
+    m = re.search(r"^fatal: \[witness-1\]: FAILED! => (.*)$", stdout, re.M)
+    assert m and "awide_etcd_binary_sha256" in m.group(1), stdout[-4000:]
+    assert not (tmp_path / "out" / "witness-1" / "etcd").exists()
