@@ -18,7 +18,8 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0,
            hostnqn: "nqn.2024-01.io.awide:gpu7",             # listed in the cards' allow-lists
            dhchap_secret_file: /etc/awide/gpu7.dhchap,       # optional, mode 0600
-           dhchap_ctrl_secret_file: /etc/awide/gpu7.ctrl}    # optional: the target proves it
+           dhchap_ctrl_secret_file: /etc/awide/gpu7.ctrl,    # optional: the target proves it
+           hostid_file: /etc/nvme/hostid}     # with a secret and no hostid: this host's ID
     watch: true
     watch_stall_after: 30.0
     hosts: {s1: [10.0.0.1], s2: [10.0.0.2, "fd00:2::/64"]}   # allowed target addresses
