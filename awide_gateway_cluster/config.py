@@ -18,7 +18,8 @@ Example (every field but ``mode``, ``cluster``, ``host``, ``pod``, ``etcd.endpoi
     nvme: {program: nvme, sysfs_root: /sys, command_timeout: 5.0,
            hostnqn: "nqn.2024-01.io.awide:gpu7",             # listed in the cards' allow-lists
            dhchap_secret_file: /etc/awide/gpu7.dhchap,       # optional, mode 0600
-           dhchap_ctrl_secret_file: /etc/awide/gpu7.ctrl}    # optional: the target proves it
+           dhchap_ctrl_secret_file: /etc/awide/gpu7.ctrl,    # optional: the target proves it
+           hostid_file: /etc/nvme/hostid}     # with a secret and no hostid: this host's ID
     watch: true
     watch_stall_after: 30.0
     hosts: {s1: [10.0.0.1], s2: [10.0.0.2, "fd00:2::/64"]}   # allowed target addresses
@@ -50,7 +51,12 @@ from awide_cluster.config.common import (
 from awide_cluster.contract.keys import BadName, check_name
 from awide_cluster.contract.target import InvalidTarget, validate_nqn
 from awide_cluster.contract.vouch import Allowed, parse_networks
-from awide_cluster.nvme.dhchap import BadSecret, read_secret_file
+from awide_cluster.nvme.dhchap import (
+    DEFAULT_HOSTID_FILE,
+    BadSecret,
+    read_hostid,
+    read_secret_file,
+)
 
 __all__ = [
     "ConfigError", "FabricTimeouts", "GatewayConfig", "ModelSection", "NvmeSection",
@@ -155,9 +161,13 @@ class NvmeSection(Section):
                     "read at each connect; needs dhchap_secret_file")
     hostid: str | None = Field(
         default=None,
-        description="this host's NVMe host ID (a UUID, e.g. the content of "
-                    "/etc/nvme/hostid): with it, DH-HMAC-CHAP secrets reach nvme-cli in a 0600 "
-                    "JSON file (--config) instead of its command line")
+        description="this host's NVMe host ID (a UUID); with a DH-HMAC-CHAP secret and none "
+                    "given, read from hostid_file. The secrets reach nvme-cli in a 0600 JSON "
+                    "file (--config), never on its command line")
+    hostid_file: Path = Field(
+        default=Path(DEFAULT_HOSTID_FILE),
+        description="where this host's NVMe host ID is read when a DH-HMAC-CHAP secret is "
+                    "set and hostid is not (nvme-cli's own default)")
     command_timeout: float = Field(default=5.0, gt=0.0, le=120.0,
                                    description="bound of every nvme-cli command, seconds")
     disconnect_forgotten: bool = Field(
@@ -237,6 +247,18 @@ class NvmeSection(Section):
         if self.dhchap_ctrl_secret_file is not None and self.dhchap_secret_file is None:
             raise ValueError("dhchap_ctrl_secret_file needs dhchap_secret_file: the "
                              "controller authenticates only within the host's exchange")
+        if self.dhchap_secret_file is not None and self.hostid is None:
+            # the secrets go to nvme-cli only in a file, which it reads only for a connect
+            # with --hostid: never on its command line (docs/security.md, "NVMe-oF access")
+            try:
+                found = read_hostid(self.hostid_file)
+            except ValueError as e:
+                raise ValueError(
+                    "dhchap_secret_file needs this host's NVMe host ID (the secrets reach "
+                    "nvme-cli in a file only with it, never on its command line): set "
+                    f"nvme.hostid to a UUID or write one to {self.hostid_file} "
+                    f"(nvme.hostid_file): {e}") from None
+            object.__setattr__(self, "hostid", found)     # frozen: set once, here
         return self
 
 

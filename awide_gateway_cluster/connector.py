@@ -69,7 +69,10 @@ class Connector:
         self.hostnqn = hostnqn
         self.dhchap_secret_file = dhchap_secret_file
         self.dhchap_ctrl_secret_file = dhchap_ctrl_secret_file
-        self.hostid = hostid        # with a secret: the secrets go in a file, not on argv
+        if dhchap_secret_file is not None and hostid is None:
+            raise ValueError("a DH-HMAC-CHAP secret needs this host's hostid: the secrets "
+                             "reach nvme-cli in a file only with it, never on its argv")
+        self.hostid = hostid        # the secrets go in a file with it, never on argv
         self.command_timeout = command_timeout
         self.sysfs_timeout = sysfs_timeout
         self._read_label = read_label

@@ -63,7 +63,8 @@ def test_the_configmaps_gateway_config_passes_the_gateways_validation(tmp_path: 
     text = _by_kind("ConfigMap")["data"]["gateway.yaml"]
     # the pod's files (written by its init container under /run/awide) made here
     files = {"/run/awide/ca.crt": "-----BEGIN CERTIFICATE-----\n",
-             "/run/awide/etcd-password": "pw\n", "/run/awide/dhchap.key": SECRET + "\n"}
+             "/run/awide/etcd-password": "pw\n", "/run/awide/dhchap.key": SECRET + "\n",
+             "/etc/nvme/hostid": "fc5d7cf3-2da3-497c-9a5d-9660e3b8585c\n"}
     for path, content in files.items():
         local = tmp_path / Path(path).name
         local.write_text(content)
@@ -73,6 +74,7 @@ def test_the_configmaps_gateway_config_passes_the_gateways_validation(tmp_path: 
     cfg = parse_config(yaml.safe_load(text), "gateway-config.yaml")
     assert cfg.mode == "cluster" and cfg.etcd.username == f"gateway:{cfg.cluster}"
     assert cfg.nvme.hostnqn and cfg.nvme.dhchap_secret_file == tmp_path / "dhchap.key"
+    assert cfg.nvme.hostid == "fc5d7cf3-2da3-497c-9a5d-9660e3b8585c"   # the node's
     assert cfg.state.dir == Path("/var/lib/awide-gateway")
     assert namespace(cfg.model)
     # the init container rewrites exactly these lines; each is there once

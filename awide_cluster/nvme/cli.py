@@ -5,11 +5,10 @@ Every argument that carries data comes from an ``NvmeTarget`` (validated on cons
 no value can ever be read as an option. Nothing here builds a shell string.
 
 A DH-HMAC-CHAP secret (``connect(..., dhchap_secret=)``; the controller's,
-``dhchap_ctrl_secret=``) goes to nvme-cli as ``--dhchap-secret=``
-(``--dhchap-ctrl-secret=``): a ``SecretArg`` (shown as ``***`` in every error and log),
-scrubbed from nvme-cli's answers; while nvme-cli runs, its argv is readable in /proc. With
-``hostid=`` the secrets go in a 0600 JSON configuration file instead (``--config=``,
-docs/security.md, "NVMe-oF access").
+``dhchap_ctrl_secret=``) never goes on nvme-cli's argv (readable in /proc while it runs): it
+goes in a 0600 JSON configuration file (``--config=``) that nvme-cli reads for a connect with
+this host's ``hostid=``, which a secret therefore needs (docs/security.md, "NVMe-oF access").
+nvme-cli's answers are scrubbed of it.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from awide_cluster.nvme.errors import (
     DisconnectFailed,
     NvmeCommandFailed,
 )
-from awide_cluster.nvme.runner import CommandRunner, Completed, RunnerError, SecretArg
+from awide_cluster.nvme.runner import CommandRunner, Completed, RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +92,9 @@ class NvmeCli:
         Raises AlreadyConnected (exit 1 with 'already connected'), ConnectFailed otherwise.
         ``dhchap_secret`` authenticates this host (DH-HMAC-CHAP); it needs ``hostnqn`` (the
         target holds one key per host NQN). ``dhchap_ctrl_secret`` makes the controller
-        authenticate too (bidirectional; needs ``dhchap_secret``). With ``hostid`` (a UUID)
-        the secrets go to nvme-cli in a JSON configuration file (mode 0600, in a private
-        directory removed after the run, ``--config=``) instead of its argv.
+        authenticate too (bidirectional; needs ``dhchap_secret``). A secret needs ``hostid``
+        (this host's UUID): the secrets go to nvme-cli in a JSON configuration file (mode
+        0600, in a private directory removed after the run, ``--config=``), never on its argv.
         """
         if not isinstance(target, NvmeTarget):
             raise TypeError("connect() takes a validated NvmeTarget, not "
@@ -124,22 +123,20 @@ class NvmeCli:
                 raise TypeError("dhchap_secret must be a DhchapSecret (read_secret_file)")
             if hostnqn is None:
                 raise ValueError("a DH-HMAC-CHAP secret needs the hostnqn it belongs to")
+            if hostid is None:
+                raise ValueError("a DH-HMAC-CHAP secret needs this host's hostid: nvme-cli "
+                                 "reads it from a file only then (never from its argv)")
             secret = dhchap_secret.reveal()
             ctrl_secret = dhchap_ctrl_secret.reveal() if dhchap_ctrl_secret else ""
         with contextlib.ExitStack() as stack:
-            if secret and hostid is not None:
+            if secret:
                 # off argv: nvme-cli 2.3 takes the host's and the controller's keys from its
                 # JSON configuration when the host entry's hostnqn and hostid are the
                 # connect's (docs/security.md, "NVMe-oF access")
-                assert hostnqn is not None
+                assert hostnqn is not None and hostid is not None
                 path = stack.enter_context(_key_config(
                     hostnqn, _hostid(hostid), target, secret, ctrl_secret))
                 args += [f"--hostid={_hostid(hostid)}", f"--config={path}"]
-            elif secret:
-                args.append(SecretArg(f"--dhchap-secret={secret}", "--dhchap-secret=***"))
-                if ctrl_secret:
-                    args.append(SecretArg(f"--dhchap-ctrl-secret={ctrl_secret}",
-                                          "--dhchap-ctrl-secret=***"))
             try:
                 done = await self._run("connect", args, timeout)
             except RunnerError as e:

@@ -14,6 +14,7 @@ import binascii
 import os
 import re
 import stat
+import uuid
 import zlib
 from pathlib import Path
 
@@ -101,3 +102,28 @@ def read_secret_file(path: str | os.PathLike[str]) -> DhchapSecret:
     if not text:
         raise BadSecret(p, "is empty")
     return parse_secret(text, p)
+
+
+DEFAULT_HOSTID_FILE = "/etc/nvme/hostid"    # nvme-cli's own default host ID
+_HOSTID_BYTES = 256
+
+
+def read_hostid(path: str | os.PathLike[str]) -> str:
+    """This host's NVMe host ID from ``path`` (one UUID, as nvme-cli writes /etc/nvme/hostid),
+    normalised; raise ValueError saying what is wrong (no secret here: the ID is public)."""
+    p = Path(path)
+    if not p.is_absolute():
+        raise ValueError(f"{p} is not an absolute path")
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(_HOSTID_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{p} does not exist") from None
+    except OSError as e:
+        raise ValueError(f"{p} cannot be read ({e.strerror or e})") from None
+    if len(raw) > _HOSTID_BYTES:
+        raise ValueError(f"{p} is longer than a host ID")
+    try:
+        return str(uuid.UUID(raw.decode("ascii").strip()))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"{p} does not hold a UUID") from None

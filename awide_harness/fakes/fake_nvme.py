@@ -14,13 +14,17 @@ World file::
                 "subnqn": "nqn...", "serial": "...", "model": "...", "firmware": "1.0",
                 "nsid": 1, "nguid": "<32 hex>", "eui64": "<16 hex>"|null, "reachable": true,
                 "allowed_hosts": null | ["<host nqn>", ...],
-                "dhchap_keys": {"<host nqn>": "DHHC-1:..."}}],
+                "dhchap_keys": {"<host nqn>": "DHHC-1:..."},
+                "dhchap_ctrl_keys": {"<host nqn>": "DHHC-1:..."}}],
    "faults": {"<command>|*": {"mode": "hang"|"fail"|"output"|"noop",
                               "rc": 1, "stdout": "", "stderr": "", "times": N}}}
 
 A target with ``allowed_hosts`` refuses a connect whose host NQN (``--hostnqn``, else the
 world's) is not listed, and one with a key for that host refuses a connect without the same
-``--dhchap-secret`` (as the kernel does: nvme-cli then says it could not add the controller).
+``--dhchap-secret`` (as the kernel does: nvme-cli then says it could not add the controller);
+a connect asking the controller for a key (``--dhchap-ctrl-secret`` or the port's
+``dhchap_ctrl_key`` in ``--config``) fails unless the target's ``dhchap_ctrl_keys`` holds that
+key for the host.
 
 Commands: connect, disconnect, list-subsys, list, id-ctrl, id-ns (JSON shapes as in
 tests/fixtures/nvme-cli-2.3/). ``connect`` creates ``class/nvme/nvmeN`` (next never-used N)
@@ -197,9 +201,10 @@ class World:
         return found
 
 
-def config_key(opts: dict, host: str) -> str | None:
-    """The host's DH-HMAC-CHAP key from ``--config`` (libnvme's JSON configuration), as
-    nvme-cli 2.3 takes it: only from a host entry with this connect's hostnqn and hostid."""
+def config_key(opts: dict, host: str, ctrl: bool = False) -> str | None:
+    """The host's DH-HMAC-CHAP key (``ctrl``: the controller key of this connect's port) from
+    ``--config`` (libnvme's JSON configuration), as nvme-cli 2.3 takes it: only from a host
+    entry with this connect's hostnqn and hostid."""
     path = opts.get("config")
     if not path or path == "none":
         return None
@@ -211,7 +216,15 @@ def config_key(opts: dict, host: str) -> str | None:
     for entry in doc if isinstance(doc, list) else []:
         if (isinstance(entry, dict) and entry.get("hostnqn") == host
                 and entry.get("hostid") == opts.get("hostid")):
-            return entry.get("dhchap_key")
+            if not ctrl:
+                return entry.get("dhchap_key")
+            for subsys in entry.get("subsystems") or []:
+                if subsys.get("nqn") != opts.get("nqn"):
+                    continue
+                for port in subsys.get("ports") or []:
+                    if (port.get("traddr") == opts.get("traddr")
+                            and str(port.get("trsvcid")) == opts.get("trsvcid", "4420")):
+                        return port.get("dhchap_ctrl_key")
     return None
 
 
@@ -265,8 +278,11 @@ def cmd_connect(world: World, opts: dict[str, str]) -> int:
         allowed = target.get("allowed_hosts")
         key = (target.get("dhchap_keys") or {}).get(host)
         given = opts.get("dhchap-secret") or config_key(opts, host)
+        ctrl_key = (target.get("dhchap_ctrl_keys") or {}).get(host)
+        asked = opts.get("dhchap-ctrl-secret") or config_key(opts, host, ctrl=True)
         if (allowed is not None and host not in allowed) or (
-                key is not None and given != key):
+                key is not None and given != key) or (
+                asked is not None and asked != ctrl_key):
             err("Failed to write to /dev/nvme-fabrics: Input/output error\n"
                 "could not add new controller: failed to write to nvme-fabrics device\n")
             return 1

@@ -1,6 +1,7 @@
 """The config loader's limits (one loader for the daemon's, the gateway's and the operator's
 files): a file too large, too deep, not UTF-8, with a key twice, or naming a secret file others
-may read is refused in one line with exit code 2 and no traceback, in well under a second."""
+may read is refused in one line with exit code 78 (EXIT_CONFIG) and no traceback, in well
+under a second."""
 
 from __future__ import annotations
 

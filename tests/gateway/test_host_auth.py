@@ -1,7 +1,8 @@
-"""NVMe-oF host access from the gateway side: its host NQN and DH-HMAC-CHAP secret (from a
-private file) reach ``nvme connect``, a card whose export allows only listed hosts (the fake
-target refuses others, as the kernel does) is reached only with them, and the secret shows
-nowhere: errors, logs, stats, the snapshot."""
+"""NVMe-oF host access from the gateway side: its host NQN and DH-HMAC-CHAP secrets (from
+private files) reach ``nvme connect`` (the secrets in a private file with this host's ID,
+never on any argv), a card whose export allows only listed hosts (the fake target refuses
+others, as the kernel does) is reached only with them, and no secret shows anywhere: argv,
+errors, logs, stats, the snapshot."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tests.gateway.test_pure import cfg
 from tests.timing import wait_until
 
 HOSTNQN = "nqn.2024-01.io.awide:gpu1"
+HOSTID = "fc5d7cf3-2da3-497c-9a5d-9660e3b8585c"
 # made by nvme-cli 2.3: nvme gen-dhchap-key [-m 1] -n nqn.2024-01.io.awide:gw1
 KEY = "DHHC-1:00:T50zLBgrqnvwGLqGoXa15nxG1ihDKwuDxyyRynTG/Hbyz/8e:"
 KEY_SHA256 = "DHHC-1:01:D6Y25SFLqHT7vCOivYoq6EpNBp1feQbQd2bgVfKQR+l5WMFq:"
@@ -84,7 +86,7 @@ def test_a_secret_file_others_can_read_or_a_symlink_is_refused(tmp_path: Path) -
 
 def test_config_carries_the_host_nqn_and_the_secret_file(tmp_path: Path) -> None:
     path = _secret_file(tmp_path)
-    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path)})
+    c = cfg(nvme={"hostnqn": HOSTNQN, "hostid": HOSTID, "dhchap_secret_file": str(path)})
     assert c.nvme.hostnqn == HOSTNQN and c.nvme.dhchap_secret_file == path
     assert KEY not in repr(c) and KEY not in c.model_dump_json()
 
@@ -105,7 +107,7 @@ def test_config_refusals_name_the_nvme_field(tmp_path: Path, nvme: dict, field: 
     loose.write_text(KEY)
     loose.chmod(0o644)
     paths = {"GOOD": str(good), "MODE644": str(loose)}
-    nvme = {k: paths.get(v, v) for k, v in nvme.items()}
+    nvme = {"hostid": HOSTID, **{k: paths.get(v, v) for k, v in nvme.items()}}
     with pytest.raises(ConfigError) as err:
         cfg(nvme=nvme)
     assert err.value.field == field, err.value
@@ -136,11 +138,13 @@ async def test_connect_passes_the_host_nqn_and_the_secret(tmp_path: Path, guarde
                                                           caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     world, card = guarded
-    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=_secret_file(tmp_path))
+    conn = _connector(world, hostnqn=HOSTNQN, hostid=HOSTID,
+                      dhchap_secret_file=_secret_file(tmp_path))
     probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
-    assert probe.good and probe.verified, probe
+    assert probe.good and probe.verified, probe     # the fake target checked the key
     (connect,) = [c for c in world.calls() if c[0] == "connect"]
-    assert f"--hostnqn={HOSTNQN}" in connect and f"--dhchap-secret={KEY}" in connect
+    assert f"--hostnqn={HOSTNQN}" in connect and f"--hostid={HOSTID}" in connect
+    assert KEY not in json.dumps(world.calls()) and not any("dhchap" in a for a in connect)
     assert KEY not in caplog.text and KEY not in repr(probe)
 
 
@@ -150,19 +154,25 @@ async def test_connect_passes_the_controller_secret_for_bidirectional_authentica
     world, card = guarded
     ctrl = tmp_path / "ctrl"
     ctrl.mkdir()
-    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=_secret_file(tmp_path),
+    conn = _connector(world, hostnqn=HOSTNQN, hostid=HOSTID,
+                      dhchap_secret_file=_secret_file(tmp_path),
                       dhchap_ctrl_secret_file=_secret_file(ctrl, OTHER_KEY))
+    # a target that holds another controller key (or none) cannot prove it: refused
     probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
-    assert probe.good and probe.verified, probe
-    (connect,) = [c for c in world.calls() if c[0] == "connect"]
-    assert f"--dhchap-secret={KEY}" in connect
-    assert f"--dhchap-ctrl-secret={OTHER_KEY}" in connect
+    assert not probe.good and "connect failed" in probe.note, probe
+    world.update_target(card.target.subnqn, dhchap_ctrl_keys={HOSTNQN: OTHER_KEY})
+    probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
+    assert probe.good and probe.verified, probe     # the fake target proved OTHER_KEY
+    calls = json.dumps(world.calls())
+    assert KEY not in calls and OTHER_KEY not in calls and "dhchap" not in calls
     assert OTHER_KEY not in caplog.text and OTHER_KEY not in repr(probe)
-    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(_secret_file(tmp_path)),
+    c = cfg(nvme={"hostnqn": HOSTNQN, "hostid": HOSTID,
+                  "dhchap_secret_file": str(_secret_file(tmp_path)),
                   "dhchap_ctrl_secret_file": str(ctrl / "gw.dhchap")})
     assert c.nvme.dhchap_ctrl_secret_file == ctrl / "gw.dhchap"
     with pytest.raises(ConfigError) as err:
-        cfg(nvme={"hostnqn": HOSTNQN, "dhchap_ctrl_secret_file": str(ctrl / "gw.dhchap")})
+        cfg(nvme={"hostnqn": HOSTNQN, "hostid": HOSTID,
+                  "dhchap_ctrl_secret_file": str(ctrl / "gw.dhchap")})
     assert "needs dhchap_secret_file" in err.value.reason
 
 
@@ -177,7 +187,7 @@ async def test_a_host_the_export_does_not_allow_is_not_connected(
         caplog: pytest.LogCaptureFixture) -> None:
     world, card = guarded
     if secret is not None:
-        kw = {**kw, "dhchap_secret_file": _secret_file(tmp_path, secret)}
+        kw = {**kw, "hostid": HOSTID, "dhchap_secret_file": _secret_file(tmp_path, secret)}
     probe = await _connector(world, **kw).probe(card, CardPath(card.id, health=Hysteresis()))
     assert not probe.good and "connect failed" in probe.note, probe
     assert Sysfs(world.sysfs_root).controllers() == ()
@@ -188,7 +198,7 @@ async def test_a_secret_file_gone_bad_stops_the_connect_before_nvme_runs(tmp_pat
                                                                         guarded) -> None:
     world, card = guarded
     path = _secret_file(tmp_path)
-    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=path)
+    conn = _connector(world, hostnqn=HOSTNQN, hostid=HOSTID, dhchap_secret_file=path)
     path.chmod(0o644)
     probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
     assert "connect not tried" in probe.note and "lets group or others in" in probe.note
@@ -201,15 +211,16 @@ async def test_errors_of_a_connect_with_a_secret_never_show_it(tmp_path: Path, g
     secret = read_secret_file(_secret_file(tmp_path))
     world.fault("connect", "hang", times=1)
     with pytest.raises(CommandTimeout) as hung:
-        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret, timeout=0.5)
+        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret, hostid=HOSTID,
+                          timeout=0.5)
     assert KEY not in str(hung.value) and KEY not in repr(hung.value.argv)
-    assert "--dhchap-secret=***" in hung.value.argv
+    assert f"--hostid={HOSTID}" in hung.value.argv
     world.fault("connect", "fail", times=1, rc=1, stderr=f"bad option dhchap_secret={KEY}\n")
     with pytest.raises(ConnectFailed) as failed:
-        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret)
+        await cli.connect(card.target, HOSTNQN, dhchap_secret=secret, hostid=HOSTID)
     assert KEY not in str(failed.value) and "dhchap_secret=***" in str(failed.value)
     with pytest.raises(ValueError, match="needs the hostnqn"):
-        await cli.connect(card.target, None, dhchap_secret=secret)
+        await cli.connect(card.target, None, dhchap_secret=secret, hostid=HOSTID)
 
 
 # --- the gateway, on a real etcd ------------------------------------------------------------
@@ -221,15 +232,19 @@ async def test_a_gateway_with_its_host_nqn_and_secret_serves_a_guarded_card(
     world, card = guarded
     await leader.publish([card])
     path = _secret_file(tmp_path)
+    hostid_file = tmp_path / "hostid"       # nvme-cli's /etc/nvme/hostid, here
+    hostid_file.write_text(HOSTID + "\n")
     gw = gateway(config(cluster_name, etcd.endpoints, world,
-                        nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path)}), world)
+                        nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(path),
+                              "hostid_file": str(hostid_file)}), world)
     await gw.start()
     try:
         await wait_until(lambda: in_service(gw, card.id), what="the guarded card in service")
         shown = json.dumps([repr(gw.snapshot()), repr(gw.stats()), repr(gw.config)])
     finally:
         await gw.stop()
-    assert f"--dhchap-secret={KEY}" in json.dumps(world.calls())
+    (connect,) = [c for c in world.calls() if c[0] == "connect"]
+    assert f"--hostid={HOSTID}" in connect and KEY not in json.dumps(world.calls())
     assert KEY not in shown and KEY not in caplog.text
     assert os.stat(path).st_mode & 0o777 == 0o600
 
@@ -238,10 +253,11 @@ async def test_a_gateway_with_its_host_nqn_and_secret_serves_a_guarded_card(
 
 async def test_connect_carries_the_fabric_timeouts_from_config(tmp_path: Path, guarded) -> None:
     world, card = guarded
-    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": str(_secret_file(tmp_path)),
-                  "ctrl_loss_tmo": 17, "reconnect_delay": 2, "fast_io_fail_tmo": 4,
-                  "keep_alive_tmo": 5})
-    conn = _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=c.nvme.dhchap_secret_file,
+    c = cfg(nvme={"hostnqn": HOSTNQN, "hostid": HOSTID,
+                  "dhchap_secret_file": str(_secret_file(tmp_path)), "ctrl_loss_tmo": 17,
+                  "reconnect_delay": 2, "fast_io_fail_tmo": 4, "keep_alive_tmo": 5})
+    conn = _connector(world, hostnqn=HOSTNQN, hostid=c.nvme.hostid,
+                      dhchap_secret_file=c.nvme.dhchap_secret_file,
                       timeouts=c.nvme.fabric_timeouts)
     probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
     assert probe.good and probe.verified, probe
@@ -268,8 +284,6 @@ def test_fabric_timeout_defaults_and_refusals() -> None:
 
 # --- secrets off nvme-cli's command line ----------------------------------------------------
 
-HOSTID = "fc5d7cf3-2da3-497c-9a5d-9660e3b8585c"
-
 
 async def test_with_a_host_id_the_secrets_reach_nvme_cli_in_a_private_file(
         tmp_path: Path, guarded) -> None:
@@ -283,6 +297,7 @@ async def test_with_a_host_id_the_secrets_reach_nvme_cli_in_a_private_file(
                   "dhchap_secret_file": str(_secret_file(tmp_path)),
                   "dhchap_ctrl_secret_file": str(_secret_file(ctrl, OTHER_KEY))})
     assert c.nvme.hostid == HOSTID
+    world.update_target(card.target.subnqn, dhchap_ctrl_keys={HOSTNQN: OTHER_KEY})
     conn = _connector(world, hostnqn=HOSTNQN, hostid=c.nvme.hostid,
                       dhchap_secret_file=c.nvme.dhchap_secret_file,
                       dhchap_ctrl_secret_file=c.nvme.dhchap_ctrl_secret_file)
@@ -304,3 +319,42 @@ async def test_a_wrong_key_in_the_file_is_refused_like_one_on_argv(tmp_path: Pat
                       dhchap_secret_file=_secret_file(tmp_path, OTHER_KEY))
     probe = await conn.probe(card, CardPath(card.id, health=Hysteresis()))
     assert not probe.verified and "connect failed" in probe.note, probe
+
+
+def test_the_host_id_comes_from_nvme_clis_file_when_the_config_gives_none(
+        tmp_path: Path) -> None:
+    """With a secret and no ``nvme.hostid``, the host ID is read from ``nvme.hostid_file``
+    (default /etc/nvme/hostid, nvme-cli's); none there is a config error naming what to set,
+    never a connect with the secret on argv."""
+    secret = str(_secret_file(tmp_path))
+    hostid_file = tmp_path / "hostid"
+    hostid_file.write_text(HOSTID.upper() + "\n")
+    c = cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": secret,
+                  "hostid_file": str(hostid_file)})
+    assert c.nvme.hostid == HOSTID
+    explicit = "0b0c7c55-1b0e-4f59-8a52-4a1f4b7e5e0e"        # the config's own wins
+    assert cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": secret, "hostid": explicit,
+                     "hostid_file": str(hostid_file)}).nvme.hostid == explicit
+    assert cfg(nvme={"hostid_file": str(tmp_path / "none")}).nvme.hostid is None  # no secret
+    assert cfg().nvme.hostid_file == Path("/etc/nvme/hostid")
+    bad = tmp_path / "bad"
+    bad.write_text("not a uuid\n")
+    for path, words in ((tmp_path / "missing", "does not exist"), (bad, "does not hold a UUID")):
+        with pytest.raises(ConfigError) as err:
+            cfg(nvme={"hostnqn": HOSTNQN, "dhchap_secret_file": secret,
+                      "hostid_file": str(path)})
+        assert err.value.field == "nvme", err.value
+        assert "set nvme.hostid" in err.value.reason and str(path) in err.value.reason
+        assert words in err.value.reason and KEY not in str(err.value)
+
+
+async def test_a_secret_without_a_host_id_is_refused_before_nvme_cli_runs(
+        tmp_path: Path, guarded) -> None:
+    world, card = guarded
+    secret = read_secret_file(_secret_file(tmp_path))
+    with pytest.raises(ValueError, match="needs this host's hostid"):
+        await NvmeCli(Runner(env=world.env())).connect(card.target, HOSTNQN,
+                                                       dhchap_secret=secret)
+    with pytest.raises(ValueError, match="needs this host's hostid"):
+        _connector(world, hostnqn=HOSTNQN, dhchap_secret_file=_secret_file(tmp_path))
+    assert world.calls() == []
