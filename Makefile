@@ -39,9 +39,20 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# --durations: the 25 slowest steps (setup, call, teardown) close the output
+# Two phases: first the tests that start no etcd and no daemon (the `fast` marker, as
+# `test-fast`) with the ansible tests that render to a temp dir (`beside_fast`, CPU-bound, no
+# tight bound; BESIDE_FAST in tests/conftest.py), spread over the cores (pytest-xdist, a file
+# per worker); then the others one at a time (their timings and the system test need the
+# machine). Together they are every test collected; both phases run whatever the first gave,
+# and `make test` fails if either failed (5, nothing selected, is no failure: PYTEST_ARGS may
+# name files of one phase only). --durations: each phase's slowest steps close its output.
 test: deps venv lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs --durations=25 $(PYTEST_ARGS)
+	@rc=0; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "fast or beside_fast" -n auto --dist loadfile \
+	  --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "not fast and not beside_fast" \
+	  --durations=25 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	exit $$rc
 
 # the tests that start no etcd and no daemon (unit and property tests; the `fast` marker is
 # set in tests/conftest.py), spread over the cores (pytest-xdist): no lint, no apt packages

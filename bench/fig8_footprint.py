@@ -18,6 +18,7 @@ socket, which costs PID 1 and not the daemon.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import selectors
@@ -28,6 +29,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,6 +39,7 @@ import yaml
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import LeaderRecord
 from awide_cluster.contract.registry import decode
+from awide_harness.etcd_cluster import EtcdCluster
 from awide_harness.presets import config_dict
 from awide_harness.waits import WaitTimeout, wait_until_sync
 from bench.common import (
@@ -144,17 +149,33 @@ def _wait(pred: Any, bound: float, what: str) -> None:
         raise RuntimeError(str(e)) from None
 
 
-def run(ctx: Context) -> list[Row]:
-    settle, window = (2.0, 6.0) if ctx.quick else (8.0, 30.0)
-    etcd = start_etcd(ctx, "etcd8")
-    cluster = f"fp{uuid.uuid4().hex[:6]}"
+@dataclass(frozen=True)
+class Fleet:
+    """The figure's steady cluster, started: its etcd, its daemons (h1 leading with 8 cards,
+    then the witnesses h2 and h3) and its gateway worker, ready."""
+
+    etcd: EtcdCluster
+    eps: tuple[str, ...]
+    cluster: str
+    daemons: list[Daemon]
+    gw: Worker
+
+
+@contextlib.contextmanager
+def steady_fleet(ctx: Context, work: Path, *, etcd_name: str, cluster_prefix: str,
+                 cards_dir: str, before_ready: Callable[[Worker], None] | None = None,
+                 ) -> Iterator[Fleet]:
+    """A 3-member etcd, ``awide-cluster run`` of h1 with 8 directory cards (store probes: TCP
+    listeners here) until it leads with the 8 in, two witness daemons, one gateway worker
+    (``before_ready``: what to read of it before its "ready"); all stopped at the exit."""
+    etcd = start_etcd(ctx, etcd_name)
+    cluster = f"{cluster_prefix}{uuid.uuid4().hex[:6]}"
     eps = etcd.endpoints
     listeners = Listeners(8)
     daemons: list[Daemon] = []
     gw: Worker | None = None
-    rows: list[Row] = []
     try:
-        dirs = make_dir_cards(ctx.work / "cards8", 8)
+        dirs = make_dir_cards(work / cards_dir, 8)
         specs = [{"name": c.name, "kind": "dir", "path": c.path,
                   "store": {"tcp": f"127.0.0.1:{port}"}}
                  for c, port in zip(dirs, listeners.ports, strict=True)]
@@ -163,10 +184,34 @@ def run(ctx: Context) -> list[Row]:
               "h1 leads with 8 cards in")
         daemons += [Daemon(ctx, h, daemon_config(eps, cluster, h, [])) for h in ("h2", "h3")]
         gw = Worker("bench.gwfoot", {"endpoints": list(eps), "cluster": cluster,
-                                     "expect_in": 8}, log_dir=ctx.work / "logs", name="gwfoot")
-        base = gw.expect("base", 30.0)["rss"]
-        imported = gw.expect("imported", 30.0)["rss"]
+                                     "expect_in": 8}, log_dir=work / "logs", name="gwfoot")
+        if before_ready is not None:
+            before_ready(gw)
         gw.expect("ready", 60.0)
+        yield Fleet(etcd, eps, cluster, daemons, gw)
+    finally:
+        if gw is not None:
+            gw.close()
+        for d in daemons:
+            d.stop()
+        listeners.close()
+        etcd.stop()
+
+
+def run(ctx: Context) -> list[Row]:
+    settle, window = (2.0, 6.0) if ctx.quick else (8.0, 30.0)
+    rows: list[Row] = []
+    rss: dict[str, int] = {}
+
+    def rss_before_ready(gw: Worker) -> None:
+        rss["base"] = gw.expect("base", 30.0)["rss"]
+        rss["imported"] = gw.expect("imported", 30.0)["rss"]
+
+    with steady_fleet(ctx, ctx.work, etcd_name="etcd8", cluster_prefix="fp",
+                      cards_dir="cards8", before_ready=rss_before_ready) as fleet:
+        etcd, eps, cluster, daemons, gw = (fleet.etcd, fleet.eps, fleet.cluster, fleet.daemons,
+                                           fleet.gw)
+        base, imported = rss["base"], rss["imported"]
         time.sleep(settle)          # not a wait: the footprint is measured on a settled fleet
         h1 = daemons[0].p.pid
         pids = {"daemon": h1, "witness": daemons[1].p.pid, "gateway": gw.pid}
@@ -223,13 +268,6 @@ def run(ctx: Context) -> list[Row]:
                         note=f"{r1 - r0} revisions in {span:.0f} s over {hosts} daemons "
                              f"(one with 8 cards, two witnesses) and 1 gateway",
                         extra={**common, "revisions": r1 - r0, "hosts": hosts}))
-    finally:
-        if gw is not None:
-            gw.close()
-        for d in daemons:
-            d.stop()
-        listeners.close()
-        etcd.stop()
     rows.append(unit_probe_row(ctx))
     return rows
 

@@ -124,10 +124,23 @@ def _starts_clusters(item: pytest.Item) -> bool:
             or where in STARTS_CLUSTERS or where.startswith(SLOW_FOLDERS))
 
 
+# Files that start no etcd and no daemon and bound no step tightly, but drive an outside tool
+# for minutes (ansible against localhost, CPU-bound): marked ``beside_fast``, `make test` runs
+# them in its first phase beside the fast tests over the cores (`--dist loadfile`: a file's
+# tests on one worker, its module fixtures run once).
+BESIDE_FAST = frozenset({
+    "system/test_ansible_gateway.py",
+    "system/test_ansible_secrets.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not _starts_clusters(item):
             item.add_marker(pytest.mark.fast)
+        where = item.path.relative_to(REPO / "tests").as_posix()
+        if where in BESIDE_FAST:
+            item.add_marker(pytest.mark.beside_fast)
 
 
 # The check that keeps ``fast`` honest: the programs a fast test started (an audit hook sees

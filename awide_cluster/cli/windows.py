@@ -96,10 +96,7 @@ async def _submit(target: ClusterTarget, store_config: StoreConfig, scope: Scope
                         click.echo(line)
         taken = await submit(store, scope, name, request, clock=SystemClock(), wait=wait,
                              poll=min(0.5, call * 2), call_timeout=call)
-    except intents.IntentError as e:
-        click.echo(f"awide-cluster: {what} {request.action}: {e}", err=True)
-        return EXIT_UNHEALTHY
-    except (RegistryError, WindowsError) as e:
+    except (intents.IntentError, RegistryError, WindowsError) as e:
         click.echo(f"awide-cluster: {what} {request.action}: {e}", err=True)
         return EXIT_UNHEALTHY
     except (Unavailable, Timeout) as e:

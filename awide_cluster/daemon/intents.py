@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import registry as regdoc
@@ -25,6 +27,8 @@ from awide_cluster.daemon.clock import Clock
 from awide_cluster.daemon.reconcile import describe, reported_id
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
+
+T = TypeVar("T")
 
 
 class IntentError(Exception):
@@ -199,18 +203,37 @@ async def submit(store: Store, action: str, text: str, *, clock: Clock, wait: fl
         by = f"{getpass.getuser()}@{socket.gethostname()}"
     record = IntentRecord(action, by=by, at=clock.wall(), reason=reason)
     await store.put(keys.intent(card.id), record.encode(), timeout=call_timeout)
+
+    async def applied() -> Result:
+        after = await read_registry(store, call_timeout)
+        return Result(card, before, after, tuple(changes(action, card, before, after)))
+
+    got = await until_consumed(store, keys.intent(card.id), applied, clock=clock, wait=wait,
+                               poll=poll, call_timeout=call_timeout,
+                               unreadable=(regdoc.RegistryError,))
+    if got is None:
+        raise NotApplied(
+            f"intent {action} for {describe(card)} written to etcd, but the registry did "
+            f"not reflect it within {wait:g} s (is a leader running?); it stays pending "
+            "and the leader applies it when it can")
+    return got
+
+
+async def until_consumed(store: Store, key: str, then: Callable[[], Awaitable[T]], *,
+                         clock: Clock, wait: float, poll: float, call_timeout: float,
+                         unreadable: tuple[type[Exception], ...] = ()) -> T | None:
+    """The CLI's wait for the leader after it wrote a request at ``key`` (an intent, a window
+    request): every ``poll`` s, at most ``wait`` s, until the key is gone (the leader deletes
+    it in the transaction of its answer), then ``then()``; None after the bound. A read that
+    fails (StoreError, or one of ``unreadable`` from ``then``) is waited through."""
+    waited_through: tuple[type[Exception], ...] = (StoreError, *unreadable)
     deadline = clock.monotonic() + wait
     while True:
         try:
-            pending = await store.get(keys.intent(card.id), timeout=call_timeout)
-            if pending is None:     # the leader consumed it, in the registry's transaction
-                after = await read_registry(store, call_timeout)
-                return Result(card, before, after, tuple(changes(action, card, before, after)))
-        except (StoreError, regdoc.RegistryError):
+            if await store.get(key, timeout=call_timeout) is None:
+                return await then()
+        except waited_through:
             pass                # keep waiting within the bound
         if clock.monotonic() >= deadline:
-            raise NotApplied(
-                f"intent {action} for {describe(card)} written to etcd, but the registry did "
-                f"not reflect it within {wait:g} s (is a leader running?); it stays pending "
-                "and the leader applies it when it can")
+            return None
         await asyncio.sleep(poll)

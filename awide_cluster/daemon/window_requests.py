@@ -8,7 +8,6 @@ transaction that writes ``windows``), then reads what is in force and says so.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import re
 import socket
@@ -18,8 +17,7 @@ from awide_cluster.contract import bounds, keys
 from awide_cluster.contract import windows as windoc
 from awide_cluster.contract.windows import Scope, Window, WindowRequest, Windows
 from awide_cluster.daemon.clock import Clock
-from awide_cluster.daemon.intents import IntentError
-from awide_cluster.store.errors import StoreError
+from awide_cluster.daemon.intents import IntentError, until_consumed
 from awide_cluster.store.port import Store
 
 _DURATION = re.compile(r"^\s*(\d{1,7})\s*([smhd]?)\s*$")
@@ -62,17 +60,16 @@ async def submit(store: Store, scope: Scope, name: str, request: WindowRequest, 
     Raises NotTaken after the bound, StoreError, WindowsError."""
     key = keys.window_request(scope, name)
     await store.put(key, request.encode(), timeout=call_timeout)
-    deadline = clock.monotonic() + wait
-    while True:
-        try:
-            if await store.get(key, timeout=call_timeout) is None:
-                now = await read_windows(store, call_timeout)
-                return Taken(now, now.get(scope, name))
-        except (StoreError, windoc.WindowsError):
-            pass                    # keep waiting within the bound
-        if clock.monotonic() >= deadline:
-            raise NotTaken(
-                f"{windoc.subject(scope, name)} {request.action} written to etcd, but the "
-                f"leader did not apply it within {wait:g} s (is a leader running?); it stays "
-                "pending and the leader applies it when it can")
-        await asyncio.sleep(poll)
+
+    async def taken() -> Taken:
+        now = await read_windows(store, call_timeout)
+        return Taken(now, now.get(scope, name))
+
+    got = await until_consumed(store, key, taken, clock=clock, wait=wait, poll=poll,
+                               call_timeout=call_timeout, unreadable=(windoc.WindowsError,))
+    if got is None:
+        raise NotTaken(
+            f"{windoc.subject(scope, name)} {request.action} written to etcd, but the "
+            f"leader did not apply it within {wait:g} s (is a leader running?); it stays "
+            "pending and the leader applies it when it can")
+    return got
