@@ -1,3 +1,3 @@
 """awide-cluster: the card-cluster daemon and operator CLI. Importing this has no side effects."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

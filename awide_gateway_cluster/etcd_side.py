@@ -17,6 +17,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
@@ -49,7 +50,7 @@ class EtcdSide:
                  failed: Callable[[str, BaseException], None], interval: float,
                  call_timeout: float, clock: Callable[[], float], rng: random.Random) -> None:
         self.layout = layout
-        self.namespace_id = lay.namespace_id(layout.namespace, layout.format)
+        self.namespace_id = lay.namespace_id(layout.namespace, layout.format, layout.algorithm)
         self._told = False                       # "no card set recorded" said
         self._store, self._state, self._record = store, state, record
         self._registry = registry                # the registry accepted (its card set)
@@ -81,7 +82,7 @@ class EtcdSide:
         try:
             async with asyncio.timeout(self._call * 3.5):
                 step = await check_layout(self._store(), mine, timeout=self._call,
-                                          create=create)
+                                          create=create, adopted=self._adopt)
         except (StoreError, TimeoutError) as e:
             log.debug("layout of %s not checked yet: %s", self.layout.namespace, e)
             return False
@@ -110,6 +111,12 @@ class EtcdSide:
         self._changed()
         self._save()
         return True
+
+    def _adopt(self, taken: LayoutRecord) -> None:
+        """The namespace's recorded placement algorithm, which this gateway runs, is used
+        (its key prefix changes with it: ``layout.namespace_id``)."""
+        self.layout = replace(self.layout, algorithm=taken.algorithm)
+        self.namespace_id = lay.namespace_id(taken.namespace, taken.format, taken.algorithm)
 
     async def run(self) -> None:
         # start-up jitter: the first registration (and layout record) of gateways started

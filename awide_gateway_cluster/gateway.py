@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING, Any
 from awide_cluster import __version__
 from awide_cluster.cards.worker import ProbeWorker
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.records import STORAGE_FORMAT, GatewayRecord, LayoutRecord
+from awide_cluster.contract.records import (
+    PLACEMENT_ALGORITHMS,
+    STORAGE_FORMAT,
+    GatewayRecord,
+    LayoutRecord,
+)
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.build import store_from
@@ -386,6 +391,7 @@ class ClusterGateway(RegistryPoll):
             namespace=self.namespace, placement=self.placement_name,
             fingerprint=v.fingerprint, generation=v.generation, engine=self._engine.name,
             version=__version__, stale=bool(self._follower.state.problem),
+            algorithms=PLACEMENT_ALGORITHMS,
             **(self._vouch.record_fields() if self._vouch is not None else {}),
         )
 
@@ -401,7 +407,7 @@ class ClusterGateway(RegistryPoll):
     def _build(self) -> vw.SlotView:
         reg = self._registry()
         fp = lay.fingerprint(self.namespace, self.placement_name,
-                             reg.slots if reg else slotfn.EMPTY)
+                             reg.slots if reg else slotfn.EMPTY, self._side.layout.algorithm)
         return vw.build(reg, self._cards.local, namespace=self._side.namespace_id,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._side.ok, layout_problem=self._side.problem,

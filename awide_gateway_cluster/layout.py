@@ -8,6 +8,7 @@ All pure. Placement itself (which card a key goes to) is in ``placement``.
   never map to each other's keys.
 - ``fingerprint(namespace, placement, table)``: what every gateway on the same cards must share
   (namespace, placement, slot table, placement and slot algorithm versions).
+- ``adopt``: the placement algorithm recorded for the namespace, when this gateway runs it.
 - ``LayoutRecord``: what the first gateway of a namespace writes to ``layouts/<namespace>``
   (create-if-absent); ``compare`` says why another gateway's layout differs, naming both.
 """
@@ -21,7 +22,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.records import PLACEMENT_ALGORITHM, LayoutRecord
+from awide_cluster.contract.records import (
+    PLACEMENT_ALGORITHM,
+    PLACEMENT_ALGORITHMS,
+    LayoutRecord,
+)
 from awide_cluster.contract.registry import Registry
 
 Placement = Literal["dialog", "stripe"]
@@ -41,6 +46,17 @@ class LayoutMismatch(Exception):
             f"{recorded.created_by}), this gateway is configured for {mine.describe()}: "
             "refusing to start (its keys would not be found by the other gateways)"
         ))
+
+
+class AlgorithmUnknown(LayoutMismatch):
+    """The namespace is recorded with a placement algorithm this gateway does not run."""
+
+    def __init__(self, namespace: str, recorded: LayoutRecord, mine: LayoutRecord,
+                 runs: tuple[int, ...]) -> None:
+        super().__init__(namespace, recorded, mine, (
+            f"namespace {namespace} is recorded with placement algorithm {recorded.algorithm}, "
+            f"this gateway runs {', '.join(map(str, runs))}: refusing to start (upgrade it to a "
+            "release that runs that algorithm; docs/versions.md, placement algorithm)"))
 
 
 class CardSetMismatch(LayoutMismatch):
@@ -83,10 +99,23 @@ def card_set(reg: Registry) -> CardSet:
     return CardSet(tuple(sorted(c for c in reg.slots.slots if c)), reg.lineage, reg.generation)
 
 
-def namespace_id(ns: str, storage_format: int) -> str:
-    """The prefix of every object key of namespace ``ns`` at ``storage_format``: the namespace
-    itself at format 1, ``<ns>.f<N>`` at format N (a new format starts the namespace cold)."""
-    return ns if storage_format == 1 else f"{ns}.f{storage_format}"
+def namespace_id(ns: str, storage_format: int, algorithm: int = 1) -> str:
+    """The prefix of every object key of namespace ``ns`` at ``storage_format`` and placement
+    ``algorithm``: the namespace itself at format 1 and algorithm 1, ``<ns>.f<N>`` at format
+    N, ``.a<M>`` added at algorithm M (a new format or a migration to another algorithm starts
+    the namespace cold: the blocks placed by the old one are never read)."""
+    fmt = ns if storage_format == 1 else f"{ns}.f{storage_format}"
+    return fmt if algorithm == 1 else f"{fmt}.a{algorithm}"
+
+
+def adopt(recorded: LayoutRecord, mine: LayoutRecord,
+          runs: tuple[int, ...] = PLACEMENT_ALGORITHMS) -> LayoutRecord:
+    """``mine`` with the placement algorithm recorded for the namespace when this gateway runs
+    it (the operator migrated the namespace, ``awide-cluster namespace migrate``); else
+    ``mine`` unchanged (``decide`` then refuses an algorithm it does not run)."""
+    if recorded.algorithm != mine.algorithm and recorded.algorithm in runs:
+        return replace(mine, algorithm=recorded.algorithm)
+    return mine
 
 
 def with_cards(mine: LayoutRecord, cards: CardSet) -> LayoutRecord:
@@ -97,13 +126,16 @@ def with_cards(mine: LayoutRecord, cards: CardSet) -> LayoutRecord:
 LayoutStep = Literal["ok", "unrecorded", "wait", "cold", "grown"]
 
 
-def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMismatch:
+def decide(recorded: LayoutRecord, mine: LayoutRecord,
+           runs: tuple[int, ...] = PLACEMENT_ALGORITHMS) -> LayoutStep | LayoutMismatch:
     """What a gateway does with the layout recorded for its namespace. ``mine``: this
     gateway's layout, with the card set of the registry it accepted (``cards`` None: no
     registry read yet).
 
     - a newer storage format recorded: refused (``FormatTooNew``); an older one: "cold" (this
       gateway records its own, a new namespace id: the old blocks are never read);
+    - a placement algorithm this gateway does not run (``runs``): refused
+      (``AlgorithmUnknown``); ``mine`` is expected to have adopted one it runs (``adopt``);
     - another placement or algorithm: refused (``LayoutMismatch``);
     - no card set recorded (a record of an older release): "unrecorded", used as it is;
     - no registry read yet: "wait"; a registry older than the record's, of the same
@@ -116,6 +148,8 @@ def decide(recorded: LayoutRecord, mine: LayoutRecord) -> LayoutStep | LayoutMis
         return FormatTooNew(mine.namespace, recorded, mine)
     if recorded.format < mine.format:
         return "cold"
+    if recorded.algorithm not in runs:
+        return AlgorithmUnknown(mine.namespace, recorded, mine, runs)
     mismatch = compare(recorded, mine)
     if mismatch is not None:
         return mismatch
@@ -152,9 +186,10 @@ def object_key(ns: str, tag: str, block: int | None = None, part: str = "data") 
     return f"{ns}/{tag}/{block}/{part}"
 
 
-def fingerprint(ns: str, placement: str, table: slotfn.SlotTable) -> str:
+def fingerprint(ns: str, placement: str, table: slotfn.SlotTable,
+                algorithm: int = PLACEMENT_ALGORITHM) -> str:
     doc = {
-        "namespace": ns, "placement": placement, "placement_algorithm": PLACEMENT_ALGORITHM,
+        "namespace": ns, "placement": placement, "placement_algorithm": algorithm,
         "slot_algorithm": slotfn.ALGORITHM_VERSION, "slots": list(table.slots),
     }
     canon = json.dumps(doc, sort_keys=True, separators=(",", ":"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 from awide_cluster.contract import keys
@@ -21,7 +22,7 @@ from awide_cluster.contract.records import (
 from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_cluster.store.types import Compare, Put
-from awide_gateway_cluster.layout import LayoutMismatch, decide, namespace_id
+from awide_gateway_cluster.layout import LayoutMismatch, adopt, decide, namespace_id
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
@@ -38,7 +39,9 @@ LayoutCheck = Literal["ok", "absent", "unrecorded", "wait", "cold", "grown"]
 
 
 async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float,
-                       create: bool = True) -> LayoutMismatch | LayoutCheck:
+                       create: bool = True,
+                       adopted: Callable[[LayoutRecord], None] | None = None,
+                       ) -> LayoutMismatch | LayoutCheck:
     """Read the layout recorded for ``mine``'s namespace and judge it (``layout.decide``);
     record ``mine`` only when none is recorded (and ``create``; else "absent") and ``mine``
     carries its card set (else "wait"). "ok": the layouts match, or ``mine`` is now the one
@@ -49,6 +52,8 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
+    A recorded placement algorithm other than ``mine``'s that this gateway runs is taken
+    (``layout.adopt``; ``adopted`` is called with ``mine`` as changed, before the judgement).
     """
     key = keys.layout(mine.namespace)
     kv = await store.get(key, timeout=timeout)
@@ -72,6 +77,15 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
         unreadable = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
                                   algorithm=0, slot_algorithm=0, created_by="?")
         return LayoutMismatch(mine.namespace, unreadable, mine)    # never overwritten
+    taken = adopt(recorded, mine)
+    if taken != mine:
+        log.warning("namespace %s is recorded with placement algorithm %d (this gateway's "
+                    "default is %d): it is used, under namespace id %s", mine.namespace,
+                    taken.algorithm, mine.algorithm,
+                    namespace_id(mine.namespace, taken.format, taken.algorithm))
+        mine = taken
+        if adopted is not None:
+            adopted(mine)
     step = decide(recorded, mine)
     if step in ("cold", "grown"):
         if mine.cards is None:
@@ -91,7 +105,7 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
                     "this gateway writes format %d under namespace id %s; the blocks of "
                     "format %d are never read", mine.namespace, recorded.format,
                     recorded.created_by or "?", mine.format,
-                    namespace_id(mine.namespace, mine.format), recorded.format)
+                    namespace_id(mine.namespace, mine.format, mine.algorithm), recorded.format)
     return step
 
 

@@ -14,7 +14,11 @@ services and ``gateway watch`` processes; every gateway stamps its views with
    intent for a card of another host (SIGKILL: put right after the kill; SIGTERM: the leader
    is SIGSTOPped, the intent put, then SIGTERM + SIGCONT). A watch on ``registry`` sees the
    first write naming another leader. Floor: the lease TTL (SIGKILL). Goal: <= TTL + 0.5 s;
-   on a clean stop (SIGTERM) <= 0.1 s.
+   on a clean stop (SIGTERM) <= 0.1 s. Leader switchover (``intents/switchover``, as
+   ``awide-cluster leader switchover``): the old leader grants it after a cycle (its key
+   deleted in the same transaction); the drain intent is put the moment a watch sees the
+   grant, and the figure runs from the grant to the first write naming the next leader
+   (``campaign``: request -> grant). Goal <= 0.1 s as SIGTERM.
 
 A value per run is the time the *last* gateway showed the change (the "every gateway" time);
 a run in which a gateway never showed it within the harness's bound is counted as missed.
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import IntentRecord
+from awide_cluster.contract.records import IntentRecord, SwitchoverRecord, decode_switchover
 from awide_cluster.contract.registry import decode
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_harness.cluster import EmbeddedCluster
@@ -52,10 +56,25 @@ class RegistryWrite:
     drained: frozenset[str]
 
 
-class RegistryWatch:
-    """Every write of ``registry`` as the bench sees it through a watch (own thread + loop)."""
+def _registry_write(t: float, kv: Any) -> RegistryWrite:
+    reg = decode(kv.value)
+    return RegistryWrite(t, kv.mod_revision, reg.leader,
+                         frozenset(c.id for c in reg.cards if c.state == "drained"))
 
-    def __init__(self, config: StoreConfig) -> None:
+
+def _grant(t: float, kv: Any) -> RegistryWrite:
+    """A write of ``intents/switchover``: ``leader`` the host it was granted by ("" not yet)."""
+    return RegistryWrite(t, kv.mod_revision, decode_switchover(kv.value).granted_by,
+                         frozenset())
+
+
+class RegistryWatch:
+    """Every write of ``key`` (``registry``; ``intents/switchover`` with ``parse=_grant``) as
+    the bench sees it through a watch (own thread + loop)."""
+
+    def __init__(self, config: StoreConfig, key: str = keys.REGISTRY,
+                 parse: Any = _registry_write) -> None:
+        self.key, self.parse = key, parse
         self.writes: list[RegistryWrite] = []
         self.errors = 0
         self._lock = threading.Lock()
@@ -80,11 +99,11 @@ class RegistryWatch:
     async def _watch(self, config: StoreConfig) -> None:
         store = EtcdStore(config)
         try:
-            start = (await store.range(keys.REGISTRY, keys_only=True)).revision + 1
+            start = (await store.range(self.key, keys_only=True)).revision + 1
             self._ready.set()
             while not self._stop.is_set():
                 try:
-                    async with store.watch(keys.REGISTRY, start_revision=start,
+                    async with store.watch(self.key, start_revision=start,
                                            stall_after=5.0) as w:
                         async for batch in w:
                             now = time.monotonic()
@@ -93,14 +112,11 @@ class RegistryWatch:
                                     continue
                                 start = ev.kv.mod_revision + 1
                                 try:
-                                    reg = decode(ev.kv.value)
+                                    write = self.parse(now, ev.kv)
                                 except Exception:  # noqa: BLE001 - not ours to judge here
                                     continue
-                                drained = frozenset(c.id for c in reg.cards
-                                                    if c.state == "drained")
                                 with self._lock:
-                                    self.writes.append(RegistryWrite(
-                                        now, ev.kv.mod_revision, reg.leader, drained))
+                                    self.writes.append(write)
                             if self._stop.is_set():
                                 return
                 except Exception:  # noqa: BLE001 - etcd trouble: resume the watch
@@ -205,7 +221,8 @@ def _put(st: StoreThread, key: str, value: bytes) -> None:
 
 
 def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
-              watch: RegistryWatch, st: StoreThread) -> tuple[list[float], int, list[float]]:
+              watch: RegistryWatch, st: StoreThread, grants: RegistryWatch
+              ) -> tuple[list[float], int, list[float]]:
     b = bounds(t)
     out: list[float] = []
     missed = 0
@@ -221,7 +238,22 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
         victim = next(k for k in c.cards if c.card_host(k) != old)
         cid = c.card_id(victim)
         time.sleep(rng.uniform(0.0, t.poll_interval))   # not a wait: the kill's random phase
-        if how == "SIGKILL":
+        if how == "switchover":
+            # the request; the change is put the moment the grant is seen (the old leader
+            # answers after a cycle that left the registry current: a change pending before
+            # would be its own), and t0 is the grant (the old leader's key deleted with it)
+            t_req = time.monotonic()
+            _put(st, keys.SWITCHOVER, SwitchoverRecord(by="bench").encode())
+            g = grants.first(t_req, lambda w, old=old: w.leader == old, b.handover + 2.0)
+            if g is None:
+                missed += 1
+                ctx.say(f"  switchover run {r + 1}: not granted within the bound")
+                _settle(c, b.restart + b.handover)
+                continue
+            _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
+            t0 = g.t
+            campaign.append(g.t - t_req)
+        elif how == "SIGKILL":
             t0 = c.kill_daemon(old)
             _put(st, keys.intent(cid), IntentRecord("drain", by="bench").encode())
         else:
@@ -244,6 +276,9 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
                     f"{w.t - t0:.3f} s")
         # undo: undrain, restart the old daemon, wait until everything is in again
         _put(st, keys.intent(cid), IntentRecord("undrain", by="bench").encode())
+        if how == "switchover":                     # the old daemon runs on, a follower
+            _settle(c, b.restart + b.handover)
+            continue
         try:                                                        # SIGTERM: let it exit
             wait_until_sync(functools.partial(_exited, c, old), 10.0, f"daemon {old} exits")
         except WaitTimeout:
@@ -305,20 +340,26 @@ def run(ctx: Context) -> list[Row]:
                          f"p99 <= 1 poll + 0.05 s ({(P + 0.05) * 1000:.0f} ms)", P + 0.05,
                          setting))
         watch = RegistryWatch(c.store_config())
+        grants = RegistryWatch(c.store_config(), keys.SWITCHOVER, _grant)
         st = StoreThread(c.store_config())
         try:
-            for how in ("SIGKILL", "SIGTERM"):
-                ho, missed, camp = _handover(ctx, c, t, ho_runs, how, watch, st)
+            for how in ("SIGKILL", "SIGTERM", "switchover"):
+                ho, missed, camp = _handover(ctx, c, t, ho_runs, how, watch, st, grants)
                 if how == "SIGKILL":
                     rows.append(_row(4, "leader hand-over, SIGKILL: first fenced write by the "
                                         "next leader", ho, missed, float(t.lease_ttl),
                                      f"p99 <= TTL + 0.5 s ({(t.lease_ttl + 0.5) * 1000:.0f} ms)",
                                      t.lease_ttl + 0.5, setting, campaign=camp))
-                else:
+                elif how == "SIGTERM":
                     rows.append(_row(4, "leader hand-over, SIGTERM: first fenced write by the "
                                         "next leader", ho, missed, None, "p99 <= 100 ms", 0.1,
                                      setting, campaign=camp))
+                else:       # campaign: here the request -> the grant
+                    rows.append(_row(4, "leader switchover: grant -> first fenced write by the "
+                                        "next leader", ho, missed, None, "p99 <= 100 ms", 0.1,
+                                     setting, campaign=camp))
         finally:
+            grants.close()
             watch.close()
             st.close()
         joins, j_miss = _joins(ctx, c, t, join_runs)

@@ -41,7 +41,8 @@ def cli() -> None:
     """Control plane of the ADP KV-cache card cluster."""
 
 
-for _name in ("daemon", "gateway", "operator", "history_command", "access", "windows", "leader"):
+for _name in ("daemon", "gateway", "operator", "history_command", "access", "windows", "leader",
+              "namespace"):
     try:
         importlib.import_module(f"awide_cluster.cli.{_name}")
     except ModuleNotFoundError as _e:  # a part not written yet

@@ -28,6 +28,10 @@ from awide_cluster.contract import versions as ver
 from awide_cluster.contract.keys import BadName, check_name
 
 PLACEMENT_ALGORITHM = 1
+# the placement algorithm versions this release runs (a namespace's ``layouts/<ns>`` record names
+# the one its gateways use; ``awide-cluster namespace migrate`` moves it: docs/versions.md)
+PLACEMENT_ALGORITHMS: tuple[int, ...] = (1,)
+ALGORITHMS_MAX = 16          # versions one gateway record may list
 # the storage format of the blocks a gateway writes on the cards (their keys and encoding); a
 # layout record without one was written by a release of format 1
 STORAGE_FORMAT = 1
@@ -203,6 +207,9 @@ class GatewayRecord:
     refused: int = 0
     refusing: int = 0
     last_refusal: str = ""
+    # the placement algorithm versions this gateway can run (absent in a record of a release
+    # before the field: it runs 1 only)
+    algorithms: tuple[int, ...] = PLACEMENT_ALGORITHMS
 
     def __post_init__(self) -> None:
         # the engine's name comes from the engine integration: written as readers accept it
@@ -215,12 +222,25 @@ class GatewayRecord:
             "namespace": self.namespace, "placement": self.placement,
             "fingerprint": self.fingerprint, "generation": self.generation,
             "engine": self.engine, "version": self.version, "stale": self.stale,
-            **({"schema_minor": self.schema_minor, "versions": ver.to_wire(self.versions)}
+            **({"schema_minor": self.schema_minor, "versions": ver.to_wire(self.versions),
+                "algorithms": sorted(set(self.algorithms))}
                if self.schema_minor else {}),
             **({"refused": self.refused, "refusing": self.refusing,
                 "last_refusal": u.clean_text(self.last_refusal, REFUSAL_MAX)}
                if self.refused else {}),
         })
+
+
+def _algorithms(f: _Fields) -> tuple[int, ...]:
+    """The ``algorithms`` of a gateway record; (1,) when absent (a release before the field)."""
+    value = f.data.get("algorithms")
+    if value is None:
+        return (1,)
+    if (not isinstance(value, list) or not 1 <= len(value) <= ALGORITHMS_MAX
+            or any(type(v) is not int or not 1 <= v <= 9999 for v in value)):
+        raise f.refuse("algorithms", f"not a list of 1 to {ALGORITHMS_MAX} algorithm versions "
+                                     "(integers 1 to 9999)")
+    return tuple(sorted(set(value)))
 
 
 def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
@@ -248,6 +268,7 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
         versions=ver.from_wire(f.data.get("versions"), error=GatewayRecordError, key=key),
         refused=f.integer("refused", 0), refusing=f.integer("refusing", 0),
         last_refusal=f.text("last_refusal", required=False, limit=REFUSAL_MAX),
+        algorithms=_algorithms(f),
     )
 
 

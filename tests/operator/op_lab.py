@@ -22,6 +22,7 @@ from tests.operator import op_state as state
 from tests.timing import bound, wait_until
 
 CLI = str(Path(sys.executable).with_name("awide-cluster"))
+ROOT = Path(__file__).resolve().parents[2]
 LOOKUP_VARIABLES = ("AWIDE_CONFIG", "AWIDE_ETCD_ENDPOINTS", "AWIDE_CLUSTER",
                     "AWIDE_DEFAULT_CONFIG")
 TWO_HOSTS = {"h1": [("card0", "SN-h1-0"), ("card1", "SN-h1-1")],
@@ -71,7 +72,8 @@ class Lab:
     def environment(self) -> dict[str, str]:
         """This process's environment with only the lookup variables of ``env``."""
         env = {k: v for k, v in os.environ.items() if k not in LOOKUP_VARIABLES}
-        return {**env, **self.env}
+        # the command runs this checkout's code (an installed package may be another tree's)
+        return {**env, "PYTHONPATH": str(ROOT), **self.env}
 
     async def cli(self, *args: str, tty_answers: list[tuple[str, str]] | None = None
                   ) -> tuple[int, str, str]:

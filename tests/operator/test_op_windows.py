@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 
+from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import keys
 from awide_cluster.contract import report as reportdoc
+from awide_cluster.daemon.service import Daemon
 from awide_harness.presets import DirCards
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 from tests.operator.op_lab import Lab
@@ -32,6 +34,17 @@ async def polls_pass(lab: Lab, host: str, n: int = POLLS) -> None:
 
 async def _at_least(lab: Lab, host: str, target: int) -> bool:
     return await seq(lab, host) >= target
+
+
+async def report(lab: Lab, host: str) -> reportdoc.HostReport:
+    kv = await lab.store.get(keys.member(host), timeout=2.0)
+    assert kv is not None, f"no report of {host}"
+    return reportdoc.decode(kv.value)
+
+
+async def _new_run(lab: Lab, host: str, run: str) -> bool:
+    kv = await lab.store.get(keys.member(host), timeout=2.0)
+    return kv is not None and reportdoc.decode(kv.value).run != run
 
 
 async def status(lab: Lab) -> tuple[int, dict]:
@@ -100,3 +113,52 @@ async def test_pause_and_maintenance(shared_etcd, cluster_name, tmp_path):
                      "host h2 expired"):
             assert line in said, said
         await lab.daemons["h2"].start()
+
+
+async def test_maintenance_with_drain(shared_etcd, cluster_name, tmp_path):
+    """``host maintenance HOST --drain``: the host's cards are drained before the window is
+    set, stay drained while its daemon is away and after the window, and come back in with
+    ``undrain``; the other host's cards are untouched."""
+    async with Lab(shared_etcd, cluster_name, tmp_path) as lab:
+        code, out, err = await lab.cli("host", "maintenance", "h2", "--for", "10m", "--reason",
+                                       "disk swap", "--drain")
+        assert code == 0 and "host h2: in force by" in out, (out, err)
+        reg = await lab.registry()
+        h2 = [c for c in reg.cards if c.host == "h2"]
+        assert len(h2) == 2 and all(c.state == "drained" for c in h2), reg.cards
+        assert all(c.state == "in" for c in reg.cards if c.host == "h1"), reg.cards
+        # drained first: each drain said done before the window was in force
+        window_at = out.index("host h2: in force")
+        for c in h2:
+            assert -1 < out.find(c.id) < window_at, out
+        code, st = await status(lab)
+        assert "host_maintenance" in {p["code"] for p in st["problems"]}, st["problems"]
+        assert {c["id"]: c["drained_by"] for c in st["cards"] if c["host"] == "h2"} and all(
+            "maintenance of h2: disk swap" in c["drained_by"]
+            for c in st["cards"] if c["host"] == "h2"), st["cards"]
+
+        # the daemon away and back during the window: the cards stay drained, none goes out
+        before = await report(lab, "h2")
+        await lab.daemons["h2"].stop()
+        await polls_pass(lab, "h1")
+        reg = await lab.registry()
+        assert [c.state for c in reg.cards if c.host == "h2"] == ["drained"] * 2, reg.cards
+        lab.daemons["h2"] = Daemon(daemon_config.parse(lab.configs["h2"], "<h2>"))
+        await lab.daemons["h2"].start()
+        await wait_until(lambda: _new_run(lab, "h2", before.run), bound(20.0),
+                         "h2 reporting again")
+        await polls_pass(lab, "h1", 2)
+
+        # the window ends: still drained (until undrain, as documented), then back in
+        code, out, err = await lab.cli("host", "maintenance", "h2", "--end", "--reason", "done")
+        assert code == 0 and "host h2: ended" in out, (out, err)
+        reg = await lab.registry()
+        assert [c.state for c in reg.cards if c.host == "h2"] == ["drained"] * 2, reg.cards
+        for c in h2:
+            code, out, err = await lab.cli("undrain", c.id)
+            assert code == 0, (out, err)
+        await lab.until(lambda r: all(c.state == "in" for c in r.cards), "every card in again",
+                        bound(20.0))
+        said = await history(lab)
+        assert "maintenance of h2: disk swap" in said and "host h2 set until" in said, said
+        assert said.index("maintenance of h2: disk swap") < said.index("host h2 set until"), said

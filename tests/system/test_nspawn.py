@@ -91,8 +91,8 @@ GATEWAY_MODEL = {"name": "systest/model-1b", "num_layers": 2, "num_kv_heads": 2,
 STORAGE = ("h1", "h2")
 CLUSTER = "systest"
 GATEWAY = "gw1"                              # a gateway given its own etcd user
-NEW_VERSION = "0.1.0.post1"                  # what upgrade.yml rolls out
-BROKEN_VERSION = "0.1.0.post2"               # a build that cannot start
+NEW_VERSION = "0.2.0.post1"                  # what upgrade.yml rolls out
+BROKEN_VERSION = "0.2.0.post2"               # a build that cannot start
 
 # The whole test, root filesystem build included: a bound, not an estimate (seen: 7-9 minutes
 # on a shared 2-core machine, 13.5 once under heavy load with the debootstrap).
