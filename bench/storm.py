@@ -173,6 +173,7 @@ async def main(spec: dict[str, Any]) -> None:
                  failed=sum(1 for r in reads if not r[2]),
                  extra=sum(s.session.budget.extra for s in stores),
                  refused=sum(s.session.budget.refused for s in stores),
+                 deferred=sum(s.session.budget.deferred for s in stores),
                  calls=sum(s.session.budget.calls for s in stores),
                  grants=sum(g._registration.grants if g._registration else 0 for g in gws),
                  layout_writes=sum(s.layout_writes for s in stores),
