@@ -18,11 +18,24 @@ storm with the retry budget and every jitter off, on a fresh key prefix of the s
 - leases granted per gateway (etcd's lease list before and after) and layout writes per
   gateway (counted by each gateway's store);
 - etcd CPU per start: the three members' CPU over the storm window (its first start to 8 s
-  after its last) net of what the 50 running gateways cost before the storm, per start (an
-  upper bound: the new gateways' own polls and watches in the window are in it);
+  after its last) net of what the 50 running gateways cost before the storm and of the new
+  gateways' own steady cost once started (their rate in the hold's last 5 s, for the part of
+  the window each ran), per start; the upper bound (the new gateways' running cost left in)
+  beside it;
+- the load generator: the gateway processes' own CPU in the same window, beside etcd's (on
+  this box the instances' Python CPU, many per process, saturates the machine first: the
+  bench must say whether it measured the system or its generator), and the requests each new
+  gateway sent in its first 5 s, by kind (range linearizable/serializable, lease grant, put,
+  keepalive, watch open; hedges included);
 - the time from the last start until the machine's CPU busy stays within 10 points of its
   steady load (the median of the hold's last 5 s); none when the machine is still saturated
   (>= 95 %) at the end of the hold.
+
+Full run only: the same with 1,000 gateways started within 5 s (built only). Both runs:
+etcd alone under the start mix, the C generator (``bench/leanload.c``) starting 2,000
+simulated gateways in 20 batches over 10 s (``--quick``: 300 in 2 s): when all were started,
+and etcd's CPU per start net of idle and of the started ones' steady cost (a simulated start:
+a connection, a lease grant, the registry watch; no record put, no layout read).
 
 Calibration in the same run: etcd idle CPU (no client), and etcd CPU with the 50 running.
 """
