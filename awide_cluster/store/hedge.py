@@ -168,6 +168,10 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
                 raise combine(errors, what)
             remaining = deadline - now
             if remaining <= 0:
+                # the next call starts elsewhere (as a write's does): with hedges put off while
+                # this client runs late, a frozen preferred member must not hold every read
+                for ep in pending.values():
+                    ring.demote(ep)
                 waiting = ", ".join(pending.values())
                 extra = f" (others failed: {'; '.join(map(str, errors))})" if errors else ""
                 raise Timeout(f"{what}: no answer within the deadline from {waiting}{extra}")

@@ -97,6 +97,20 @@ async def test_no_hedge_is_sent_when_the_budget_is_empty() -> None:
     assert members.asked == ["a"] and budget.refused == 1
 
 
+async def test_a_member_silent_until_the_deadline_is_no_longer_preferred() -> None:
+    empty = RetryBudget(ratio=0.0, burst=1.0)
+    empty.spend()
+    members = Members()
+    ring = EndpointRing(("a", "b", "c"))
+    loop = asyncio.get_running_loop()
+    with pytest.raises(Timeout):
+        await hedged(members.attempt, ring, 0.01, loop.time() + 0.1, "get", budget=empty)
+    assert ring.preferred == "b"
+    _, answer = await hedged(members.attempt, ring, 0.01, loop.time() + 0.1, "get",
+                             budget=empty)
+    assert answer == "b" and members.asked == ["a", "b"]
+
+
 async def test_an_error_answer_is_retried_only_from_the_budget() -> None:
     members = Members({"a": Unavailable("etcd: too many requests")})
     empty = RetryBudget(ratio=0.0, burst=1.0)
