@@ -24,6 +24,9 @@
  * watch stream, without "keepalive" no keepalive (the lease is still granted once at start),
  * without "proof" every turn's poll is made (the mix before the watch proved freshness);
  * "naive" ignores it. An unknown part ends the process with an error naming it.
+ * "record_prefix" in the spec makes each start the gateway library's (figure 9's replay): two
+ * linearizable reads, the lease grant, a put of the record (record_prefix + index, 256 bytes)
+ * on the lease, then the mix.
  * One request out per gateway at a time: a poll due while one is out is not made (counted as
  * skipped); a keepalive due then is sent after the answer. Answers are framed (status line,
  * Content-Length or the chunked terminator), never decoded, except the lease grant's ID.
@@ -63,7 +66,7 @@
 #define MAX_EPS 16
 
 enum { DOWN, CONNECTING, UP };
-enum { OUT_NONE, OUT_GRANT, OUT_POLL, OUT_KEEPALIVE };
+enum { OUT_NONE, OUT_GRANT, OUT_POLL, OUT_KEEPALIVE, OUT_FIRST, OUT_PUT };
 enum { T_POLL, T_KEEPALIVE };
 enum { MIX, NAIVE };
 
@@ -85,6 +88,7 @@ typedef struct {
     double proof;               /* when the watch stream last delivered bytes (0: never) */
     char ka[320];               /* {"ID":"..."} body's request, built once the lease is known */
     int ka_len;
+    int first_reads;            /* "start_mix": linearizable reads made before the grant */
 } Gw;
 
 typedef struct { double due; uint32_t slot, gen; int what; } Timer;
@@ -105,6 +109,12 @@ static double interval = 1.0, ka_every;
 static int lease_ttl;
 static int kind = MIX;
 static int part_poll = 1, part_watch = 1, part_keepalive = 1, part_proof = 1;  /* of the mix */
+/* "start_mix" (spec "record_prefix" given): a start as the gateway library's: two linearizable
+ * reads (the registry's and, in its stead, the layout's), the grant, a put of the gateway's
+ * record on its lease (key record_prefix + index, a 256-byte value), then the mix */
+static int start_mix;
+static char record_prefix[256];
+static char record_value_b64[400];
 static uint64_t rng_state;
 
 static Gw *gws;
@@ -492,6 +502,24 @@ static void gw_keepalive(size_t slot, double due) {
     gw_send_keepalive(slot, due);
 }
 
+static void b64(const unsigned char *in, size_t n, char *out) {
+    static const char t[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16;
+        if (i + 1 < n) v |= (unsigned)in[i + 1] << 8;
+        if (i + 2 < n) v |= in[i + 2];
+        out[o++] = t[(v >> 18) & 63];
+        out[o++] = t[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? t[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? t[v & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+static void gw_begin_mix(size_t slot);
+
 static void gw_granted(size_t slot, const char *body, size_t blen) {
     Gw *g = &gws[slot];
     const char *p = memmem(body, blen, "\"ID\":", 5);
@@ -512,6 +540,24 @@ static void gw_granted(size_t slot, const char *body, size_t blen) {
         return;
     }
     g->ka_len = n;
+    if (start_mix) {
+        static Str put;
+        char key[320], keyb[440], pbody[1024];
+        snprintf(key, sizeof key, "%s%ld", record_prefix, first_index + (long)slot);
+        b64((const unsigned char *)key, strlen(key), keyb);
+        snprintf(pbody, sizeof pbody, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}",
+                 keyb, record_value_b64, id);
+        put.len = 0;
+        request(&put, eps[g->ep].host, "/v3/kv/put", pbody);
+        gw_send(slot, OUT_PUT, &put, now());
+        return;
+    }
+    gw_begin_mix(slot);
+}
+
+/* The lease granted (and with "start_mix" the record put): the watch and the mix's timers. */
+static void gw_begin_mix(size_t slot) {
+    Gw *g = &gws[slot];
     if (kind == MIX && part_watch && conn_open(&g->w, slot, 1) < 0) {
         start_done(slot, 0, "cannot open the watch connection");
         return;
@@ -535,6 +581,17 @@ static void gw_answered(size_t slot, int ok, const char *body, size_t blen) {
     if (what == OUT_GRANT) {
         if (!ok) { start_done(slot, 0, "the lease grant was refused"); return; }
         gw_granted(slot, body, blen);
+        return;
+    }
+    if (what == OUT_FIRST) {
+        if (!ok) { start_done(slot, 0, "a start read was refused"); return; }
+        if (++g->first_reads < 2) gw_send(slot, OUT_FIRST, &eps[g->ep].linear, t);
+        else gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
+        return;
+    }
+    if (what == OUT_PUT) {
+        if (!ok) { start_done(slot, 0, "the record put was refused"); return; }
+        gw_begin_mix(slot);
         return;
     }
     if (what == OUT_POLL) record(g->sent, t - g->sent, ok, g->sent - g->due);
@@ -622,7 +679,8 @@ static void on_event(uint64_t data, uint32_t events) {
             const Str *req = &eps[g->ep].watch;
             if (conn_write(c, req->s, req->len) < 0) conn_close(c, 1);
         } else if (!g->started) {
-            gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
+            if (start_mix) gw_send(slot, OUT_FIRST, &eps[g->ep].linear, t);
+            else gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
         }
         return;
     }
@@ -665,8 +723,8 @@ static void sweep(double t) {
     for (size_t i = 0; i < ngw; i++) {
         Gw *g = &gws[i];
         if (!g->used || g->out == OUT_NONE) continue;
-        if (g->out == OUT_GRANT) {
-            if (t - g->sent > GRANT_BOUND) start_done(i, 0, "no answer to the lease grant");
+        if (!g->started) {
+            if (t - g->sent > GRANT_BOUND) start_done(i, 0, "no answer to a start request");
         } else if (t - g->sent > BOUND) {
             gw_lost(i, t, 1);
         }
@@ -810,6 +868,12 @@ int main(int argc, char **argv) {
     if (rev < 0) { fprintf(stderr, "leanload: the spec has no registry_mod_revision\n"); return 2; }
     first_index = (long)jnum(spec, "first", 0);
     interval = jnum(spec, "interval", 1.0);
+    if (jstr_at(jfind(spec, "record_prefix"), record_prefix, sizeof record_prefix)) {
+        unsigned char value[256];
+        memset(value, 'r', sizeof value);
+        b64(value, sizeof value, record_value_b64);
+        start_mix = 1;
+    }
     lease_ttl = (int)jnum(spec, "lease_ttl", -1);
     if (lease_ttl < 0) {
         fprintf(stderr, "leanload: the spec has no lease_ttl (the gateway's, e.g. 30: "

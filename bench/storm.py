@@ -50,6 +50,22 @@ class TimedStore(EtcdStore):
             self.session.budget = RetryBudget(ratio=0.0, burst=1e12, start=1e12)
         self.reads: list[tuple[float, float, bool]] = []     # (start, latency, ok)
         self.layout_writes = 0
+        # every HTTP request this store sent to etcd, hedges included: (when, kind)
+        self.sent: list[tuple[float, str]] = []
+        transport = self.session.transport
+        post, open_stream = transport.post, transport.open_stream
+
+        async def counted_post(endpoint: str, path: str, body: dict[str, Any],
+                               **kw: Any) -> dict[str, Any]:
+            self.sent.append((time.monotonic(), request_kind(path, body)))
+            return await post(endpoint, path, body, **kw)
+
+        async def counted_stream(endpoint: str, path: str, body: dict[str, Any]) -> Any:
+            self.sent.append((time.monotonic(), "watch open"))
+            return await open_stream(endpoint, path, body)
+
+        transport.post = counted_post              # type: ignore[method-assign]
+        transport.open_stream = counted_stream     # type: ignore[method-assign]
 
     async def read(self, path: str, body: dict[str, Any], timeout: float | None,
                    what: str, *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -69,6 +85,26 @@ class TimedStore(EtcdStore):
         if key.startswith(keys.LAYOUTS):
             self.layout_writes += 1
         return await super().create(key, value, lease=lease, timeout=timeout)
+
+
+def request_kind(path: str, body: dict[str, Any]) -> str:
+    """What an HTTP request to etcd is, for the count of a start's requests by kind."""
+    if path == READ:
+        return "range serializable" if body.get("serializable") else "range linearizable"
+    return {"/v3/kv/put": "put", "/v3/kv/txn": "txn", "/v3/lease/grant": "lease grant",
+            "/v3/lease/keepalive": "keepalive", "/v3/lease/revoke": "revoke",
+            "/v3/kv/deleterange": "delete"}.get(path, path)
+
+
+def start_mix(stores: list[TimedStore], sched: list[float], span: float) -> dict[str, int]:
+    """The requests each gateway sent in its first ``span`` seconds from its scheduled start,
+    summed by kind."""
+    out: dict[str, int] = {}
+    for store, s in zip(stores, sched, strict=True):
+        for t, kind in store.sent:
+            if s <= t < s + span:
+                out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 class NoJitter(random.Random):
@@ -137,11 +173,15 @@ async def main(spec: dict[str, Any]) -> None:
                  failed=sum(1 for r in reads if not r[2]),
                  extra=sum(s.session.budget.extra for s in stores),
                  refused=sum(s.session.budget.refused for s in stores),
+                 deferred=sum(s.session.budget.deferred for s in stores),
                  calls=sum(s.session.budget.calls for s in stores),
                  grants=sum(g._registration.grants if g._registration else 0 for g in gws),
                  layout_writes=sum(s.layout_writes for s in stores),
                  registration_failures=sum(g.stats().registration_failures for g in gws),
                  stale=sum(1 for g in gws if g.stats().stale),
+                 start_mix=start_mix(stores, sched, float(cmd.get("span", 5.0))),
+                 sent=sum(1 for s in stores for r in s.sent if t0 <= r[0] < t1),
+                 watch_restarts=sum(g.stats().watch_restarts for g in gws),
                  cpu_s=round(time.process_time(), 3))
     for t in tasks:
         t.cancel()

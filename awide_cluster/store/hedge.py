@@ -1,7 +1,9 @@
 """Which member to ask, and how: hedged idempotent calls, single-shot writes.
 
 ``hedged``: ask the preferred member; if it has not answered after ``hedge_after``, ask the
-next one as well, and so on; an error answer moves on at once. The first valid answer wins and
+next one as well, and so on; an error answer moves on at once. A hedge is put off while the
+caller's own event loop runs late (``lagging``): a busy client's missing answer is not a slow
+member's. The first valid answer wins and
 the other requests are cancelled. A frozen or dead member is thus left within the deadline.
 Every request beyond a call's first (a hedge, or a retry on another member after an error
 answer) is paid from the client's ``RetryBudget``; when it is empty the call waits for the
@@ -60,6 +62,7 @@ class RetryBudget:
         self._earn, self._cap = round(ratio * 1000), round(burst * 1000)
         self._milli = round(start * 1000)
         self.calls = self.extra = self.refused = 0
+        self.deferred = 0       # hedges put off: the caller's event loop was late (lagging)
 
     @property
     def tokens(self) -> float:
@@ -78,6 +81,14 @@ class RetryBudget:
             return True
         self.refused += 1
         return False
+
+
+def lagging(asked: float, woke: float, hedge_after: float) -> bool:
+    """Whether the caller's own event loop resumed a wait for an answer (asked to end at
+    ``asked``, ended at ``woke``, loop time) more than ``hedge_after`` late: the loop was busy
+    (a CPU-starved client), the answer may be in the socket unread, and no answer says
+    nothing of the member. A hedge then only adds a request to etcd and work to the client."""
+    return hedge_after > 0 and woke - asked > hedge_after
 
 
 # answers that another member would give just the same: stop at once (a member lagging
@@ -157,12 +168,22 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
                 raise combine(errors, what)
             remaining = deadline - now
             if remaining <= 0:
+                # the next call starts elsewhere (as a write's does): with hedges put off while
+                # this client runs late, a frozen preferred member must not hold every read
+                for ep in pending.values():
+                    ring.demote(ep)
                 waiting = ", ".join(pending.values())
                 extra = f" (others failed: {'; '.join(map(str, errors))})" if errors else ""
                 raise Timeout(f"{what}: no answer within the deadline from {waiting}{extra}")
             wait = min(remaining, max(0.0, next_launch - now)) if queue else remaining
             done, _ = await asyncio.wait(pending, timeout=wait,
                                          return_when=asyncio.FIRST_COMPLETED)
+            if not done and queue and lagging(now + wait, loop.time(), hedge_after):
+                # this client was late, not the member: the member gets another hedge delay
+                # of a loop that runs (a start storm on a busy host sends no hedges)
+                next_launch = loop.time() + hedge_after
+                if budget is not None:
+                    budget.deferred += 1
             for task in done:
                 ep = pending.pop(task)
                 exc = task.exception()

@@ -1,16 +1,18 @@
 """The retry budget of hedged reads, counted in requests (no clock): at most ``start + ratio *
-calls`` extra requests over any run of calls, and a hedge left out when the budget is empty."""
+calls`` extra requests over any run of calls, and a hedge left out when the budget is empty;
+no hedge while the client's own event loop runs late."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from awide_cluster.store.errors import Timeout, Unavailable
-from awide_cluster.store.hedge import EndpointRing, RetryBudget, hedged
+from awide_cluster.store.hedge import EndpointRing, RetryBudget, hedged, lagging
 from awide_cluster.store.transport import EtcdUnreachable
 
 
@@ -95,6 +97,20 @@ async def test_no_hedge_is_sent_when_the_budget_is_empty() -> None:
     assert members.asked == ["a"] and budget.refused == 1
 
 
+async def test_a_member_silent_until_the_deadline_is_no_longer_preferred() -> None:
+    empty = RetryBudget(ratio=0.0, burst=1.0)
+    empty.spend()
+    members = Members()
+    ring = EndpointRing(("a", "b", "c"))
+    loop = asyncio.get_running_loop()
+    with pytest.raises(Timeout):
+        await hedged(members.attempt, ring, 0.01, loop.time() + 0.1, "get", budget=empty)
+    assert ring.preferred == "b"
+    _, answer = await hedged(members.attempt, ring, 0.01, loop.time() + 0.1, "get",
+                             budget=empty)
+    assert answer == "b" and members.asked == ["a", "b"]
+
+
 async def test_an_error_answer_is_retried_only_from_the_budget() -> None:
     members = Members({"a": Unavailable("etcd: too many requests")})
     empty = RetryBudget(ratio=0.0, burst=1.0)
@@ -123,3 +139,34 @@ async def test_a_new_client_reaches_the_third_member_past_a_frozen_and_a_lagging
     budget.call()
     assert await call(members, budget) == "c"
     assert members.asked == ["a", "b", "c"] and budget.extra == 2
+
+
+def test_a_wait_resumed_later_than_a_hedge_delay_is_the_clients_lag() -> None:
+    assert lagging(asked=10.0, woke=10.2, hedge_after=0.05)
+    assert not lagging(asked=10.0, woke=10.04, hedge_after=0.05)
+    assert not lagging(asked=10.0, woke=11.0, hedge_after=0.0)    # hedging at once: never
+
+
+async def test_no_hedge_is_sent_while_the_clients_own_loop_runs_late() -> None:
+    # the first member answers, but this client's event loop is busy past the hedge delay
+    # (a CPU-bound step) and the answer needs a few more turns of the loop to be read: the
+    # hedge is put off (not paid), the first member's answer is taken
+    asked: list[str] = []
+
+    async def attempt(ep: str) -> str:
+        asked.append(ep)
+        if ep == "a":
+            await asyncio.sleep(0)
+            busy_until = time.monotonic() + 0.3
+            while time.monotonic() < busy_until:    # the loop is busy, not waiting
+                pass
+            for _ in range(3):
+                await asyncio.sleep(0)
+        return ep
+
+    budget = RetryBudget()
+    loop = asyncio.get_running_loop()
+    _, answer = await hedged(attempt, EndpointRing(("a", "b", "c")), 0.05, loop.time() + 2.0,
+                             "get", budget=budget)
+    assert answer == "a" and asked == ["a"]
+    assert budget.extra == 0 and budget.deferred >= 1
