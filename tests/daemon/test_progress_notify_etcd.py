@@ -65,8 +65,8 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
                        what="the control re-opened its leader watch three times")
         assert b.leader_watch_reopens == 0
         assert a.leader_watch_reopens == 0
-        # the leader's members/ watch, fed by every report, keeps its 3 s bound and its stream
-        assert a.config.timing.reports_watch_stall == 3.0 and a.reports_watch_reopens == 0
+        # the leader's members/ watch, fed by every report, keeps its 1 s bound and its stream
+        assert a.config.timing.reports_watch_stall == 1.0 and a.reports_watch_reopens == 0
         assert reopened(b, "leader") == 0 and reopened(control, "leader") >= 3
         assert reopened(a, "members") == 0
         await control.stop()
