@@ -3,10 +3,15 @@
 ``Watch`` streams ``POST /v3/watch`` (``progress_notify`` on) from one member. If neither
 events nor a progress notification arrive within ``stall_after`` seconds, the stream is
 dropped and the watch resumes on the next member from the last delivered revision + 1, so
-no event is lost and none is delivered twice. Opening a stream (until etcd says ``created``)
-is bounded by the store's call timeout; when every member failed to open one in a row, the
-watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
-revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
+no event is lost and none is delivered twice. The next member is the next in the ring that is
+not suspect (``EndpointRing.open_order``: one that failed, was outrun by a hedge or went
+silent on a watch lately), so a stream leaving a silent member does not wait out the call
+bound on a frozen one first. (etcd leaves out a watch's next progress notification after an
+event, so a healthy member may be silent for up to two notify intervals after one.) Opening
+a stream (until etcd says ``created``) is bounded by the store's call timeout; when every
+member failed to open one in a row, the watch raises (Unavailable/Timeout) instead of waiting
+silently. Compaction of the resume revision raises ``WatchCompacted``; any other cancel
+``WatchCanceled`` (or ``Denied``).
 
 A watch belongs to the etcd history its store followed when it was made (``timeline_epoch``):
 once the store adopts a new history (a restored or rebuilt cluster, timeline.py), the next
@@ -121,6 +126,8 @@ class Watch:
                 self._drop()
                 raise await self._skip_past(exc) from None
             except (_Stalled, Unavailable, Timeout):
+                if self._endpoint is not None:
+                    self._session.ring.suspect(self._endpoint)
                 self._drop()
                 self.reconnects += 1
                 continue
@@ -219,7 +226,7 @@ class Watch:
         """Open a stream on the next member that says ``created`` within the call timeout."""
         session = self._session
         errors: list[StoreError] = []
-        for ep in session.ring.order(after=self._endpoint):
+        for ep in session.ring.open_order(after=self._endpoint):
             deadline = session.deadline(None)
             try:
                 await self._open_on(ep, deadline)
