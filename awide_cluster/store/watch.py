@@ -8,7 +8,8 @@ not suspect (``EndpointRing.open_order``: one that failed, was outrun by a hedge
 silent on a watch lately), so a stream leaving a silent member does not wait out the call
 bound on a frozen one first. (etcd leaves out a watch's next progress notification after an
 event, so a healthy member may be silent for up to two notify intervals after one.) Opening
-a stream (until etcd says ``created``) is bounded by the store's call timeout; when every
+a stream (until etcd says ``created``) is bounded first by ``OPEN_QUICK`` per member, then by
+the store's call timeout; when every
 member failed to open one in a row, the watch raises (Unavailable/Timeout) instead of waiting
 silently. Compaction of the resume revision raises ``WatchCompacted``; any other cancel
 ``WatchCanceled`` (or ``Denied``).
@@ -61,6 +62,11 @@ from awide_cluster.store.types import WatchBatch
 
 if TYPE_CHECKING:
     from awide_cluster.store.session import Session
+
+
+# seconds a watch's stream gets to open on a member before the next is tried (then each gets
+# the call timeout): a frozen member accepts the connection and never answers
+OPEN_QUICK = 0.2
 
 
 class _Stalled(Exception):
@@ -223,20 +229,35 @@ class Watch:
         await self._open()
 
     async def _open(self) -> None:
-        """Open a stream on the next member that says ``created`` within the call timeout."""
+        """Open a stream on the next member that says ``created``: first each member within
+        ``OPEN_QUICK`` (a live member answers in milliseconds; a frozen one would hold the
+        move for the whole call timeout), then, when one of them only ran out of that time,
+        each within the call timeout."""
         session = self._session
         errors: list[StoreError] = []
-        for ep in session.ring.open_order(after=self._endpoint):
-            deadline = session.deadline(None)
-            try:
-                await self._open_on(ep, deadline)
-                return
-            except (*FINAL, WatchCanceled, WatchCompacted):
-                self._drop()
-                raise
-            except StoreError as exc:
-                self._drop()
-                errors.append(exc)
+        order = session.ring.open_order(after=self._endpoint)
+        loop = asyncio.get_running_loop()
+        quick = max(OPEN_QUICK, session.config.hedge_after)
+        for bound in ((quick, None) if len(order) > 1 else (None,)):
+            slow = False
+            for ep in order:
+                deadline = session.deadline(None)
+                if bound is not None:
+                    deadline = min(deadline, loop.time() + bound)
+                try:
+                    await self._open_on(ep, deadline)
+                    return
+                except (*FINAL, WatchCanceled, WatchCompacted):
+                    self._drop()
+                    raise
+                except StoreError as exc:
+                    self._drop()
+                    errors.append(exc)
+                    if isinstance(exc, Timeout):
+                        slow = True
+                        session.ring.suspect(ep)
+            if not slow:
+                break           # every member refused outright: more time would not help
         if await session.reconsider_timeline(session.deadline(None)):
             self._check_history()
         raise combine(errors, f"watch {self._key!r}")
