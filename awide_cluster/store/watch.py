@@ -8,8 +8,8 @@ not suspect (``EndpointRing.open_order``: one that failed, was outrun by a hedge
 silent on a watch lately), so a stream leaving a silent member does not wait out the call
 bound on a frozen one first. (etcd leaves out a watch's next progress notification after an
 event, so a healthy member may be silent for up to two notify intervals after one.) Opening
-a stream (until etcd says ``created``) is bounded first by ``OPEN_QUICK`` per member, then by
-the store's call timeout; when every
+a stream (until etcd says ``created``) is bounded by the store's call timeout (a stream moving
+off a member: first by ``OPEN_QUICK`` per member, then by the call timeout); when every
 member failed to open one in a row, the watch raises (Unavailable/Timeout) instead of waiting
 silently. Compaction of the resume revision raises ``WatchCompacted``; any other cancel
 ``WatchCanceled`` (or ``Denied``).
@@ -229,16 +229,18 @@ class Watch:
         await self._open()
 
     async def _open(self) -> None:
-        """Open a stream on the next member that says ``created``: first each member within
-        ``OPEN_QUICK`` (a live member answers in milliseconds; a frozen one would hold the
-        move for the whole call timeout), then, when one of them only ran out of that time,
-        each within the call timeout."""
+        """Open a stream on the next member that says ``created``. A stream moving off a
+        member (not the first): first each member within ``OPEN_QUICK`` (a live member answers
+        in milliseconds; a frozen one would hold the move for the whole call timeout), then,
+        when one of them only ran out of that time, each within the call timeout. The first
+        stream: each within the call timeout (a start storm must not multiply its opens)."""
         session = self._session
         errors: list[StoreError] = []
+        moving = self._endpoint is not None
         order = session.ring.open_order(after=self._endpoint)
         loop = asyncio.get_running_loop()
         quick = max(OPEN_QUICK, session.config.hedge_after)
-        for bound in ((quick, None) if len(order) > 1 else (None,)):
+        for bound in ((quick, None) if moving and len(order) > 1 else (None,)):
             slow = False
             for ep in order:
                 deadline = session.deadline(None)
