@@ -89,6 +89,27 @@ async def test_watch_survives_its_member_being_frozen(cluster, make_store):
     assert watch.reconnects >= 1 and watch.endpoint != followers[0]
 
 
+async def test_a_stream_moving_off_a_silent_member_skips_a_frozen_one_quickly(cluster,
+                                                                            make_store):
+    """The stream's member is healthy but silent (an idle key: etcd notifies every 1.4 s, the
+    bound is 0.5 s), and the next member in the ring is frozen: the move gives the frozen one
+    OPEN_QUICK (0.2 s), not the call timeout (3 s here), before the third member; a write
+    made after the freeze arrives well inside the call timeout."""
+    leader, followers = await leader_and_followers(cluster, make_store)
+    frozen = followers[0]
+    watched = make_store([leader, frozen, followers[1]], call_timeout=3.0)
+    writer = make_store([leader, followers[1]], prefix=watched.config.prefix)
+    async with watched.watch("idle/", prefix=True, stall_after=0.5) as watch:
+        task = asyncio.create_task(collect(watch, 1))
+        await created(watch)
+        assert watch.endpoint == leader
+        cluster.freeze(cluster.endpoints.index(frozen))
+        rev = await writer.put("idle/k", b"v")
+        # at worst: the 0.5 s silence, 0.2 s on the frozen member, the open on the third
+        got = await asyncio.wait_for(task, bound(1.25))
+    assert got == [("put", "idle/k", b"v", rev)]
+
+
 async def test_compacted_start_revision_is_a_typed_error(cluster, store):
     r1 = await store.put("c", b"1")
     r2 = await store.put("c", b"2")
