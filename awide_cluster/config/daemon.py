@@ -41,6 +41,12 @@ from awide_cluster.contract.vouch import Allowed, parse_networks
 DEFAULT_LISTEN = "127.0.0.1:9700"
 # a daemon watch is never re-opened after less silence than this (seconds)
 WATCH_STALL_FLOOR = 3.0
+# the leader's members/ watch, fed by every host's report each poll, is re-opened after this
+# many silent polls (or progress notifications, the shorter), never under the floor (seconds):
+# it must leave a frozen member before a sick card's decisive report is due, (sick_polls - 1)
+# polls after the fault at the earliest, or that report waits for the leader's next poll cycle
+REPORTS_WATCH_SILENT_POLLS = 1.5
+REPORTS_WATCH_STALL_FLOOR = 1.0
 # the etcd members' --experimental-watch-progress-notify-interval at the deploy's default
 # (seconds; the ansible role's awide_etcd_progress_notify, the test harness's members): under a
 # gateway's proof window (1.5 polls of 1 s, docs/gateway.md "Cost to etcd"), so a notification
@@ -80,8 +86,11 @@ class TimingSection(Section):
     def reports_watch_stall(self) -> float:
         """The same for the leader's ``members/`` watch. Every host writes its report each
         poll (the leader's own too), so it is never idle longer than a poll or a progress
-        notification, whichever comes first: three of those missed."""
-        return max(WATCH_STALL_FLOOR, 3 * min(self.poll_interval, self.etcd_progress_notify))
+        notification, whichever comes first: 1.5 of those silent (1.5 s at the default), so
+        a watch on a frozen member moves before a sick card's decisive report is due."""
+        return max(REPORTS_WATCH_STALL_FLOOR,
+                   REPORTS_WATCH_SILENT_POLLS * min(self.poll_interval,
+                                                    self.etcd_progress_notify))
 
 
 class DampingSection(Section):

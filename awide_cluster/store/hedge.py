@@ -18,6 +18,7 @@ raises ``Timeout(maybe_applied=True)``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -91,17 +92,27 @@ def lagging(asked: float, woke: float, hedge_after: float) -> bool:
     return hedge_after > 0 and woke - asked > hedge_after
 
 
+# seconds a member stays suspect after it failed or was outrun by a hedge (or a watch on it went
+# silent): a watch moving off a silent member opens on the others first (one on a frozen
+# member would wait out the whole call bound before it tried the next)
+SUSPECT_FOR = 10.0
+
 # answers that another member would give just the same: stop at once (a member lagging
 # behind might answer a too-large range smaller, but asking it costs another bound's worth)
 FINAL = (Denied, InvalidRequest, LeaseExpired, NoSpace, AuthNotEnabled, TooLarge)
 
 
 class EndpointRing:
-    """The endpoints in a fixed ring, with a preferred one (the last that answered first)."""
+    """The endpoints in a fixed ring, with a preferred one (the last that answered first),
+    and the suspect ones (failed, outrun by a hedge, or silent on a watch within
+    ``SUSPECT_FOR`` seconds; cleared when one answers first)."""
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
+    def __init__(self, endpoints: Sequence[str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.endpoints = tuple(endpoints)
         self._preferred = 0
+        self._clock = clock
+        self._suspect: dict[str, float] = {}    # endpoint -> when it was last suspected
 
     @property
     def preferred(self) -> str:
@@ -115,10 +126,30 @@ class EndpointRing:
         return [self.endpoints[(start + i) % len(self.endpoints)]
                 for i in range(len(self.endpoints))]
 
+    def open_order(self, after: str | None) -> list[str]:
+        """Where a watch leaving ``after`` opens: the ring from the one following it, the
+        members not suspect first (each group in ring order), ``after`` itself last."""
+        ring = self.order(after=after)
+        if after in ring:
+            ring.remove(after)
+        suspect = self.suspects()
+        return ([ep for ep in ring if ep not in suspect] + [ep for ep in ring if ep in suspect]
+                + ([after] if after in self.endpoints else []))
+
+    def suspects(self) -> set[str]:
+        now = self._clock()
+        return {ep for ep, at in self._suspect.items() if now - at < SUSPECT_FOR}
+
+    def suspect(self, endpoint: str) -> None:
+        if endpoint in self.endpoints:
+            self._suspect[endpoint] = self._clock()
+
     def prefer(self, endpoint: str) -> None:
         self._preferred = self.endpoints.index(endpoint)
+        self._suspect.pop(endpoint, None)
 
     def demote(self, endpoint: str) -> None:
+        self.suspect(endpoint)
         if self.preferred == endpoint:
             self._preferred = (self._preferred + 1) % len(self.endpoints)
 
@@ -148,6 +179,7 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
     loop = asyncio.get_running_loop()
     queue = ring.order()
     pending: dict[asyncio.Task[T], str] = {}
+    launched: list[str] = []        # the endpoints asked, in order
     errors: list[StoreError] = []
     next_launch = loop.time()
     free = True             # the next request is not paid for (the first, or after no send)
@@ -159,6 +191,7 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
             if queue and (not pending or now >= next_launch):
                 if free or budget is None or budget.spend():
                     ep = queue.pop(0)
+                    launched.append(ep)
                     pending[asyncio.ensure_future(attempt(ep))] = ep
                     next_launch = now + hedge_after
                     free = False
@@ -188,6 +221,9 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
                 ep = pending.pop(task)
                 exc = task.exception()
                 if exc is None:
+                    for oep in pending.values():
+                        if launched.index(oep) < launched.index(ep):
+                            ring.suspect(oep)       # asked first, outrun by a hedge
                     ring.prefer(ep)
                     return ep, task.result()
                 if isinstance(exc, FINAL) or not isinstance(exc, StoreError):

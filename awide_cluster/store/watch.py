@@ -3,10 +3,16 @@
 ``Watch`` streams ``POST /v3/watch`` (``progress_notify`` on) from one member. If neither
 events nor a progress notification arrive within ``stall_after`` seconds, the stream is
 dropped and the watch resumes on the next member from the last delivered revision + 1, so
-no event is lost and none is delivered twice. Opening a stream (until etcd says ``created``)
-is bounded by the store's call timeout; when every member failed to open one in a row, the
-watch raises (Unavailable/Timeout) instead of waiting silently. Compaction of the resume
-revision raises ``WatchCompacted``; any other cancel ``WatchCanceled`` (or ``Denied``).
+no event is lost and none is delivered twice. The next member is the next in the ring that is
+not suspect (``EndpointRing.open_order``: one that failed, was outrun by a hedge or went
+silent on a watch lately), so a stream leaving a silent member does not wait out the call
+bound on a frozen one first. (etcd leaves out a watch's next progress notification after an
+event, so a healthy member may be silent for up to two notify intervals after one.) Opening
+a stream (until etcd says ``created``) is bounded by the store's call timeout (a stream moving
+off a member: first by ``OPEN_QUICK`` per member, then by the call timeout); when every
+member failed to open one in a row, the watch raises (Unavailable/Timeout) instead of waiting
+silently. Compaction of the resume revision raises ``WatchCompacted``; any other cancel
+``WatchCanceled`` (or ``Denied``).
 
 A watch belongs to the etcd history its store followed when it was made (``timeline_epoch``):
 once the store adopts a new history (a restored or rebuilt cluster, timeline.py), the next
@@ -56,6 +62,11 @@ from awide_cluster.store.types import WatchBatch
 
 if TYPE_CHECKING:
     from awide_cluster.store.session import Session
+
+
+# seconds a watch's stream gets to open on a member before the next is tried (then each gets
+# the call timeout): a frozen member accepts the connection and never answers
+OPEN_QUICK = 0.2
 
 
 class _Stalled(Exception):
@@ -121,6 +132,8 @@ class Watch:
                 self._drop()
                 raise await self._skip_past(exc) from None
             except (_Stalled, Unavailable, Timeout):
+                if self._endpoint is not None:
+                    self._session.ring.suspect(self._endpoint)
                 self._drop()
                 self.reconnects += 1
                 continue
@@ -216,20 +229,37 @@ class Watch:
         await self._open()
 
     async def _open(self) -> None:
-        """Open a stream on the next member that says ``created`` within the call timeout."""
+        """Open a stream on the next member that says ``created``. A stream moving off a
+        member (not the first): first each member within ``OPEN_QUICK`` (a live member answers
+        in milliseconds; a frozen one would hold the move for the whole call timeout), then,
+        when one of them only ran out of that time, each within the call timeout. The first
+        stream: each within the call timeout (a start storm must not multiply its opens)."""
         session = self._session
         errors: list[StoreError] = []
-        for ep in session.ring.order(after=self._endpoint):
-            deadline = session.deadline(None)
-            try:
-                await self._open_on(ep, deadline)
-                return
-            except (*FINAL, WatchCanceled, WatchCompacted):
-                self._drop()
-                raise
-            except StoreError as exc:
-                self._drop()
-                errors.append(exc)
+        moving = self._endpoint is not None
+        order = session.ring.open_order(after=self._endpoint)
+        loop = asyncio.get_running_loop()
+        quick = max(OPEN_QUICK, session.config.hedge_after)
+        for bound in ((quick, None) if moving and len(order) > 1 else (None,)):
+            slow = False
+            for ep in order:
+                deadline = session.deadline(None)
+                if bound is not None:
+                    deadline = min(deadline, loop.time() + bound)
+                try:
+                    await self._open_on(ep, deadline)
+                    return
+                except (*FINAL, WatchCanceled, WatchCompacted):
+                    self._drop()
+                    raise
+                except StoreError as exc:
+                    self._drop()
+                    errors.append(exc)
+                    if isinstance(exc, Timeout):
+                        slow = True
+                        session.ring.suspect(ep)
+            if not slow:
+                break           # every member refused outright: more time would not help
         if await session.reconsider_timeline(session.deadline(None)):
             self._check_history()
         raise combine(errors, f"watch {self._key!r}")

@@ -65,8 +65,8 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
                        what="the control re-opened its leader watch three times")
         assert b.leader_watch_reopens == 0
         assert a.leader_watch_reopens == 0
-        # the leader's members/ watch, fed by every report, keeps its 3 s bound and its stream
-        assert a.config.timing.reports_watch_stall == 3.0 and a.reports_watch_reopens == 0
+        # the leader's members/ watch, fed by every report, keeps its 1 s bound and its stream
+        assert a.config.timing.reports_watch_stall == 1.0 and a.reports_watch_reopens == 0
         assert reopened(b, "leader") == 0 and reopened(control, "leader") >= 3
         assert reopened(a, "members") == 0
         await control.stop()
@@ -115,3 +115,37 @@ async def test_a_reload_of_the_interval_retunes_the_open_leader_watch(slow_etcd,
     finally:
         for x in (a, d, control):
             await x.stop()
+
+
+async def test_the_leaders_members_watch_leaves_a_frozen_member_within_its_bound(
+        etcd, cluster_name):
+    """A frozen member keeps the stream open and says nothing: the leader's ``members/``
+    watch, fed by its own report each poll, is re-opened on another member after
+    ``reports_watch_stall`` of silence (1 s here; 1.5 s at the default timing, under the 2 s
+    after a fault at which a sick card's third report is due), not after the 3 s it took
+    before, when the decisive report waited for the leader's next poll cycle."""
+    d = Daemon(make_config(etcd, cluster_name, "h1", timing=FAST), serve_api=False)
+    frozen: int | None = None
+    try:
+        await d.start()
+        member = await wait_until(lambda: d.is_leader and d.reports_watch.watch is not None
+                                  and d.reports_watch.watch.endpoint,
+                                  what="the leader's members/ watch streaming")
+        stall = d.config.timing.reports_watch_stall
+        assert stall == 1.0
+        before = d.reports_watch_reopens
+        frozen = etcd.endpoints.index(member)
+        etcd.freeze(frozen)
+
+        def moved() -> bool:
+            w = d.reports_watch.watch
+            return (d.reports_watch_reopens > before and w is not None
+                    and w.endpoint not in (None, member))
+        await wait_until(moved, timeout=stall + 0.25,
+                         what=f"the members/ watch moved off frozen {member}")
+    finally:
+        if frozen is not None:
+            etcd.thaw(frozen)
+        await d.stop()
+        if frozen is not None:
+            etcd.wait_healthy()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from awide_cluster.store import (
@@ -26,7 +28,7 @@ from awide_cluster.store.codec import (
     watch_frame,
 )
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, refusal_reason
-from awide_cluster.store.hedge import EndpointRing
+from awide_cluster.store.hedge import SUSPECT_FOR, EndpointRing, hedged
 
 
 def test_config_validation():
@@ -108,6 +110,43 @@ def test_endpoint_ring_prefers_and_rotates():
     assert ring.preferred == "b"
     ring.prefer("c")
     assert ring.order() == ["c", "a", "b"] and ring.order(after="a") == ["b", "c", "a"]
+
+
+def test_a_watch_leaving_a_member_opens_on_the_unsuspected_ones_first():
+    """A member that failed (demoted), was outrun by a hedge or went silent on a watch is
+    suspect for SUSPECT_FOR seconds: a watch leaving another member tries it last (it would
+    wait out the whole call bound on a frozen one); answering first clears it."""
+    now = [100.0]
+    ring = EndpointRing(["m0", "m1", "m2"], clock=lambda: now[0])
+    assert ring.open_order(after="m2") == ["m0", "m1", "m2"]
+    assert ring.open_order(after=None) == ["m0", "m1", "m2"]
+    ring.suspect("m0")                                  # outrun by a hedge: frozen
+    assert ring.open_order(after="m2") == ["m1", "m0", "m2"]
+    assert ring.open_order(after="m1") == ["m2", "m0", "m1"]
+    assert ring.open_order(after=None) == ["m1", "m2", "m0"]
+    ring.demote("m1")
+    assert ring.suspects() == {"m0", "m1"}
+    assert ring.open_order(after="m2") == ["m0", "m1", "m2"]     # all suspect: ring order
+    ring.prefer("m0")
+    assert ring.suspects() == {"m1"} and ring.open_order(after="m2") == ["m0", "m1", "m2"]
+    now[0] += SUSPECT_FOR
+    assert ring.suspects() == set() and ring.open_order(after="m0") == ["m1", "m2", "m0"]
+
+
+async def test_a_hedge_that_wins_makes_the_member_asked_first_suspect():
+    ring = EndpointRing(["m0", "m1", "m2"])
+    frozen = asyncio.Event()
+
+    async def attempt(ep: str) -> str:
+        if ep == "m0":
+            await frozen.wait()                         # never answers
+        return ep
+    loop = asyncio.get_running_loop()
+    ep, got = await hedged(attempt, ring, 0.01, loop.time() + 5.0, "read")
+    assert ep == got == "m1" and ring.preferred == "m1"
+    assert ring.suspects() == {"m0"}
+    ep, _ = await hedged(attempt, ring, 0.01, loop.time() + 5.0, "read")
+    assert ep == "m1" and ring.suspects() == {"m0"}     # asked first and answered: no one outrun
 
 
 def test_alarm_lists_and_refusal_reasons():

@@ -89,6 +89,32 @@ async def test_watch_survives_its_member_being_frozen(cluster, make_store):
     assert watch.reconnects >= 1 and watch.endpoint != followers[0]
 
 
+async def test_a_stream_moving_off_a_silent_member_skips_a_frozen_one_quickly(cluster,
+                                                                            make_store):
+    """The stream's member is healthy but silent (after an event etcd leaves out the next
+    progress notification; the bound is 0.5 s), and the next member in the ring is frozen:
+    the move gives the frozen one OPEN_QUICK (0.2 s), not the call timeout (3 s here), before
+    the third member; a write made once the stream moved arrives well inside the call
+    timeout."""
+    leader, followers = await leader_and_followers(cluster, make_store)
+    frozen = followers[0]
+    watched = make_store([leader, frozen, followers[1]], call_timeout=3.0)
+    writer = make_store([leader, followers[1]], prefix=watched.config.prefix)
+    async with watched.watch("idle/", prefix=True, stall_after=10.0) as watch:
+        task = asyncio.create_task(collect(watch, 2))
+        await created(watch)
+        assert watch.endpoint == leader
+        cluster.freeze(cluster.endpoints.index(frozen))
+        watch.stall_after = 0.5             # the wait after the next message uses it
+        revs = [await writer.put("idle/a", b"a")]
+        await wait_until(lambda: watch.reconnects >= 1, 5, "the stream silent on the leader")
+        revs.append(await writer.put("idle/k", b"k"))
+        # the open on the frozen member gives up after 0.2 s, the third member's is quick
+        got = await asyncio.wait_for(task, bound(0.6))
+    assert got == [("put", "idle/a", b"a", revs[0]), ("put", "idle/k", b"k", revs[1])]
+    assert watch.endpoint == followers[1]
+
+
 async def test_compacted_start_revision_is_a_typed_error(cluster, store):
     r1 = await store.put("c", b"1")
     r2 = await store.put("c", b"2")
