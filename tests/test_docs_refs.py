@@ -244,6 +244,8 @@ QUOTES: tuple[Quote, ...] = (
           _too_large_label(), "leader_read.registry_found(ValueTooLarge(...)).found"),
     Quote("docs/operations.md", r"more than ([\d,]+) keys under the cluster prefix",
           count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
+    Quote("docs/metrics.md", r"over the (\d+) keys `status` reads",
+          count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
     Quote("docs/operations.md", r"at most (\d+) names",
           count(clusters.MAX_NAMES), "clusters.MAX_NAMES"),
     Quote("docs/operations.md", r"`--reason`, at most (\d+) characters",
