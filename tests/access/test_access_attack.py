@@ -5,7 +5,8 @@ address outside its allowed ones, (d) a whole self-consistent forged registry. R
 and gateways (fake NVMe initiators that log every argv): no gateway runs ``nvme connect`` to
 an address no host vouched for, the healthy cards stay in service, ``status`` names the
 refused writes and the taken leadership, and once the attacker lets go the cluster repairs
-itself with no controller left at the attacker's address."""
+itself with no controller left at the attacker's address (each gateway starts with one there,
+as if it had followed a forged entry before, and lets go of it)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ async def test_a_compromised_host_cannot_steer_another_hosts_cards(tmp_path: Any
             a, b = reg.card(a_id), reg.card(b_id)
             assert a is not None and b is not None
             assert a.target is not None and b.target is not None
+            # as if each gateway had followed a forged entry before: a controller of s1's
+            # card's subsystem, with the gateway's host NQN, at the attacker's address; the
+            # gateway lets go of it (at no target of a card it uses)
+            for gid, w in c.worlds.items():
+                with w.sysfs.lock():
+                    w.sysfs.add_controller(subsysnqn=a.target.subnqn, serial=a.serial,
+                                           model=a.model, traddr=EVIL,
+                                           hostnqn=f"nqn.2024-01.io.awide:{gid}")
+            assert len(held_at_evil(c)) == len(c.worlds) == 2
 
             # the attacker deletes the live leader's key and takes it on a lease of its own
             lease = (await attacker.grant(30)).id
