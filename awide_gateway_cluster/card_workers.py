@@ -6,7 +6,9 @@ so their blocking reads go to the probe worker's one thread together
 (``awide_cluster.cards.worker``). I/O errors the caller reports count as a bad observation at
 the next probe. A registry change starts workers for new cards, stops those of forgotten ones
 and wakes a card put back in service (at once when its path is not known good, else once the
-change settled).
+change settled). Each round also lets go of stray controllers (``Connector.sweep``): to a
+subsystem NQN of the cards of any registry used in this run (or kept in the state file from
+the previous one), at no target of a card in use.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.connector import Connector
 
 log = logging.getLogger("awide_gateway_cluster")
+SUBNQNS_MAX = 4096      # the cluster's subsystem NQNs remembered for the sweep at most
 
 
 class CardWorkers:
@@ -47,6 +50,8 @@ class CardWorkers:
         self._io_lock = threading.Lock()          # guards a dict update only, never I/O
         self.hostile = 0                          # registry targets refused as hostile
         self.refused = 0                          # cards refused (serial, identity, label)
+        self.subnqns: set[str] = set()            # the cards' subsystem NQNs seen in this run
+        self.swept = 0                            # stray controllers disconnected
 
     def report_io_error(self, card_id: str) -> None:
         """The caller saw an I/O error on ``card_id`` (any thread): counted at its next probe."""
@@ -64,6 +69,7 @@ class CardWorkers:
         card put back in service. The tasks releasing forgotten cards' connections (the
         gateway cancels them when it stops)."""
         releases: list[asyncio.Task[None]] = []
+        self.remember(reg)
         old_cards = {c.id: c for c in old.cards} if old else {}
         for cid, card in old_cards.items():
             if reg.card(cid) is None:
@@ -82,6 +88,26 @@ class CardWorkers:
                 else:
                     self._wake[card.id].set()       # a path not known good: probed at once
         return releases
+
+    def remember(self, reg: Registry) -> None:
+        """The subsystem NQNs of ``reg``'s NVMe cards are the cluster's (for the sweep): a
+        registry applied, or the state file's at start. At most ``SUBNQNS_MAX``."""
+        for c in reg.cards:
+            if c.target is not None and len(self.subnqns) < SUBNQNS_MAX:
+                self.subnqns.add(c.target.subnqn)
+
+    async def sweep(self) -> None:
+        """Stray controllers disconnected (``Connector.sweep``), when forgotten cards are
+        disconnected at all (``nvme.disconnect_forgotten``)."""
+        reg = self._registry()
+        if self.connector is None or reg is None or not self.config.nvme.disconnect_forgotten:
+            return
+        try:
+            self.swept += await self.connector.sweep(reg.cards, frozenset(self.subnqns))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the next round tries again
+            log.warning("stray controller sweep failed: %s", e)
 
     def _wake_card(self, card_id: str) -> None:
         wake = self._wake.get(card_id)
@@ -165,4 +191,5 @@ class CardWorkers:
         while True:
             for wake in self._wake.values():
                 wake.set()
+            await self.sweep()
             await asyncio.sleep(self._interval)

@@ -22,6 +22,13 @@ is connected stays connected (it is only out of service). A card the gateway no 
 (forgotten, or never vouched for) is disconnected (``release``): the controllers this gateway
 connected for it, else its subsystem's when no other card uses it.
 
+Stray controllers (``sweep``, each probe round; docs/gateway.md): a controller this host holds
+with this gateway's host NQN, to a subsystem NQN of the cluster's cards (of any registry the
+gateway used in this run, or of the one its state file kept from the previous run), at no
+target of a card it uses now, is disconnected (a forged or moved target, or a card forgotten
+while the gateway was down). At most ``SWEEP_MAX`` a round; only a sysfs controller name
+(``nvmeN``) reaches nvme-cli's argv.
+
 Directory cards: the directory must exist and carry a label naming the card's serial (and
 identity); a directory that holds another label (different storage mounted there) is refused.
 """
@@ -50,6 +57,26 @@ from awide_gateway_cluster.view import CardPath
 log = logging.getLogger("awide_gateway_cluster.connector")
 T = TypeVar("T")
 _IDENTITY_FORMS = ("nguid:", "uuid:", "eui64:")
+SWEEP_MAX = 8           # stray controllers disconnected per probe round at most
+
+
+def strays(ctrls: Sequence[Controller], *, hostnqn: str | None, subnqns: frozenset[str],
+           cards: Sequence[CardEntry]) -> tuple[Controller, ...]:
+    """The controllers to let go: connected with ``hostnqn`` (None: not known, nothing is
+    taken for this gateway's), to one of the cluster's subsystem NQNs ``subnqns``, at the
+    target of none of ``cards`` (the entries the gateway uses; a controller at a card's whole
+    target is the card's probe's business, even with another serial). Pure."""
+    if not hostnqn:
+        return ()
+    targets = []
+    for card in cards:
+        if card.kind == "nvme" and card.target is not None:
+            try:
+                targets.append(NvmeTarget.parse(card.target.to_dict()))
+            except InvalidTarget:
+                continue
+    return tuple(c for c in ctrls if c.hostnqn == hostnqn and c.subsysnqn in subnqns
+                 and not any(_at_target(c, t) for t in targets))
 
 
 class Connector:
@@ -210,6 +237,34 @@ class Connector:
         log.warning("card %s: disconnected %s: %s", card.id, name, why)
         self.connected.get(card.id, set()).discard(name)
         return True
+
+    async def sweep(self, cards: Sequence[CardEntry], subnqns: frozenset[str]) -> int:
+        """Disconnect the stray controllers (``strays``), at most ``SWEEP_MAX``, one log line
+        each; how many were disconnected. Bounded (one sysfs read, each disconnect)."""
+        if not self.hostnqn or not subnqns:
+            return 0
+        try:
+            async with asyncio.timeout(self.sysfs_timeout):
+                ctrls = await self.worker.run(self.sysfs.controllers, bound=self.sysfs_timeout,
+                                              key=f"{self._key}:sweep")
+        except (StillStuck, TimeoutError):
+            return 0
+        found = strays(ctrls, hostnqn=self.hostnqn, subnqns=subnqns, cards=cards)
+        done = 0
+        for ctrl in found[:SWEEP_MAX]:
+            try:
+                await self.nvme.disconnect_device(ctrl.name, timeout=self.command_timeout)
+            except (NvmeError, RunnerError, InvalidTarget) as e:
+                log.warning("stray controller %s (%r %r, serial %r): disconnect failed: %s",
+                            ctrl.name, ctrl.address.raw, ctrl.subsysnqn, ctrl.serial, e)
+                continue
+            log.warning("stray controller %s disconnected: %r %r (serial %r) is at no target "
+                        "of a card this gateway uses", ctrl.name, ctrl.address.raw,
+                        ctrl.subsysnqn, ctrl.serial)
+            for names in self.connected.values():
+                names.discard(ctrl.name)
+            done += 1
+        return done
 
     async def _fast_io_fail(self, card: CardEntry, name: str) -> None:
         """Set the new controller's fast_io_fail_tmo (sysfs; nvme-cli 2.3 cannot). A failure

@@ -241,6 +241,8 @@ class ClusterGateway(RegistryPoll):
         self._side.registration = self._registration
         self._poll_now = asyncio.Event()
         saved = await self._state.read()
+        if saved is not None:           # its cards' subsystems: strays of the previous run
+            self._cards.remember(saved.registry)
         first = await self._poll_once()     # the first registry read is never delayed
         self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
         try:

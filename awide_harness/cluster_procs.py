@@ -118,7 +118,9 @@ class ClusterProcs(ClusterBase):
                 world.add_target(nvme_nqn(c.key), serial=c.serial, model=NVME_MODEL,
                                  traddr=c.listen, trsvcid=c.port, nguid=nvme_nguid(c.key))
             nvme = {"program": str(world.bin_dir / "nvme"),
-                    "sysfs_root": str(world.sysfs_root), "command_timeout": 2.0}
+                    "sysfs_root": str(world.sysfs_root), "command_timeout": 2.0,
+                    # a host NQN of its own: its controllers show it (the stray sweep)
+                    "hostnqn": f"nqn.2024-01.io.awide:{gid}"}
             env = {k: v for k, v in world.env().items() if k == "PATH" or k.startswith("AWIDE_")}
             self.worlds[gid] = world
         path = self.work_dir / "config" / f"{gid}.yaml"

@@ -31,6 +31,7 @@ from awide_cluster.store import config as store_config
 from awide_cluster.store.errors import WRITE_REFUSAL_REASONS, ValueTooLarge
 from awide_gateway_cluster import backoff, gateway
 from awide_gateway_cluster import config as gateway_config
+from awide_gateway_cluster.connector import SWEEP_MAX
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("awide_cluster", "awide_gateway_cluster", "awide_harness")
@@ -244,6 +245,8 @@ QUOTES: tuple[Quote, ...] = (
           _too_large_label(), "leader_read.registry_found(ValueTooLarge(...)).found"),
     Quote("docs/operations.md", r"more than ([\d,]+) keys under the cluster prefix",
           count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
+    Quote("docs/metrics.md", r"over the (\d+) keys `status` reads",
+          count(bounds.CLUSTER_MAX_KEYS), "bounds.CLUSTER_MAX_KEYS"),
     Quote("docs/operations.md", r"at most (\d+) names",
           count(clusters.MAX_NAMES), "clusters.MAX_NAMES"),
     Quote("docs/operations.md", r"`--reason`, at most (\d+) characters",
@@ -310,6 +313,8 @@ QUOTES: tuple[Quote, ...] = (
           number(_GW["linearizable_every"].default), "gateway TimingSection.linearizable_every"),
     Quote("docs/config.md", r"watch_stall_after: ([\d.]+) ",
           f"{_GW_TOP['watch_stall_after'].default:.1f}", "GatewayConfig.watch_stall_after"),
+    Quote("docs/gateway.md", r"at most (\d+) a round,", count(SWEEP_MAX),
+          "connector.SWEEP_MAX"),
     Quote("docs/gateway.md", r"`watch_stall_after` \((\d+) s\)",
           number(_GW_TOP["watch_stall_after"].default), "GatewayConfig.watch_stall_after"),
     Quote("docs/gateway.md", r"TTL `lease_ttl`, (\d+) s by",

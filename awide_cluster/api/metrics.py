@@ -144,6 +144,14 @@ class DaemonMetrics:
                                          "Voting members of the etcd cluster, as this daemon "
                                          "last read its member list (learners not counted)",
                                          registry=r)
+        self.prefix_keys = Gauge("awide_prefix_keys",
+                                 "Keys under the cluster prefix, as this daemon last counted "
+                                 "them (at start, then beside each member-list read)",
+                                 registry=r)
+        self.prefix_key_flood = Gauge("awide_prefix_key_flood",
+                                      "1 while the last count of keys under the cluster prefix "
+                                      "was over the bound status reads (a key flood: status "
+                                      "too_many_keys), else 0", registry=r)
         self.etcd_history_resets = Counter("awide_etcd_history_resets",
                                            "New etcd histories this daemon followed (a restored "
                                            "or rebuilt etcd: lower revisions or another "
@@ -344,6 +352,11 @@ class DaemonMetrics:
             self.etcd_call(op, clock() - start, e)
             raise
         self.etcd_call(op, clock() - start)
+
+    def prefix_keys_counted(self, n: int, *, flood: bool) -> None:
+        """``n`` keys under the cluster prefix; ``flood``: over the bound status reads."""
+        self.prefix_keys.set(n)
+        self.prefix_key_flood.set(1 if flood else 0)
 
     # ------------------------------------------------------------------ output
     def exposition(self) -> bytes:

@@ -5,6 +5,8 @@ At start a cluster of fewer than 3 voting members is refused unless ``dev_cluste
 members is logged, shown in ``/v1/status`` and ``awide_etcd_voting_members``; the daemon keeps
 running. With authentication on, each member's etcd version is read too: a member with a
 known authentication bypass (``contract/etcd_version.py``) is logged and said in the report.
+Beside each read of the member list the keys under the cluster prefix are counted (one bounded
+keys-only read of at most one key: etcd counts the whole range), for ``awide_prefix_keys``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from awide_cluster.contract import etcd_version
+from awide_cluster.contract import bounds, etcd_version
 from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.store.errors import StoreError
-from awide_cluster.store.port import Store
+from awide_cluster.store.port import Store, StoreReader
 from awide_cluster.store.types import Member
 
 if TYPE_CHECKING:
@@ -34,6 +36,17 @@ def voting(members: tuple[Member, ...]) -> int:
     return sum(1 for m in members if not m.is_learner)
 
 
+async def count_prefix_keys(store: StoreReader, metrics: DaemonMetrics, *,
+                            timeout: float | None) -> int:
+    """How many keys lie under the cluster prefix: one keys-only range read of at most one
+    key (etcd answers the count of the whole range), set in ``awide_prefix_keys`` and
+    ``awide_prefix_key_flood`` (over ``bounds.CLUSTER_MAX_KEYS``, what ``status`` names
+    ``too_many_keys``). Raises ``StoreError``."""
+    result = await store.range("", prefix=True, keys_only=True, limit=1, timeout=timeout)
+    metrics.prefix_keys_counted(result.count, flood=result.count > bounds.CLUSTER_MAX_KEYS)
+    return result.count
+
+
 class ClusterTooSmall(RuntimeError):
     """The etcd cluster has fewer than 3 members and the config does not say dev_cluster."""
 
@@ -46,6 +59,7 @@ class EtcdMembers:
         self.cluster_size: int | None = None        # voting etcd members, as last read
         self.recheck_every = MEMBERS_RECHECK        # seconds between member-list reads
         self._read_at = 0.0                         # monotonic time of the last read
+        self.key_flood = False                      # the last key count was over the bound
 
     async def check(self) -> bool:
         """Refuse an etcd cluster of fewer than 3 members unless dev_cluster. Retries (each
@@ -70,6 +84,7 @@ class EtcdMembers:
                     f"etcd cluster has {n} member(s): a card cluster needs 3 or more to survive "
                     "the loss of a host (set dev_cluster: true for a development cluster)")
             await self.versions()
+            await self.count_keys()
             if cfg.dev_cluster:
                 log.warning("DEVELOPMENT CLUSTER (dev_cluster: true): etcd has %d member(s); "
                             "this cluster is not fit for production", n)
@@ -94,6 +109,25 @@ class EtcdMembers:
             log.warning("%s: %s: install a fixed etcd (docs/security.md)", cfg.host, line)
         self.shared.etcd_note = line
 
+    async def count_keys(self) -> None:
+        """The keys under the cluster prefix counted (``count_prefix_keys``, bounded; a
+        failure is noted and tried at the next recheck); a flood starting or ending is logged
+        once."""
+        cfg = self.shared.config
+        try:
+            n = await count_prefix_keys(self.store, self.metrics, timeout=cfg.etcd.call_timeout)
+        except StoreError as e:
+            self.shared.note_error(f"etcd key count: {e}")
+            return
+        flood = n > bounds.CLUSTER_MAX_KEYS
+        if flood and not self.key_flood:
+            log.warning("%s: key flood: %d keys under the cluster prefix, over the bound of "
+                        "%d (status: too_many_keys); delete the junk keys", cfg.host, n,
+                        bounds.CLUSTER_MAX_KEYS)
+        elif self.key_flood and not flood:
+            log.info("%s: key flood over: %d keys under the cluster prefix", cfg.host, n)
+        self.key_flood = flood
+
     async def recheck_when_due(self) -> None:
         """5. The member list again, once ``recheck_every`` seconds passed since the last."""
         if self.shared.clock.monotonic() - self._read_at >= self.recheck_every:
@@ -111,6 +145,7 @@ class EtcdMembers:
             shared.note_error(f"etcd member list: {e}")
             return
         await self.versions()
+        await self.count_keys()
         n, was = voting(members), self.cluster_size
         self.cluster_size = n
         self.metrics.etcd_voting_members.set(n)

@@ -69,6 +69,7 @@ class Controller:
     state: str                # live, connecting, resetting, deleting, ... ("" if unreadable)
     cntlid: int | None
     namespaces: tuple[Namespace, ...] = ()
+    hostnqn: str = ""         # the host NQN it connected with (fabrics); "" when not shown
 
     def namespace(self, nsid: int | None = None) -> Namespace | None:
         """The namespace with ``nsid``, or (nsid None) the one with the lowest nsid."""
@@ -126,6 +127,7 @@ class Sysfs:
             state=_read(base / "state") or "",
             cntlid=_int(cntlid_text),
             namespaces=self._namespaces(base),
+            hostnqn=_read(base / "hostnqn") or "",
         )
         if not base.is_dir():          # disconnected while we read it
             return None

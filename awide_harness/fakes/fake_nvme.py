@@ -293,7 +293,7 @@ def cmd_connect(world: World, opts: dict[str, str]) -> int:
             model=target.get("model", "AWIDE Fake NVMe Ctrl"),
             firmware_rev=target.get("firmware", "1.0"), transport=transport,
             traddr=traddr, trsvcid=trsvcid, state=target.get("state", "live"),
-            cntlid=int(target.get("cntlid", 1)), namespaces=[ns])
+            cntlid=int(target.get("cntlid", 1)), namespaces=[ns], hostnqn=host)
     if opts.get("output-format") == "json":
         out(dump({"device": name}))
     else:

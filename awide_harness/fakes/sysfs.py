@@ -104,6 +104,7 @@ class FakeSysfs:
         transport: str = "tcp", traddr: str = "10.200.0.11", trsvcid: int | str = 4420,
         address: str | None = None, state: str = "live", cntlid: int = 1,
         namespaces: Iterable[FakeNs] = (FakeNs(),), multipath: bool = False,
+        hostnqn: str = "",
     ) -> str:
         """Create ``class/nvme/<name>`` with its attributes and namespaces; return the name."""
         name = name or self.next_name()
@@ -116,6 +117,8 @@ class FakeSysfs:
             "serial": serial, "model": model, "firmware_rev": firmware_rev, "state": state,
             "cntlid": str(cntlid),
         }
+        if hostnqn:                       # fabrics controllers show the host NQN used
+            attrs["hostnqn"] = hostnqn
         for key, value in attrs.items():
             (base / key).write_text(value + "\n")
         subsys = self._subsystem_for(subsysnqn)

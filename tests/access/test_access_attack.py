@@ -5,7 +5,8 @@ address outside its allowed ones, (d) a whole self-consistent forged registry. R
 and gateways (fake NVMe initiators that log every argv): no gateway runs ``nvme connect`` to
 an address no host vouched for, the healthy cards stay in service, ``status`` names the
 refused writes and the taken leadership, and once the attacker lets go the cluster repairs
-itself with no controller left at the attacker's address."""
+itself with no controller left at the attacker's address (each gateway starts with one there,
+as if it had followed a forged entry before, and lets go of it)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,16 @@ async def test_a_compromised_host_cannot_steer_another_hosts_cards(tmp_path: Any
             a, b = reg.card(a_id), reg.card(b_id)
             assert a is not None and b is not None
             assert a.target is not None and b.target is not None
+            # as if each gateway had followed a forged entry before: a controller of s1's
+            # card's subsystem, with the gateway's host NQN, at the attacker's address; the
+            # gateway lets go of it (at no target of a card it uses)
+            planted = {}
+            for gid, w in c.worlds.items():
+                with w.sysfs.lock():
+                    planted[gid] = w.sysfs.add_controller(
+                        subsysnqn=a.target.subnqn, serial=a.serial, model=a.model,
+                        traddr=EVIL, hostnqn=f"nqn.2024-01.io.awide:{gid}")
+            assert len(planted) == 2
 
             # the attacker deletes the live leader's key and takes it on a lease of its own
             lease = (await attacker.grant(30)).id
@@ -162,6 +173,9 @@ async def test_a_compromised_host_cannot_steer_another_hosts_cards(tmp_path: Any
             assert all(t is not None for t in views.values()), views
             assert connects_to_evil(c) == []
             assert held_at_evil(c) == []
+            for gid, name in planted.items():       # each gateway let go of its own
+                assert any("disconnect" in argv and f"--device={name}" in argv
+                           for argv in c.worlds[gid].calls()), c.worlds[gid].calls()
             history = subprocess.run(RUN + ["history", "--config", str(cfg)],
                                      capture_output=True, text=True, timeout=60)
             assert "taken" in history.stdout and "s2" in history.stdout, history.stdout

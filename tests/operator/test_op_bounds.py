@@ -3,7 +3,9 @@ else, it shows as a ``value_too_large`` problem naming the key."""
 
 from __future__ import annotations
 
+from awide_cluster.api.metrics import DaemonMetrics
 from awide_cluster.contract import bounds, keys
+from awide_cluster.daemon.etcd_members import count_prefix_keys
 from awide_cluster.operator.freshness import Observations, record_read
 from awide_cluster.operator.gather import StatusReader
 from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
@@ -14,6 +16,14 @@ from tests.operator import op_state as state
 from tests.operator.op_fixtures import cluster_name, shared_etcd  # noqa: F401
 
 NEAR_LIMIT = 1536 * 1024 - 8 * 1024       # just under etcd's default --max-request-bytes
+
+
+def gauge(metrics: DaemonMetrics, name: str) -> float:
+    """The value of the unlabelled gauge ``name`` (but for ``cluster``) as exposed."""
+    for line in metrics.exposition().decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exposed")
 
 
 def problems(st, code):
@@ -123,13 +133,21 @@ def test_more_keys_than_the_bound_is_a_problem():
 async def test_a_key_flood_hides_no_fixed_key_and_is_named(shared_etcd, cluster_name):
     """3,000 extra keys under intents/ (the operator role may write intents): the first 2,048
     keys of the prefix in key order are nearly all intents, yet the leader, the registry and
-    every host report are read by name, and the flood is named with its folder."""
+    every host report are read by name, and the flood is named with its folder; the daemon's
+    count (``awide_prefix_keys``, ``awide_prefix_key_flood``) says it too."""
     await state.awrite(shared_etcd.endpoints, cluster_name, state.healthy_state(cluster_name))
     flood = 3000
+    metrics = DaemonMetrics(host="h1", role="storage", version="x", cluster=cluster_name)
     async with slow_store(shared_etcd, cluster_name) as s:
+        healthy = await count_prefix_keys(s, metrics, timeout=SLOW)
+        assert 0 < healthy < bounds.CLUSTER_MAX_KEYS
+        assert gauge(metrics, "awide_prefix_key_flood") == 0
         names = [f"{keys.INTENTS}flood-{i:04d}" for i in range(flood)]
         for at in range(0, flood, 100):
             await s.txn([], [Put(k, b"{}") for k in names[at:at + 100]])
+        assert await count_prefix_keys(s, metrics, timeout=SLOW) == healthy + flood
+    assert gauge(metrics, "awide_prefix_keys") == healthy + flood
+    assert gauge(metrics, "awide_prefix_key_flood") == 1
     store = slow_store(shared_etcd, cluster_name)
     try:
         reader = StatusReader(store, cluster=cluster_name, endpoints=shared_etcd.endpoints,
