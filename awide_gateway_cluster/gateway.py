@@ -469,6 +469,7 @@ class ClusterGateway:
             fingerprint=v.fingerprint, generation=v.generation, engine=self._engine.name,
             version=__version__, stale=bool(self._follower.state.problem),
             **(self._vouch.record_fields() if self._vouch is not None else {}),
+            **self._state.record_fields(time.time()),
         )
 
     def _loop_failed(self, what: str, e: BaseException) -> None:
