@@ -184,6 +184,7 @@ class ClusterGateway:
             refusals=self._vouch.vouching.problems() if self._vouch else (),
             state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
             state_note=self._state.note,
+            layout_records_refused=self._side.unreadable,
         )
 
     # ------------------------------------------------------------------ engine and wipe

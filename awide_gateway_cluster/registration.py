@@ -21,7 +21,7 @@ from awide_cluster.contract.records import (
 from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_cluster.store.types import Compare, Put
-from awide_gateway_cluster.layout import LayoutMismatch, decide, namespace_id
+from awide_gateway_cluster.layout import LayoutMismatch, LayoutUnreadable, decide, namespace_id
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
@@ -69,9 +69,7 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     try:
         recorded = decode_layout(kv.value, key=key)
     except LayoutRecordError as e:
-        unreadable = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
-                                  algorithm=0, slot_algorithm=0, created_by="?")
-        return LayoutMismatch(mine.namespace, unreadable, mine)    # never overwritten
+        return LayoutUnreadable(mine.namespace, str(e), mine)     # never overwritten
     step = decide(recorded, mine)
     if step in ("cold", "grown"):
         if mine.cards is None:
