@@ -92,7 +92,8 @@ async def test_a_gateway_restarted_in_an_etcd_outage_serves_its_state_file(
         async def shown() -> Problem | None:
             _, status = await reader.snapshot()
             return next((p for p in status.problems if p.code == "gateway_state_file"
-                         and p.subject == cfg.id and " until " in p.message), None)
+                         and p.subject == cfg.id
+                         and "when etcd's registry replaced it" in p.message), None)
 
         problem = await wait_until(shown, what="status shows the state file served")
         assert problem.severity == "warning" and not problem.holds, problem
