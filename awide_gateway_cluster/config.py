@@ -187,6 +187,16 @@ class NvmeSection(Section):
     keep_alive_tmo: int = Field(
         default=2, ge=1, le=60,
         description="nvme connect --keep-alive-tmo: a silent target is noticed within it (s)")
+    discovery: bool = Field(
+        default=False,
+        description="before each nvme connect, read the discovery log of the NVMe-oF "
+                    "discovery controller at the card's vouched address and connect only when "
+                    "it publishes the card's subsystem at that very address and port; nothing "
+                    "is taken from it (the registry stays the authority)")
+    discovery_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="port of that discovery controller; none: the card's own port (a Linux "
+                    "nvmet port answers discovery too), 8009 for a dedicated one")
 
     @field_validator("hostid")
     @classmethod

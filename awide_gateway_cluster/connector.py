@@ -86,7 +86,8 @@ class Connector:
                  hostid: str | None = None,
                  command_timeout: float = 5.0, read_label: Callable[[Path], Any] | None = None,
                  sysfs_timeout: float = 1.0, worker: ProbeWorker | None = None,
-                 timeouts: FabricTimeouts | None = None) -> None:
+                 timeouts: FabricTimeouts | None = None,
+                 discovery: bool = False, discovery_port: int | None = None) -> None:
         self.nvme, self.sysfs = nvme, sysfs
         # every card's reads of one probe round go to the worker's thread together; by default
         # a worker of this gateway's own (a worker serves one event loop, and a host program
@@ -106,6 +107,9 @@ class Connector:
         self.connected: dict[str, set[str]] = {}     # card id -> controllers connected for it
 
         self.timeouts = timeouts
+        # ask the discovery controller at a card's address (on this port, None: the card's)
+        # before a connect (docs/gateway.md, "NVMe-oF discovery")
+        self.discovery, self.discovery_port = discovery, discovery_port
 
     async def _off_loop(self, fn: Callable[[], T], card: CardEntry, what: str) -> T:
         """A sysfs/file read off the event loop, on the probe worker, bounded. A read of the
@@ -146,6 +150,11 @@ class Connector:
                 return _wrong_card(card, target, wrong[0].serial, wrong[0].model)
             if card.state != "in":
                 return Probe(note=f"not connected (registry: {card.state})")
+            if self.discovery:
+                unpublished = await self._unpublished(
+                    card, target, self.discovery_port or target.trsvcid)
+                if unpublished is not None:
+                    return unpublished
             connected = await self._connect(card, target)
             if isinstance(connected, Probe):
                 return connected
@@ -212,6 +221,26 @@ class Connector:
         if ctrl.serial != card.serial:
             return _wrong_card(card, target, ctrl.serial, ctrl.model)
         return ctrl
+
+    async def _unpublished(self, card: CardEntry, target: NvmeTarget,
+                           port: int) -> Probe | None:
+        """None when the discovery controller at the card's (vouched) address publishes its
+        target as is; else why the card is not connected (its log is only compared with the
+        target: no address or port is ever taken from it)."""
+        where = f"{target.transport}://{target.traddr}:{port}"
+        try:
+            found = await self.nvme.discover(target.transport, target.traddr, port,
+                                             self.hostnqn, timeout=self.command_timeout)
+        except (NvmeError, RunnerError, InvalidTarget) as e:
+            log.warning("card %s: not connected: discovery at %s failed: %s", card.id, where, e)
+            return Probe(note=f"not connected: discovery at {where} failed: {e}")
+        if found.publishes(target):
+            return None
+        log.warning("card %s: not connected: the discovery controller at %s does not publish "
+                    "%s (%d entries, %d skipped)", card.id, where, target,
+                    len(found.targets), found.skipped)
+        return Probe(note=f"not connected: {target} not published by the discovery "
+                          f"controller at {where}")
 
     async def _let_go_elsewhere(self, card: CardEntry, target: NvmeTarget,
                                 ctrls: Sequence[Controller]) -> None:
@@ -400,7 +429,9 @@ def for_config(config: GatewayConfig, *, nvme: NvmeCli | None, sysfs: Sysfs | No
                      dhchap_ctrl_secret_file=config.nvme.dhchap_ctrl_secret_file,
                      hostid=config.nvme.hostid,
                      command_timeout=config.nvme.command_timeout, read_label=read_label,
-                     worker=worker, timeouts=config.nvme.fabric_timeouts)
+                     worker=worker, timeouts=config.nvme.fabric_timeouts,
+                     discovery=config.nvme.discovery,
+                     discovery_port=config.nvme.discovery_port)
 
 
 def _default_label_reader() -> Callable[..., Any] | None:

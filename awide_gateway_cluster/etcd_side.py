@@ -59,6 +59,7 @@ class EtcdSide:
         self._interval, self._call, self._clock, self._rng = interval, call_timeout, clock, rng
         self._backoff = Backoff(interval, CAP_INTERVALS * interval, rng)
         self.ok = self.mismatch = False
+        self.unreadable = 0                      # layout records that did not decode
         self.problem = "key layout not verified yet (etcd not reached)"
         self.registration: Registration | None = None
         self.applied_at: float | None = None     # clock time the last registry was applied
@@ -89,6 +90,8 @@ class EtcdSide:
         if isinstance(step, lay.LayoutMismatch):
             self.ok, self.problem = False, str(step)
             self.mismatch = True
+            if isinstance(step, lay.LayoutUnreadable):
+                self.unreadable += 1
             log.error("%s", step)
             self._publish(ev.ChangeEvent("layout_mismatch", detail=str(step),
                                          generation=self._generation()))

@@ -191,6 +191,7 @@ class ClusterGateway(RegistryPoll):
             refusals=self._vouch.vouching.problems() if self._vouch else (),
             state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
             state_note=self._state.note,
+            layout_records_refused=self._side.unreadable,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -395,6 +396,7 @@ class ClusterGateway(RegistryPoll):
             version=__version__, stale=bool(self._follower.state.problem),
             algorithms=PLACEMENT_ALGORITHMS,
             **(self._vouch.record_fields() if self._vouch is not None else {}),
+            **self._state.record_fields(time.time()),
         )
 
     def _loop_failed(self, what: str, e: BaseException) -> None:

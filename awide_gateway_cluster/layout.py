@@ -85,6 +85,19 @@ class FormatTooNew(LayoutMismatch):
             "refusing to start (an older gateway never reads blocks of a newer format)"))
 
 
+class LayoutUnreadable(LayoutMismatch):
+    """The layout recorded for the namespace does not decode (never overwritten: the start is
+    refused, and counted in ``GatewayStats.layout_records_refused``)."""
+
+    def __init__(self, namespace: str, why: str, mine: LayoutRecord) -> None:
+        recorded = LayoutRecord(namespace=namespace, placement=f"<unreadable: {why}>",
+                                algorithm=0, slot_algorithm=0, created_by="?")
+        super().__init__(namespace, recorded, mine, (
+            f"key layout record of namespace {namespace} does not decode ({why}): refusing "
+            f"to start this namespace (it is never overwritten; re-seed it by deleting "
+            f"layouts/{namespace} once its gateways are stopped)"))
+
+
 @dataclass(frozen=True, slots=True)
 class CardSet:
     """The cards holding a slot in a registry (out or drained ones too: a card going out

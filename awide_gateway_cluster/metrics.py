@@ -54,6 +54,8 @@ _COUNTERS = (
      "Registry polls left out: the watch proved the view fresh"),
     ("entries_refused", "awide_gateway_entries_refused",
      "Registry entries no host report vouched for (wrong id, host, target or address)"),
+    ("layout_records_refused", "awide_gateway_layout_records_refused",
+     "Layout records of this gateway's namespace that did not decode (the start refused)"),
 )
 
 

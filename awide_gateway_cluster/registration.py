@@ -22,7 +22,13 @@ from awide_cluster.contract.records import (
 from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_cluster.store.types import Compare, Put
-from awide_gateway_cluster.layout import LayoutMismatch, adopt, decide, namespace_id
+from awide_gateway_cluster.layout import (
+    LayoutMismatch,
+    LayoutUnreadable,
+    adopt,
+    decide,
+    namespace_id,
+)
 
 log = logging.getLogger("awide_gateway_cluster.registration")
 
@@ -74,9 +80,7 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     try:
         recorded = decode_layout(kv.value, key=key)
     except LayoutRecordError as e:
-        unreadable = LayoutRecord(namespace=mine.namespace, placement=f"<unreadable: {e}>",
-                                  algorithm=0, slot_algorithm=0, created_by="?")
-        return LayoutMismatch(mine.namespace, unreadable, mine)    # never overwritten
+        return LayoutUnreadable(mine.namespace, str(e), mine)     # never overwritten
     taken = adopt(recorded, mine)
     if taken != mine:
         log.warning("namespace %s is recorded with placement algorithm %d (this gateway's "

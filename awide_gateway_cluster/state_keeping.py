@@ -12,15 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import LayoutRecord
+from awide_cluster.contract.records import LayoutRecord, iso
 from awide_cluster.contract.registry import Registry
 from awide_gateway_cluster import state_file as sf
 from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.follower import FollowStep
 
 log = logging.getLogger("awide_gateway_cluster")
+
+# how long after etcd answered the gateway's record still says it served its state file (the
+# operator sees it in ``status`` after an outage; a passing warning then goes by itself)
+SERVED_SHOWN = 900.0
 
 
 class StateKeeping:
@@ -33,6 +38,9 @@ class StateKeeping:
         self.layout_from_file = False
         self.verified_layout: LayoutRecord | None = None
         self._offered: tuple[Registry, LayoutRecord | None] | None = None
+        # the state file served at this start: its age then (s), since and until when (wall
+        # clock; until None while it is served)
+        self.served: tuple[float, float, float | None] | None = None
         d = config.state.dir
         self.path = sf.path_for(d, self._id) if d is not None else None
         self._keeper = sf.StateKeeper(self.path) if self.path else None
@@ -73,6 +81,7 @@ class StateKeeping:
                      self._id, saved.describe(now))
             return False
         self.saved = saved
+        self.served = (max(0.0, now - saved.saved_at), now, None)
         self.note = f"serving the state file: {saved.describe(now)}"
         if saved.layout is not None and saved.layout.same_layout(layout) and not layout_ok:
             self.layout_from_file = True
@@ -83,6 +92,8 @@ class StateKeeping:
         """etcd's registry ``reg`` was applied: the state file is no longer served. With
         ``judge`` (nothing read from etcd before), the registry it served (None: none)."""
         saved, self.saved = self.saved, None
+        if self.served is not None and self.served[2] is None:
+            self.served = (self.served[0], self.served[1], time.time())
         if not judge or saved is None:
             return None
         why = sf.judge(saved, cluster=self._config.cluster, now=time.time(),
@@ -94,6 +105,16 @@ class StateKeeping:
                     reg.generation, reg.lineage or "-", saved.generation,
                     saved.lineage or "-", f" ({why})" if why else "")
         return saved.registry
+
+    def record_fields(self, now: float) -> dict[str, Any]:
+        """What the gateway's record says of the state file served at this start: while it
+        is served, and for ``SERVED_SHOWN`` seconds after etcd's registry replaced it."""
+        if self.served is None:
+            return {}
+        age, since, until = self.served
+        if until is not None and now - until > SERVED_SHOWN:
+            return {}
+        return {"state_age": round(age), "state_since": iso(since), "state_until": iso(until)}
 
     def layout_verified(self, layout: LayoutRecord) -> None:
         """etcd confirmed ``layout``."""

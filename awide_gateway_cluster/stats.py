@@ -35,3 +35,4 @@ class GatewayStats:
     refusals: tuple[str, ...] = ()  # the refusals in force: card, host, field, why
     state_file_age: float | None = None   # age (s) of the state file served (None: not served)
     state_note: str = ""            # what became of the state file (served, refused: why)
+    layout_records_refused: int = 0     # layout records of its namespace that did not decode

@@ -210,6 +210,13 @@ class GatewayRecord:
     # the placement algorithm versions this gateway can run (absent in a record of a release
     # before the field: it runs 1 only)
     algorithms: tuple[int, ...] = PLACEMENT_ALGORITHMS
+    # the gateway served its state file at start (etcd did not answer): how old the file was
+    # then (whole seconds), when it began (ISO, the gateway's clock) and when etcd's registry
+    # replaced it ("" while it still serves it); written only when ``state_since`` is set, for
+    # a while after etcd answered (older readers ignore them)
+    state_age: int = 0
+    state_since: str = ""
+    state_until: str = ""
 
     def __post_init__(self) -> None:
         # the engine's name comes from the engine integration: written as readers accept it
@@ -228,6 +235,8 @@ class GatewayRecord:
             **({"refused": self.refused, "refusing": self.refusing,
                 "last_refusal": u.clean_text(self.last_refusal, REFUSAL_MAX)}
                if self.refused else {}),
+            **({"state_age": self.state_age, "state_since": self.state_since,
+                "state_until": self.state_until} if self.state_since else {}),
         })
 
 
@@ -269,6 +278,9 @@ def decode_gateway(raw: bytes | str, gateway_id: str | None = None, *,
         refused=f.integer("refused", 0), refusing=f.integer("refusing", 0),
         last_refusal=f.text("last_refusal", required=False, limit=REFUSAL_MAX),
         algorithms=_algorithms(f),
+        state_age=f.integer("state_age", 0),
+        state_since=f.text("state_since", required=False, limit=u.TIME_TEXT_MAX),
+        state_until=f.text("state_until", required=False, limit=u.TIME_TEXT_MAX),
     )
 
 

@@ -22,7 +22,14 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 
-from awide_cluster.contract.target import NvmeTarget, validate_device_name, validate_nqn
+from awide_cluster.contract.target import (
+    NvmeTarget,
+    validate_device_name,
+    validate_nqn,
+    validate_traddr,
+    validate_transport,
+    validate_trsvcid,
+)
 from awide_cluster.nvme import parse
 from awide_cluster.nvme.dhchap import DhchapSecret
 from awide_cluster.nvme.errors import (
@@ -152,6 +159,20 @@ class NvmeCli:
         device = parse.parse_connect(done.stdout)
         log.info("nvme connect %s -> %s", target, device)
         return device
+
+    async def discover(self, transport: str, traddr: str, trsvcid: int,
+                       hostnqn: str | None = None, *,
+                       timeout: float | None = None) -> parse.DiscoveryLog:
+        """Read the discovery log of the discovery controller at ``traddr``:``trsvcid``
+        (``nvme discover``, bounded; its answer is parsed as untrusted, at most
+        ``parse.DISCOVERY_RECORDS_MAX`` entries). Connects nothing."""
+        args = [f"--transport={validate_transport(transport)}",
+                f"--traddr={validate_traddr(traddr)}",
+                f"--trsvcid={validate_trsvcid(trsvcid)}"]
+        if hostnqn is not None:
+            args.append(f"--hostnqn={validate_nqn(hostnqn, 'hostnqn')}")
+        done = await self._checked("discover", [*args, "--output-format=json"], timeout)
+        return parse.parse_discover(done.stdout)
 
     async def disconnect(self, subnqn: str, *, timeout: float | None = None) -> int:
         """Disconnect every controller of ``subnqn``; return how many.

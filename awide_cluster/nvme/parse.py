@@ -10,6 +10,9 @@ Shapes (see tests/fixtures/nvme-cli-2.3/):
 - ``id-ns -o json``: flat object with ``nguid`` (32 hex) and ``eui64`` (16 hex).
 - ``connect``: ``device: nvmeN`` (text) or ``{"device": "nvmeN"}`` (``-o json``).
 - ``disconnect``: ``NQN:<nqn> disconnected <n> controller(s)``.
+- ``discover -o json``: ``{"genctr": N, "records": [{trtype, adrfam, subtype, treq, portid,
+  trsvcid, subnqn, traddr, ...}]}``; ``subtype`` is ``nvme subsystem`` for a subsystem (a
+  discovery controller's own entries and referrals are other subtypes).
 
 Junk or missing fields raise ``NvmeParseError(command, field, reason)``.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from awide_cluster.contract.target import (
     InvalidTarget,
+    NvmeTarget,
     clean_firmware,
     clean_model,
     clean_serial,
@@ -319,3 +323,44 @@ def parse_disconnect(text: str) -> int:
     if m is None:
         raise NvmeParseError("disconnect", "disconnected", "no 'disconnected N controller(s)'")
     return int(m.group(1))
+
+
+# the most discovery log entries read (a discovery controller of a storage host lists its
+# cards' subsystems, a few per host; more is refused, not cut)
+DISCOVERY_RECORDS_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryLog:
+    """What a discovery controller published: the subsystem entries that are valid targets
+    (the others, and entries of other subtypes, are left out and counted)."""
+
+    targets: tuple[NvmeTarget, ...]
+    skipped: int
+
+    def publishes(self, target: NvmeTarget) -> bool:
+        """``target`` (transport, address, port and NQN, canonical) is published as is."""
+        return target in self.targets
+
+
+def parse_discover(text: str) -> DiscoveryLog:
+    """The subsystem entries of ``nvme discover -o json``, each validated as a target like a
+    registry's (untrusted: an entry that is not one is skipped, never used)."""
+    doc = _load("discover", text)
+    records = _field("discover", doc, "records", list)
+    if len(records) > DISCOVERY_RECORDS_MAX:
+        raise NvmeParseError("discover", "records",
+                             f"{len(records)} entries, over {DISCOVERY_RECORDS_MAX}")
+    targets: list[NvmeTarget] = []
+    skipped = 0
+    for r in records:
+        if not isinstance(r, dict) or r.get("subtype") != "nvme subsystem":
+            skipped += 1
+            continue
+        try:
+            targets.append(NvmeTarget.parse({
+                "transport": r.get("trtype"), "traddr": r.get("traddr"),
+                "trsvcid": r.get("trsvcid"), "subnqn": r.get("subnqn")}))
+        except InvalidTarget:
+            skipped += 1
+    return DiscoveryLog(tuple(targets), skipped)

@@ -182,6 +182,12 @@ class GatewayRecordView:
     refused: int = 0
     refusing: int = 0
     last_refusal: str = ""
+    # it served its state file at its start (etcd did not answer): the file's age then (s),
+    # since and until when (its own clock, ISO; until "" while it serves it); "" since: not
+    # served (or long enough ago that its record no longer says so)
+    state_age: int = 0
+    state_since: str = ""
+    state_until: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,9 @@ def gateway_summary(gateways: Sequence[GatewayRecordView], generation: int | Non
             for g in behind[:3]) + (f" +{len(behind) - 3}" if len(behind) > 3 else ""))
     if stale:
         parts.append("stale view: " + _names(stale, ""))
+    served = [g for g in readable if g.state_since]
+    if served:
+        parts.append("served state file: " + _names(served, ""))
     if odd:
         parts.append("other fingerprint: " + _names(odd, ""))
     unreadable = [g for g in gateways if g.error]
@@ -444,7 +447,10 @@ def wide(st: ClusterStatus) -> str:
             (g.id, g.host, g.pod, g.namespace, g.placement, g.fingerprint,
              g.generation if g.generation is not None else "?",
              g.lag if g.lag is not None else "?", g.engine,
-             g.error or ("stale view" if g.stale else ""))
+             g.error or "; ".join(n for n in (
+                 "stale view" if g.stale else "",
+                 ("serving state file" if not g.state_until else "served state file")
+                 if g.state_since else "") if n))
             for g in st.gateways])
     else:
         out.append("  (no gateways)")

@@ -27,8 +27,12 @@ a connect asking the controller for a key (``--dhchap-ctrl-secret`` or the port'
 key for the host.
 
 Commands: connect, disconnect, list-subsys, list, id-ctrl, id-ns (JSON shapes as in
-tests/fixtures/nvme-cli-2.3/). ``connect`` creates ``class/nvme/nvmeN`` (next never-used N)
-with its namespace; ``disconnect`` removes controllers. ``hang`` starts a child process and
+tests/fixtures/nvme-cli-2.3/), discover (a discovery controller on every target address, at
+its targets' ports and the world's ``discovery_port``, 8009 by default, as Linux nvmet and a
+dedicated one answer: it lists the targets at that address whose
+``published`` is not false, then the world's ``discovery_extra`` records). ``connect``
+creates ``class/nvme/nvmeN`` (next never-used N) with its namespace; ``disconnect`` removes
+controllers. ``hang`` starts a child process and
 sleeps (both must be killed by the caller's runner; their pids are logged).
 """
 
@@ -63,6 +67,8 @@ VALUE_OPTS = {
     "list": {"output-format": "o"},
     "id-ctrl": {"output-format": "o"},
     "id-ns": {"output-format": "o", "namespace-id": "n"},
+    "discover": {"transport": "t", "traddr": "a", "trsvcid": "s", "hostnqn": "q",
+                 "hostid": "I", "nqn": "n", "output-format": "o"},
 }
 FLAG_OPTS = {
     "connect": {"duplicate-connect": "D", "verbose": "v", "hdr-digest": "g",
@@ -72,6 +78,7 @@ FLAG_OPTS = {
     "list": {"verbose": "v"},
     "id-ctrl": {"human-readable": "H", "vendor-specific": "v", "raw-binary": "b"},
     "id-ns": {"human-readable": "H", "vendor-specific": "v", "raw-binary": "b"},
+    "discover": {"verbose": "v", "persistent": "p"},
 }
 
 
@@ -405,6 +412,41 @@ def cmd_id_ns(world: World, opts: dict[str, str], positional: list[str]) -> int:
     return 0
 
 
+def cmd_discover(world: World, opts: dict[str, str]) -> int:
+    transport, traddr = opts.get("transport"), opts.get("traddr")
+    if not transport or not traddr:
+        err("required argument [--transport | -t] or [--traddr | -a] not specified\n")
+        return 1
+    at = [t for t in world.doc.get("targets", []) if t["traddr"] == traddr
+          and t.get("transport", "tcp") == transport and t.get("reachable", True)]
+    ports = {str(t["trsvcid"]) for t in at} | {str(world.doc.get("discovery_port", 8009))}
+    if not at or opts.get("trsvcid", "8009") not in ports:
+        err("Failed to write to /dev/nvme-fabrics: Connection refused\n"
+            "failed to add controller, error connection refused\n")
+        return 1
+    records: list[dict[str, Any]] = [{
+        "trtype": transport, "adrfam": "ipv4", "subtype": "current discovery subsystem",
+        "treq": "not specified", "portid": 0, "trsvcid": opts.get("trsvcid", "8009"),
+        "subnqn": "nqn.2014-08.org.nvmexpress.discovery", "traddr": traddr,
+        "eflags": "none", "sectype": "none"}]
+    records += [{"trtype": t.get("transport", "tcp"), "adrfam": "ipv4",
+                 "subtype": "nvme subsystem", "treq": "not specified", "portid": 1,
+                 "trsvcid": str(t["trsvcid"]), "subnqn": t["subnqn"], "traddr": t["traddr"],
+                 "eflags": "none", "sectype": "none"}
+                for t in at if t.get("published", True)]
+    records += world.doc.get("discovery_extra", [])
+    if opts.get("output-format") == "json":
+        out(dump({"genctr": len(records), "records": records}))
+    else:
+        out(f"\nDiscovery Log Number of Records {len(records)}, Generation counter "
+            f"{len(records)}\n")
+        for i, r in enumerate(records):
+            out(f"=====Discovery Log Entry {i}======\n")
+            for k, v in r.items():
+                out(f"{k}: {v}\n")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     log_call(argv)
     if not argv:
@@ -436,6 +478,8 @@ def main(argv: list[str]) -> int:
         return cmd_list(world, opts)
     if command == "id-ctrl":
         return cmd_id_ctrl(world, opts, positional)
+    if command == "discover":
+        return cmd_discover(world, opts)
     return cmd_id_ns(world, opts, positional)
 
 

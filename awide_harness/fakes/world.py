@@ -78,17 +78,20 @@ class FakeNvmeWorld:
                    reachable: bool = True, state: str = "live",
                    allowed_hosts: list[str] | None = None,
                    dhchap_keys: Mapping[str, str] | None = None,
-                   dhchap_ctrl_keys: Mapping[str, str] | None = None) -> dict[str, Any]:
+                   dhchap_ctrl_keys: Mapping[str, str] | None = None,
+                   published: bool = True) -> dict[str, Any]:
         """Describe a reachable target (one namespace). ``nguid`` defaults to a random one.
         ``allowed_hosts``: only these host NQNs may connect (None: any); ``dhchap_keys``: the
         DH-HMAC-CHAP secret each host must give; ``dhchap_ctrl_keys``: the controller key the
-        target proves to each host (a connect asking for another one fails)."""
+        target proves to each host (a connect asking for another one fails); ``published``:
+        listed by the discovery controller at its address (``nvme discover``)."""
         target = {"transport": transport, "traddr": traddr, "trsvcid": trsvcid,
                   "subnqn": subnqn, "serial": serial, "model": model, "firmware": firmware,
                   "nsid": nsid, "nguid": nguid if nguid is not None else secrets.token_hex(16),
                   "eui64": eui64, "reachable": reachable, "state": state,
                   "allowed_hosts": allowed_hosts, "dhchap_keys": dict(dhchap_keys or {}),
-                  "dhchap_ctrl_keys": dict(dhchap_ctrl_keys or {})}
+                  "dhchap_ctrl_keys": dict(dhchap_ctrl_keys or {}),
+                  "published": published}
         doc = self._load()
         doc["targets"] = [t for t in doc["targets"] if t["subnqn"] != subnqn] + [target]
         self._save()
@@ -105,6 +108,13 @@ class FakeNvmeWorld:
                 self._save()
                 return dict(t)
         raise KeyError(subnqn)
+
+    def discovery_extra(self, records: list[dict[str, Any]]) -> None:
+        """Records every discovery controller of this world lists after its own targets
+        (e.g. a subsystem published at an address no registry gives)."""
+        doc = self._load()
+        doc["discovery_extra"] = list(records)
+        self._save()
 
     def remove_target(self, subnqn: str) -> None:
         doc = self._load()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -90,3 +91,17 @@ def test_intent_reason_is_bounded_clean_and_optional():
         records.decode_intent(b'{"action": "drain", "reason": "a\\u001b[2Jb"}', "c1")
     with pytest.raises(records.IntentRecordError, match="field reason"):
         records.decode_intent(('{"action": "drain", "reason": "%s"}' % ("x" * 257)).encode(), "c1")
+
+
+def test_gateway_state_file_fields_round_trip_only_when_served():
+    base = records.GatewayRecord(id="gw-1", host="h", pod="p", namespace="ns-1",
+                                 placement="dialog", fingerprint="L", generation=3, engine=None,
+                                 version="0.1")
+    assert b"state_" not in base.encode()
+    served = dataclasses.replace(base, state_age=120, state_since="2026-12-03T14:00:00+00:00")
+    assert records.decode_gateway(served.encode()) == served
+    with pytest.raises(records.GatewayRecordError, match="state_until"):
+        records.decode_gateway(served.encode().replace(b'"state_until":""',
+                                                       b'"state_until":"a\\u001bb"'))
+    with pytest.raises(records.GatewayRecordError, match="state_age"):
+        records.decode_gateway(served.encode().replace(b'"state_age":120', b'"state_age":-1'))

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from awide_cluster.contract import keys
 from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster.metrics import GatewayCollector
 from tests.gateway.support import config, gateway, in_service, served, with_state
 from tests.timing import wait_until
 
@@ -98,3 +100,21 @@ async def test_a_newer_storage_format_starts_cold_and_an_older_gateway_is_refuse
     finally:
         for g in started:
             await g.stop()
+
+
+async def test_an_undecodable_layout_record_refuses_the_start_and_is_counted(
+        etcd, leader, store, world, cluster_name):
+    a, = served(world, 1)
+    await leader.publish([a])
+    g = gateway(config(cluster_name, etcd.endpoints, world, pod="a"), world)
+    key = keys.layout(g.namespace)
+    await store.put(key, b'{"schema": 1, "namespace": 7}')
+    with pytest.raises(lay.LayoutUnreadable) as err:
+        await g.start()
+    assert key in str(err.value) and "does not decode" in str(err.value)
+    assert g.stats().layout_records_refused == 1
+    registry = CollectorRegistry()
+    registry.register(GatewayCollector(g))
+    text = generate_latest(registry).decode()
+    assert "awide_gateway_layout_records_refused_total 1.0" in text
+    assert (await store.get(key)).value == b'{"schema": 1, "namespace": 7}'   # not overwritten

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import LayoutRecord
 from awide_gateway_cluster import state_file as sf
 from awide_gateway_cluster.config import ConfigError
+from awide_gateway_cluster.follower import FollowStep
+from awide_gateway_cluster.state_keeping import SERVED_SHOWN, StateKeeping
 from tests.gateway.support import make_card
 from tests.gateway.test_pure import cfg
 
@@ -142,3 +145,28 @@ def test_config_state_section() -> None:
     with pytest.raises(ConfigError) as err:
         cfg(state={"dir": "state"})
     assert err.value.field == "state.dir" and "not an absolute path" in err.value.reason
+
+
+def test_the_record_says_the_state_file_was_served_while_and_for_a_while_after() -> None:
+    keeping = StateKeeping(cfg(), 0.5)
+    assert keeping.record_fields(NOW) == {}
+    saved = replace(_saved(), saved_at=time.time() - 60)
+    first = FollowStep("failed", detail="registry not read: etcd did not answer")
+    assert keeping.serve(saved, first, etcd_registry=None,
+                         layout=LayoutRecord("ns-1", "dialog"), layout_ok=False)
+    during = keeping.record_fields(time.time())
+    assert during["state_until"] == "" and during["state_since"]
+    assert 59 <= during["state_age"] <= 61
+    keeping.end_serving(_reg(), judge=True)
+    after = keeping.record_fields(time.time())
+    assert after["state_until"] and after["state_since"] == during["state_since"]
+    assert keeping.record_fields(time.time() + SERVED_SHOWN + 1) == {}
+
+
+def test_no_state_file_served_when_etcd_answered_at_start() -> None:
+    keeping = StateKeeping(cfg(), 0.5)
+    saved = _saved()
+    assert not keeping.serve(saved, FollowStep("applied", registry=_reg()),
+                             etcd_registry=_reg(), layout=LayoutRecord("ns-1", "dialog"),
+                             layout_ok=True)
+    assert keeping.record_fields(time.time()) == {}

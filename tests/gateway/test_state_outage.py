@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from awide_cluster.contract import keys
+from awide_cluster.operator.gather import StatusReader
+from awide_cluster.operator.model import Problem
+from awide_cluster.operator.render import gateway_summary
+from awide_cluster.store import EtcdStore
 from awide_gateway_cluster import state_file as sf
 from tests.gateway.support import config, gateway, in_service, served
 from tests.timing import wait_until
@@ -24,7 +28,7 @@ def _saved_generation(path: Path, cluster: str) -> int:
 
 
 async def test_a_gateway_restarted_in_an_etcd_outage_serves_its_state_file(
-        etcd, leader, world, cluster_name, tmp_path: Path,
+        etcd, leader, store: EtcdStore, world, cluster_name, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     cards = served(world, 3)
@@ -80,6 +84,26 @@ async def test_a_gateway_restarted_in_an_etcd_outage_serves_its_state_file(
             f"replaced by etcd's generation {reg.generation}")
         assert again.snapshot().table == before.table
         assert all(in_service(again, c.id) for c in cards)
+
+        # status, once etcd answers, says the gateway served its state file, how old and
+        # until when (its record keeps saying so for a while)
+        reader = StatusReader(store, cluster=cluster_name, endpoints=etcd.endpoints)
+
+        async def shown() -> Problem | None:
+            _, status = await reader.snapshot()
+            return next((p for p in status.problems if p.code == "gateway_state_file"
+                         and p.subject == cfg.id
+                         and "when etcd's registry replaced it" in p.message), None)
+
+        problem = await wait_until(shown, what="status shows the state file served")
+        assert problem.severity == "warning" and not problem.holds, problem
+        assert "served its state file (saved " in problem.message, problem.message
+        _, status = await reader.snapshot()
+        gv = next(g for g in status.gateways if g.id == cfg.id)
+        assert gv.state_since and gv.state_until and gv.state_age >= 0
+        assert not gv.stale and gv.generation == reg.generation
+        assert f"served state file: {cfg.id}" in gateway_summary(status.gateways,
+                                                                 reg.generation)
     finally:
         await again.stop()
 

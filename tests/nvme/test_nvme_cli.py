@@ -248,3 +248,18 @@ async def test_fake_connect_json_output_and_short_options(world):
 async def test_fake_refuses_unknown_options(world):
     done = await Runner(env=world.env()).run(["nvme", "connect", "--frobnicate"], timeout=10)
     assert done.rc == 1 and "unrecognized option" in done.stderr
+
+
+async def test_discover_lists_the_published_subsystems_and_connects_nothing(world, cli):
+    log = await cli.discover("tcp", "10.200.0.11", 8009)
+    assert log.publishes(TARGET) and log.skipped == 1      # its own entry: not a subsystem
+    assert not Sysfs(world.sysfs_root).controllers()
+    argv = world.calls()[-1]
+    assert argv[0] == "discover" and "--traddr=10.200.0.11" in argv
+    assert "--trsvcid=8009" in argv and "--output-format=json" in argv
+    world.update_target(NQN, published=False)
+    assert not (await cli.discover("tcp", "10.200.0.11", 8009)).publishes(TARGET)
+    with pytest.raises(NvmeCommandFailed, match="Connection refused"):
+        await cli.discover("tcp", "10.200.0.99", 8009)
+    with pytest.raises(InvalidTarget):
+        await cli.discover("tcp", "10.200.0.11; rm -rf /", 8009)

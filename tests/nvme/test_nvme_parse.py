@@ -221,3 +221,33 @@ def test_namespace_identity_sources_agree():
     assert namespace_identity(nguid=hex32, uuid=sysfs_form) == f"nguid:{hex32}"
     assert namespace_identity() is None
     assert namespace_identity(nguid="junk", eui64="junk") is None
+
+
+def _discovery(*records: object, genctr: int = 1) -> str:
+    return json.dumps({"genctr": genctr, "records": list(records)})
+
+
+def test_discover_keeps_only_valid_subsystem_entries():
+    from awide_cluster.contract.target import NvmeTarget
+    from awide_cluster.nvme.parse import DISCOVERY_RECORDS_MAX, parse_discover
+    good = {"trtype": "tcp", "adrfam": "ipv4", "subtype": "nvme subsystem", "treq": "none",
+            "portid": 1, "trsvcid": "4420", "subnqn": "nqn.2024-01.io.awide:c1",
+            "traddr": "10.0.0.1", "eflags": "none"}
+    log = parse_discover(_discovery(
+        good,
+        {**good, "subtype": "current discovery subsystem"},
+        {**good, "subtype": "referral", "traddr": "10.9.9.9"},
+        {**good, "traddr": "10.0.0.1 --nqn=x"},
+        {**good, "trsvcid": "70000"},
+        {**good, "subnqn": "../../etc"},
+        {**good, "trtype": "fc"},
+        "not an object",
+    ))
+    assert log.targets == (NvmeTarget("tcp", "10.0.0.1", 4420, "nqn.2024-01.io.awide:c1"),)
+    assert log.skipped == 7
+    assert log.publishes(NvmeTarget("tcp", "10.0.0.1", 4420, "nqn.2024-01.io.awide:c1"))
+    assert not log.publishes(NvmeTarget("tcp", "10.0.0.1", 4421, "nqn.2024-01.io.awide:c1"))
+    for junk in ("", "[]", "{}", '{"records": 3}', "nope",
+                 _discovery(*[good] * (DISCOVERY_RECORDS_MAX + 1))):
+        with pytest.raises(NvmeParseError):
+            parse_discover(junk)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.config.common import config_kind
-from awide_cluster.contract import keys
+from awide_cluster.contract import keys, records
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.operator.freshness import (
     PUBLISHED_KEPT,
@@ -18,6 +18,7 @@ from awide_cluster.operator.freshness import (
     record_read,
     saw_generation,
 )
+from awide_cluster.operator.judge.gateways import gateway_problems
 from awide_cluster.operator.model import OPERATOR_SET, Problem
 from awide_cluster.operator.snapshot import EndpointAnswer, RawSnapshot, StatusPolicy
 from awide_cluster.operator.status import build_status
@@ -192,3 +193,16 @@ def test_card_line_says_what_the_host_sees_once():
     assert line(f"3 sick polls; {sick}", sick).count("Connection refused") == 1
     shown = line("drained by alice", sick)
     assert "drained by alice" in shown and f"host sees: {sick}" in shown
+
+
+def test_a_gateway_that_served_its_state_file_is_a_passing_warning():
+    rec = records.decode_gateway(state.gateway("g1"))
+    assert not gateway_problems(rec, 5, None, Observations(), 0.0, StatusPolicy())
+    serving = replace(rec, stale=True, state_age=300, state_since="2026-12-03T14:00:00+00:00")
+    now, = (p for p in gateway_problems(serving, 5, None, Observations(), 0.0, StatusPolicy())
+            if p.code == "gateway_state_file")
+    assert "saved 300 s before" in now.message and "still serves it" in now.message
+    assert now.severity == "warning" and not now.holds
+    done = replace(serving, stale=False, state_until="2026-12-03T14:01:30+00:00")
+    then, = gateway_problems(done, 5, None, Observations(), 0.0, StatusPolicy())
+    assert "until 2026-12-03T14:01:30+00:00 (90 s)" in then.message, then.message

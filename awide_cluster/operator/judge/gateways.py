@@ -70,7 +70,8 @@ def gateway_view(g: records.GatewayRecord, age: Age | None, generation: int | No
         fingerprint=g.fingerprint, generation=g.generation,
         lag=generation - g.generation if generation is not None else None,
         engine=g.engine or "", version=g.version, stale=g.stale, age=age,
-        refused=g.refused, refusing=g.refusing, last_refusal=g.last_refusal)
+        refused=g.refused, refusing=g.refusing, last_refusal=g.last_refusal,
+        state_age=g.state_age, state_since=g.state_since, state_until=g.state_until)
 
 
 def unread_gateway(gid: str, age: Age | None, error: str) -> GatewayRecordView:
@@ -98,6 +99,8 @@ def gateway_problems(
                                 "read etcd; it keeps its last known cards)"))
     if g.refused:
         problems.append(refusals(g))
+    if g.state_since:
+        problems.append(served_state_file(g))
     if layout is not None and layout.placement != g.placement:
         problems.append(Problem(
             "error", "layout_mismatch", g.id,
@@ -118,6 +121,21 @@ def refusals(g: records.GatewayRecord) -> Problem:
     return Problem("warning", "entries_refused", g.id,
                    f"gateway {g.id} refused {g.refused} registry entries no host's report "
                    f"vouched for since it started, none now{last}")
+
+
+def served_state_file(g: records.GatewayRecord) -> Problem:
+    """The gateway served its state file at its start (etcd did not answer): a passing
+    warning while it serves it, and for a while after etcd's registry replaced it (the
+    gateway's record says so for a while, then no more)."""
+    head = (f"gateway {g.id} ({g.host}/{g.pod}) started while etcd did not answer and served "
+            f"its state file (saved {g.state_age} s before) from {g.state_since}")
+    if not g.state_until:
+        return Problem("warning", "gateway_state_file", g.id,
+                       f"{head}: it still serves it, marked stale, until etcd answers it")
+    since, until = records.parse_time(g.state_since), records.parse_time(g.state_until)
+    took = f" ({until - since:.0f} s)" if since is not None and until is not None else ""
+    return Problem("warning", "gateway_state_file", g.id,
+                   f"{head} until {g.state_until}{took}, when etcd's registry replaced it")
 
 
 def agreement(views: list[GatewayRecordView]) -> list[Problem]:
