@@ -15,8 +15,10 @@ refuses an unhealthy cluster and changes nothing; a build that cannot start stop
 at its first host; site.yml repairs that host.
 A GPU host g1 (inventory group gateways) is deployed by site.yml's gateway play: its gateway
 (awide-gateway.service) is ready, in status at the registry's generation with its own etcd
-user, its slot table holds every card in its slot; upgrade.yml upgrades it after the storage
-hosts, its batch agreeing in status.
+user, its slot table holds every card in its slot and every card is in service there (each
+storage host's card is a directory of the machine running the test, bind-mounted into its
+storage host and, at the same path, into g1); upgrade.yml upgrades it after the storage hosts,
+its batch agreeing in status, its cards in service again.
 
 Membership, backup and restore (on the same cluster, with a 4th host booted with the others):
 add-host.yml makes it a 4th etcd member (a learner, promoted) running its daemon,
@@ -39,8 +41,8 @@ The wheels' dependencies come from the package index once per run (the new versi
 wheelhouse); the builds after it (the broken version's, site.yml's own from the source) use
 those wheels only. Containers, namespaces and the bridge are removed at the end, also when a
 step fails; those of an earlier run that died without its teardown are removed before a new
-lab starts. Each host's journal and each playbook's output are kept in the test's temp
-directory; phase timings are printed (-s).
+lab starts. Each host's journal, each playbook's output and the card directories are kept in
+the test's temp directory; phase timings are printed (-s).
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ GPU = "g1"
 LAB_HOSTS = (*LAB_HOSTS, GPU)
 GATEWAY_MODEL = {"name": "systest/model-1b", "num_layers": 2, "num_kv_heads": 2, "head_dim": 64}
 STORAGE = ("h1", "h2")
+# Each storage host's one directory card, at a path of its own: a directory of the machine
+# running the test (Lab.cards), bind-mounted into its storage host and, at the same path, into
+# the GPU host, whose gateway reaches every card there as a directory card.
+CARD_PATHS = {h: f"/srv/awide/{h}-dev0" for h in STORAGE}
 CLUSTER = "systest"
 GATEWAY = "gw1"                              # a gateway given its own etcd user
 NEW_VERSION = "0.2.0.post1"                  # what upgrade.yml rolls out
@@ -311,6 +317,7 @@ class Lab:
     subnet: ipaddress.IPv4Network
     root: Path
     logs: Path
+    cards: Path                              # the card directories, one per storage host
     bridge: str = ""
     made_ns: list[str] = field(default_factory=list)
     made_links: list[str] = field(default_factory=list)
@@ -345,12 +352,22 @@ class Lab:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
 
+    def card_dir(self, host: str) -> Path:
+        """The directory behind a storage host's card (CARD_PATHS), on this machine."""
+        return self.cards / Path(CARD_PATHS[host]).name
+
+    def binds(self, host: str) -> list[str]:
+        """nspawn's bind mounts of the card directories: a storage host gets its own, the GPU
+        host every storage host's (at the same paths), a witness none."""
+        seen = STORAGE if host == GPU else (host,) if host in STORAGE else ()
+        return [f"--bind={self.card_dir(h)}:{CARD_PATHS[h]}" for h in seen]
+
     def boot(self, host: str) -> None:
         log = open(self.logs / f"{host}.console.log", "w")
         self.procs[host] = subprocess.Popen(
             ["systemd-nspawn", "-D", str(self.root), "-M", host, "--volatile=overlay",
              "--register=no", "--keep-unit", f"--network-namespace-path=/run/netns/{self.ns(host)}",
-             "--resolv-conf=off", "--console=read-only", "-b"],
+             "--resolv-conf=off", "--console=read-only", *self.binds(host), "-b"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()
@@ -397,7 +414,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
     logs = tmp_path_factory.mktemp("systest-logs")
     tag = next(cand for cand in ("aws" + secrets.token_hex(2) for _ in range(100))
                if cand not in _labs_here() and not (LABS / f"{cand}.lock").exists())
-    lab = Lab(tag=tag, subnet=_free_subnet(), root=root, logs=logs)
+    cards = tmp_path_factory.mktemp("systest-cards")
+    # nspawn's --bind= takes "source:destination" with backslash escapes
+    assert not set(str(cards)) & {":", "\\"}, f"{cards}: no ':' or '\\' in a bind mount's path"
+    lab = Lab(tag=tag, subnet=_free_subnet(), root=root, logs=logs, cards=cards)
+    for host in STORAGE:                     # owned by root here; site.yml gives each its owner
+        lab.card_dir(host).mkdir()
     lock = open(LABS / f"{tag}.lock", "w")   # held while the lab lives (see _clear_leftovers)
     fcntl.flock(lock, fcntl.LOCK_EX)
     print(f"[systest] lab {lab.tag} on {lab.subnet}, logs in {logs}", flush=True)
@@ -538,13 +560,14 @@ def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | Non
 
 def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h3",),
                name: str = "inventory.yml") -> Path:
-    """The lab's inventory: h1 and h2 storage hosts with one dir card each, the witness hosts
-    given (the CA, certificates and etcd passwords kept in tmp, shared by every inventory)."""
+    """The lab's inventory: h1 and h2 storage hosts with one dir card each (at CARD_PATHS, the
+    directories bind-mounted into them and into the GPU host), the witness hosts given (the CA,
+    certificates and etcd passwords kept in tmp, shared by every inventory)."""
     import yaml
     members = (*STORAGE, *witness)
     hosts: dict[str, dict[str, object]] = {h: {"ansible_host": lab.addr(h)} for h in members}
     for h in STORAGE:
-        hosts[h]["awide_cards"] = [{"name": "dev0", "kind": "dir", "path": "/srv/awide/dev0"}]
+        hosts[h]["awide_cards"] = [{"name": "dev0", "kind": "dir", "path": CARD_PATHS[h]}]
     inv = {"all": {
         "vars": {"awide_cluster_name": CLUSTER, "ansible_user": "root",
                  "ansible_ssh_private_key_file": str(CACHE / "ssh" / "id_ed25519"),
@@ -557,7 +580,7 @@ def _inventory(lab: Lab, tmp: Path, source: Path, witness: tuple[str, ...] = ("h
         "children": {"storage": {"hosts": {h: hosts[h] for h in STORAGE}},
                      "witness": {"hosts": {h: hosts[h] for h in witness}}}}}
     # the GPU host: the gateway role (its own etcd user; nvme-cli is not in the root filesystem
-    # and never needed: the cards are the storage hosts' directories)
+    # and never needed: the cards are the storage hosts' directories, bind-mounted into it)
     children = inv["all"]["children"]
     assert isinstance(children, dict)
     children["gateways"] = {"hosts": {GPU: {
@@ -740,7 +763,7 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     assert not doc["dev_cluster"]
     t.lap("checks after site.yml (etcd, units, status)")
     _gateway_serves(lab)
-    t.lap(f"the gateway of {GPU} (gateway role) follows the cluster's cards")
+    t.lap(f"the gateway of {GPU} (gateway role) serves the cluster's cards")
 
     # a second run changes nothing
     again = _playbook(lab, inventory, "site.yml", "site-again", pip=pip)
@@ -1032,15 +1055,17 @@ def _secured(lab: Lab, tmp: Path) -> None:
 
 def _gateway_serves(lab: Lab, version: str | None = None) -> None:
     """The GPU host's gateway (awide-gateway.service, the gateway role): running, ready
-    (/readyz 200), in status at the registry's generation (not stale, on ``version``), its
-    slot table holding every card of the cluster in the slot the registry gives it, its state
-    file written. The cards are other hosts' directories: on the GPU host they are out of
-    service (no such directory there; a container has no NVMe-oF)."""
+    (/readyz 200), in status at the registry's generation (not stale, on ``version``), and
+    serving the cluster's cards: every card in service there, in the slot the registry gives
+    it (its metrics on GET /metrics, ``awide_gateway_card_in_service`` 1 for each card, polled
+    until so), and its last logged slot table showing each card IN at its directory; its state
+    file written. The cards are the storage hosts' directories, bind-mounted into the GPU host
+    at their paths (Lab.binds): the gateway finds each directory and checks its label there.
+    The service has no block I/O of its own (the library places blocks, the inference server
+    reads and writes them): in service on the GPU host is what is checked."""
     unit = _unit(lab, GPU, "awide-gateway.service")
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
-    ready = _ssh(lab, GPU, "python3", "-c", "import urllib.request as u; print(u.urlopen("
-                 "'http://127.0.0.1:9701/readyz', timeout=5).read().decode().strip())"
-                 ).stdout.strip()
+    ready = _gateway_get(lab, "/readyz").stdout.strip()
     assert "accepted, key layout verified" in ready, ready
 
     def recorded():
@@ -1053,19 +1078,59 @@ def _gateway_serves(lab: Lab, version: str | None = None) -> None:
         return (now, gws[0]) if ok else None
     now, record = _wait(f"status shows {GPU}'s gateway at the registry's generation", recorded,
                         timeout=60, every=1)
-    # the last slot table it logged (one at the start, one after each change of the slots)
-    lines = _ssh(lab, GPU, "journalctl", "-u", "awide-gateway.service", "-o", "cat",
-                 "--no-pager").stdout.splitlines()
-    heads = [i for i, line in enumerate(lines) if line.startswith("generation ")]
-    assert heads, lines[-40:]
-    table = lines[heads[-1]:heads[-1] + 9]
-    for card in now["cards"]:
-        assert any(line.startswith(f"  slot {card['slot']}: ") and card["id"] in line
-                   for line in table), (card, table)
+    cards = now["cards"]
+    assert sorted(c["host"] for c in cards) == list(STORAGE), cards
+    # every card in service in the gateway's own view, in its slot
+    want = {c["id"]: (c["host"], str(c["slot"]), 1.0) for c in cards}
+    last: list[object] = [None]
+
+    def in_service():
+        from prometheus_client.parser import text_string_to_metric_families
+        r = _gateway_get(lab, "/metrics", check=False)
+        if r.returncode != 0:
+            last[0] = r.stderr[-300:]
+            return None
+        got = {s.labels["card"]: (s.labels["host"], s.labels["slot"], s.value)
+               for f in text_string_to_metric_families(r.stdout)
+               for s in f.samples if s.name == "awide_gateway_card_in_service"}
+        last[0] = got
+        return got if got == want else None
+    try:
+        _wait(f"every card in service on {GPU}'s gateway (its metrics)", in_service,
+              timeout=60, every=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nwanted {want}, last {last[0]}; {GPU}'s last slot table:\n"
+                             + "\n".join(_gateway_table(lab))) from None
+
+    # its last logged slot table (one at the start, one after each change of the slots)
+    def shown():
+        table = _gateway_table(lab)
+        return table if all(
+            any(line.startswith(f"  slot {c['slot']}: IN ") and c["id"] in line
+                and f"device={CARD_PATHS[c['host']]}" in line.split() for line in table)
+            for c in cards) else None
+    table = _wait(f"{GPU}'s slot table showing every card IN at its directory", shown,
+                  timeout=30, every=1)
     assert record["fingerprint"] and record["fingerprint"] in table[0], (record, table[0])
     _ssh(lab, GPU, "test", "-s", f"/var/lib/awide-gateway/{GPU}.state.json")
     print(f"[systest] {GPU}'s gateway: ready ({ready}); slot table:\n" + "\n".join(table),
           flush=True)
+
+
+def _gateway_get(lab: Lab, path: str, check: bool = True) -> subprocess.CompletedProcess:
+    """GET path of the GPU host's gateway (its metrics server on 127.0.0.1:9701), run there."""
+    return _ssh(lab, GPU, "python3", "-c", "import sys, urllib.request as u; sys.stdout.write("
+                f"u.urlopen('http://127.0.0.1:9701{path}', timeout=5).read().decode())",
+                check=check)
+
+
+def _gateway_table(lab: Lab) -> list[str]:
+    """The last slot table the GPU host's gateway logged (its journal)."""
+    lines = _ssh(lab, GPU, "journalctl", "-u", "awide-gateway.service", "-o", "cat",
+                 "--no-pager").stdout.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("generation ")]
+    assert heads, lines[-40:]
+    return lines[heads[-1]:heads[-1] + 9]
 
 
 def _planned_leader(stdout: str) -> str:
