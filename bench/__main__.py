@@ -109,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (about two minutes)")
     ap.add_argument("--only", help="comma-separated figure numbers (1-4 run together)")
-    ap.add_argument("--out", help="where the results go (default bench/results.json, with "
-                    "--quick bench/results-quick.json: a quick run never overwrites the full "
-                    "run's results that docs/performance.md is rendered from)")
+    ap.add_argument("--out", help="where the results go (default bench/results.json for a full "
+                    "run of every figure; with --quick bench/results-quick.json, with --only "
+                    "bench/results-only-<figures>.json: a quick or partial run never overwrites "
+                    "the full run's results that docs/performance.md is rendered from)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--seed", type=int, help="seed of the faults' random phases (default: a "
                     "fresh one per run, printed and recorded in the results)")
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.out is None:
         name = "results-quick.json" if args.quick else "results.json"
+        if args.only and not args.quick:
+            name = "results-only-" + "-".join(p.strip() for p in args.only.split(",")) + ".json"
         if args.mix_parts:
             name = "results-fig6-parts.json"
         args.out = str(REPO / "bench" / name)
