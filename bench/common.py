@@ -223,6 +223,17 @@ def store_for(endpoints: Sequence[str], cluster: str, *, call_timeout: float = 1
                                  call_timeout=call_timeout))
 
 
+async def registry_revision(endpoints: Sequence[str], cluster: str) -> int:
+    """The registry's mod revision, read once through a store of its own."""
+    store = store_for(endpoints, cluster)
+    try:
+        kv = await store.get(keys.REGISTRY)
+        assert kv is not None
+        return kv.mod_revision
+    finally:
+        await store.close()
+
+
 async def current_revision(store: EtcdStore) -> int:
     return (await store.range(keys.REGISTRY, keys_only=True)).revision
 

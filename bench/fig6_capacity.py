@@ -50,7 +50,6 @@ import uuid
 from typing import Any
 
 from awide_cluster.config.daemon import ETCD_PROGRESS_NOTIFY
-from awide_cluster.contract import keys
 from awide_harness.registry_writer import RegistryWriter
 from bench import cgen
 from bench.common import (
@@ -63,6 +62,7 @@ from bench.common import (
     make_dir_cards,
     ms,
     pct,
+    registry_revision,
     start_etcd,
     store_for,
 )
@@ -90,16 +90,6 @@ async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> in
         assert w.reg is not None
         from awide_cluster.contract.registry import encode
         return len(encode(w.reg))
-    finally:
-        await store.close()
-
-
-async def _registry_revision(endpoints: tuple[str, ...], cluster: str) -> int:
-    store = store_for(endpoints, cluster)
-    try:
-        kv = await store.get(keys.REGISTRY)
-        assert kv is not None
-        return kv.mod_revision
     finally:
         await store.close()
 
@@ -179,7 +169,7 @@ def _prepare(ctx: Context, etcd: Any, cluster: str) -> tuple[int, float, Any, di
     e0 = etcd_cpu(etcd)
     time.sleep(2.0)                 # not a wait: the idle CPU window
     idle_rate = (etcd_cpu(etcd) - e0) / 2.0
-    rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
+    rev = asyncio.run(registry_revision(etcd.endpoints, cluster))
     gen = cgen.choose(ctx.work / "cgen")
     return doc_bytes, idle_rate, gen, cgen.spec(cluster, rev)
 

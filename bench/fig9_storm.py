@@ -62,6 +62,7 @@ from bench.common import (
     etcd_cpu,
     etcd_settings,
     make_dir_cards,
+    registry_revision,
     start_etcd,
     store_for,
 )
@@ -286,16 +287,6 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
     }
 
 
-async def _registry_revision(endpoints: tuple[str, ...], cluster: str) -> int:
-    store = store_for(endpoints, cluster)
-    try:
-        kv = await store.get(keys.REGISTRY)
-        assert kv is not None
-        return kv.mod_revision
-    finally:
-        await store.close()
-
-
 def _replay(ctx: Context, etcd: Any, idle: float, *, starts: int, spread: float,
             steps: int, hold: float = 5.0) -> dict[str, Any]:
     """etcd alone under the start mix: the C generator (``bench/leanload.c``) starts
@@ -307,7 +298,7 @@ def _replay(ctx: Context, etcd: Any, idle: float, *, starts: int, spread: float,
     and a watch."""
     cluster = f"s9c{uuid.uuid4().hex[:6]}"
     asyncio.run(_publish(etcd.endpoints, cluster, ctx))
-    rev = asyncio.run(_registry_revision(etcd.endpoints, cluster))
+    rev = asyncio.run(registry_revision(etcd.endpoints, cluster))
     gen = cgen.choose(ctx.work / "cgen")
     load = LoadSet(etcd.endpoints, cluster, procs=2, log_dir=ctx.work / "logs",
                    name="replay9-", module="bench.leanload", seed=ctx.seed,
