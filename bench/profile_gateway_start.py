@@ -17,11 +17,15 @@ the first gateway of the first pass, as in a storm):
 
 1. unprofiled: the process's CPU (``time.process_time``, every thread) and the event loop
    thread's (``time.thread_time``) per start, split into construction, ``start()`` and the
-   rest until done; then the steady CPU of the ``--n`` running gateways over ``--steady``
-   seconds (per gateway-second), to net the running ones' share out of each start window;
-2. profiled: the same with ``cProfile`` (timer ``time.thread_time``: the event loop thread's
-   CPU only; the probe worker thread is not profiled) enabled from each construction to done.
-   Printed: the functions by cumulative and by own CPU, and own CPU summed by package.
+   rest until done, the earlier ones running beside; then the steady CPU of the ``--n``
+   running gateways over ``--steady`` seconds (per gateway-second), which nets the running
+   ones' share out of each start window; then a second steady window under ``cProfile``;
+2. profiled: ``--n`` more starts under ``cProfile`` (timer ``time.thread_time``: the event
+   loop thread's CPU only; the probe worker thread is not profiled), enabled from each
+   construction to done, each gateway stopped once measured (no other gateway runs in a
+   profiled start window).
+Printed for both profiles: the functions by cumulative and by own CPU (with calls per start
+or per window), and own CPU summed by package.
 
 Also printed: the cost of one call of figure 9's freshness check (``snapshot()`` and
 ``stats()``), which figure 9's storm processes run every 20 ms per gateway not yet fresh.
@@ -95,8 +99,10 @@ def _done(gw: ClusterGateway) -> bool:
 class Pass:
     """One pass: ``n`` gateways started one after another, each measured."""
 
-    def __init__(self, spec: dict[str, Any], worker: ProbeWorker, id_base: int) -> None:
-        self.spec, self.worker, self.id_base = spec, worker, id_base
+    def __init__(self, spec: dict[str, Any], worker: ProbeWorker, id_base: int, *,
+                 alone: bool = False) -> None:
+        # alone: each gateway is stopped once measured, so that none runs beside the next
+        self.spec, self.worker, self.id_base, self.alone = spec, worker, id_base, alone
         self.gws: list[ClusterGateway] = []
         self.stores: list[EtcdStore] = []       # passed in: closed here, not by the gateway
         # per start: (construct, start(), rest until done) of the process's CPU, the loop
@@ -124,9 +130,13 @@ class Pass:
         if prof is not None:
             prof.disable()
         c3, t3, w3 = time.process_time(), time.thread_time(), time.monotonic()
-        self.gws.append(gw)
-        self.stores.append(store)
         self.rows.append((c1 - c0, c2 - c1, c3 - c2, t3 - t0, w3 - w0, running))
+        if self.alone:
+            await gw.stop()
+            await store.close()
+        else:
+            self.gws.append(gw)
+            self.stores.append(store)
 
     async def run(self, n: int, prof: cProfile.Profile | None) -> None:
         for k in range(n):
@@ -264,18 +274,16 @@ async def main_async(args: argparse.Namespace, work: Path) -> int:
               "steady cost (half of them over the pass, at the steady rate)")
         print(f"  figure 9's freshness check (snapshot() + stats()): "
               f"{_stats_cost(plain.gws[0]) * 1e6:.1f} us of CPU per call")
-        await plain.stop()
-        prof = cProfile.Profile(time.thread_time)
-        profiled = Pass(spec, worker, 10_000)
-        await profiled.run(args.n, prof)
-        print(f"\npass 2 (profiled), {args.n} more gateways:")
-        _summary(profiled, None)
-        await asyncio.sleep(2.0)            # not a wait: the running gateways settle
         steady_prof = cProfile.Profile(time.thread_time)
         steady_prof.enable()
         await asyncio.sleep(args.steady)    # not a wait: the profiled steady window
         steady_prof.disable()
-        await profiled.stop()
+        await plain.stop()
+        prof = cProfile.Profile(time.thread_time)
+        profiled = Pass(spec, worker, 10_000, alone=True)
+        await profiled.run(args.n, prof)
+        print(f"\npass 2 (profiled), {args.n} more gateways, each stopped once measured:")
+        _summary(profiled, None)
         if args.out:
             prof.dump_stats(str(Path(args.out) / "gateway_start.prof"))
             steady_prof.dump_stats(str(Path(args.out) / "gateway_steady.prof"))
