@@ -116,6 +116,11 @@ class NoJitter(random.Random):
     def uniform(self, a: float, b: float) -> float:
         return a
 
+    def getrandbits(self, k: int) -> int:
+        # ids stay random (a lease id of each gateway's own): ``randrange`` draws its integers
+        # here, and at its low end every gateway would ask for the same lease id
+        return super().getrandbits(k)
+
 
 async def main(spec: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
