@@ -52,6 +52,17 @@ class CardWorkers:
         self.refused = 0                          # cards refused (serial, identity, label)
         self.subnqns: set[str] = set()            # the cards' subsystem NQNs seen in this run
         self.swept = 0                            # stray controllers disconnected
+        self._probing: dict[str, float] = {}      # card id -> loop time its probe started
+        self._overdue: set[str] = set()           # cards whose probe was cut at its bound
+        self._checked_at: float | None = None     # when the round loop looks at the bounds
+        self._recheck: asyncio.Event | None = None    # a probe's bound ends before that
+        self._build_due = False                   # a view build is scheduled
+
+    @property
+    def bound(self) -> float:
+        """A card's probe in flight this long is cancelled by the round loop (seconds)."""
+        sysfs = self.connector.sysfs_timeout if self.connector is not None else 1.0
+        return 3 * self.config.nvme.command_timeout + 4 * sysfs
 
     def report_io_error(self, card_id: str) -> None:
         """The caller saw an I/O error on ``card_id`` (any thread): counted at its next probe."""
@@ -142,23 +153,39 @@ class CardWorkers:
     async def _card_loop(self, card_id: str) -> None:
         assert self.connector is not None
         t = self.config.timing
-        bound = 3 * self.config.nvme.command_timeout + 4 * self.connector.sysfs_timeout
+        loop = asyncio.get_running_loop()
         while True:
             reg = self._registry()
             card = reg.card(card_id) if reg else None
             if card is None:
                 return
-            local = self.local.get(card_id) or vw.CardPath(card_id)
+            known = self.local.get(card_id)
+            local = known or vw.CardPath(card_id)
             errors = self._take_io_errors(card_id)
+            started = loop.time()
+            self._probing[card_id] = started
+            if (self._recheck is not None and self._checked_at is not None
+                    and started + self.bound < self._checked_at):
+                self._recheck.set()         # its bound ends before the round loop's next turn
             try:
-                async with asyncio.timeout(bound):
-                    probe = await self.connector.probe(card, local, errors)
+                probe = await self.connector.probe(card, local, errors)
             except asyncio.CancelledError:
-                raise
+                # cut by the round loop at its bound (as asyncio.timeout does: a cancel of
+                # the task from elsewhere, e.g. the gateway stopping, is not taken for it)
+                task = asyncio.current_task()
+                if card_id not in self._overdue or task is None or task.uncancel() > 0:
+                    raise
+                log.warning("card %s: probe over its bound of %.1f s", card_id, self.bound)
+                probe = Probe(device=local.device, verified=local.verified,
+                              note=f"probe failed: over its bound of {self.bound:g} s")
             except Exception as e:  # noqa: BLE001 - a probe failure is no observation
                 log.warning("card %s: probe failed: %s", card_id, e)
                 probe = Probe(device=local.device, verified=local.verified,
                               note=f"probe failed: {type(e).__name__}: {e}")
+            finally:
+                if self._probing.get(card_id) == started:
+                    del self._probing[card_id]
+                self._overdue.discard(card_id)
             if card_id not in self._workers:       # forgotten while probing
                 return
             new = advance(local, probe, sick_polls=t.sick_polls, healthy_polls=t.healthy_polls)
@@ -171,25 +198,74 @@ class CardWorkers:
                                              generation=view.generation, detail=new.refused))
             if new != local:
                 self.local[card_id] = new
-                self._changed()
+                # the view is built again only when what it shows of the card changed (a
+                # good streak growing changes nothing it shows), once for the cards of a round
+                if known is None or vw.shown(new) != vw.shown(local):
+                    self._view_changed()
             first = self.first_probe.get(card_id)
             if first is not None:
                 first.set()
             wake = self._wake.get(card_id)
             if wake is None:
                 return
-            with contextlib.suppress(TimeoutError):      # the bound if the round loop failed
-                async with asyncio.timeout(2 * self._interval):
-                    await wake.wait()
+            await wake.wait()       # the round loop's next turn, or a registry change
             wake.clear()
+
+    def _view_changed(self) -> None:
+        """A card's path changed what the view shows: the view is built again once the cards
+        whose probes ended in this turn of the event loop are folded (one build per round)."""
+        if not self._build_due:
+            self._build_due = True
+            asyncio.get_running_loop().call_soon(self._build_now)
+
+    def _build_now(self) -> None:
+        self._build_due = False
+        self._changed()
+
+    def _cut_overdue(self, now: float) -> float:
+        """Cancel the probes in flight past their bound; the loop time the next one ends at."""
+        for cid, started in list(self._probing.items()):
+            if now >= started + self.bound and cid not in self._overdue:
+                task = self._workers.get(cid)
+                if task is not None:
+                    self._overdue.add(cid)
+                    task.cancel()
+        ends = [s + self.bound for c, s in self._probing.items() if c not in self._overdue]
+        return min(ends, default=now + 2 * self.bound)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, cutting probes that pass their bound meanwhile (one timer per
+        turn for every card of the gateway, not two per card)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if self._recheck is None:
+            self._recheck = asyncio.Event()
+        while True:
+            now = loop.time()
+            wake_at = min(until, self._cut_overdue(now))
+            if now >= until:
+                self._checked_at = None
+                return
+            self._checked_at = wake_at
+            self._recheck.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(wake_at):
+                    await self._recheck.wait()
 
     async def probe_round_loop(self) -> None:
         """Every poll interval, at a random phase, wake every card's worker at once: their
         probes start in the same loop iteration, so their blocking reads go to the probe
-        worker's thread as one submission (one wake-up of the loop, not one per card)."""
-        await asyncio.sleep(self._rng.uniform(0, self._interval))
+        worker's thread as one submission (one wake-up of the loop, not one per card), and
+        the view is built once for the round. The loop also bounds every card's probe: one
+        in flight past ``bound`` is cancelled (a probe that failed, no observation)."""
+        await self._pause(self._rng.uniform(0, self._interval))
         while True:
-            for wake in self._wake.values():
-                wake.set()
-            await self.sweep()
-            await asyncio.sleep(self._interval)
+            try:
+                for wake in self._wake.values():
+                    wake.set()
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the round loop bounds the probes
+                log.error("probe round failed: %s", e)
+            await self._pause(self._interval)

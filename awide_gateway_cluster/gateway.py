@@ -138,6 +138,9 @@ class ClusterGateway(RegistryPoll):
             poll_now=lambda: self._poll_now.set(), interval=self._interval,
             notify_interval=t.etcd_progress_notify, stall_after=config.watch_stall_after,
             rng=self._rng)
+        self._builds = 0                          # views built (stats: view_builds)
+        self._fingerprint_of: tuple[tuple[str | None, ...], int] | None = None
+        self._fingerprint = ""
         self._view = self._build()
         self.placement = Placement(self.snapshot)
 
@@ -192,6 +195,7 @@ class ClusterGateway(RegistryPoll):
             state_file_age=max(0.0, time.time() - saved.saved_at) if saved else None,
             state_note=self._state.note,
             layout_records_refused=self._side.unreadable,
+            view_builds=self._builds,
         )
 
     # ------------------------------------------------------------------ engine and wipe
@@ -410,8 +414,16 @@ class ClusterGateway(RegistryPoll):
 
     def _build(self) -> vw.SlotView:
         reg = self._registry()
-        fp = lay.fingerprint(self.namespace, self.placement_name,
-                             reg.slots if reg else slotfn.EMPTY, self._side.layout.algorithm)
+        self._builds += 1
+        # the fingerprint depends on the slot table and the placement algorithm only (the
+        # namespace and placement are the gateway's own): computed again when they change
+        table = reg.slots if reg else slotfn.EMPTY
+        key = (table.slots, self._side.layout.algorithm)
+        if key != self._fingerprint_of:
+            self._fingerprint = lay.fingerprint(self.namespace, self.placement_name, table,
+                                                key[1])
+            self._fingerprint_of = key
+        fp = self._fingerprint
         return vw.build(reg, self._cards.local, namespace=self._side.namespace_id,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._side.ok, layout_problem=self._side.problem,

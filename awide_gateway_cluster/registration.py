@@ -54,7 +54,7 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     recorded, or (only new cards in ``mine``) replaced the record. "cold": a record of an older
     storage format was replaced by ``mine``. A record is replaced only if unchanged since
     read. A start of a gateway whose layout is already recorded with its cards (every start
-    but the first, while no card is admitted) costs one read and writes nothing.
+    but the first, while no card is admitted) costs one serializable read and writes nothing.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
@@ -62,7 +62,10 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     (``layout.adopt``; ``adopted`` is called with ``mine`` as changed, before the judgement).
     """
     key = keys.layout(mine.namespace)
-    kv = await store.get(key, timeout=timeout)
+    # serializable (no raft round): the store refuses an answer below the highest revision it
+    # has seen (``RevisionWentBack``), so it is no older than the registry read before it and
+    # than this store's own writes; a record created since is caught by the create's compare
+    kv = await store.get(key, timeout=timeout, serializable=True)
     if kv is None:
         if not create:
             return "absent"

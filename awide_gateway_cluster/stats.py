@@ -36,3 +36,5 @@ class GatewayStats:
     state_file_age: float | None = None   # age (s) of the state file served (None: not served)
     state_note: str = ""            # what became of the state file (served, refused: why)
     layout_records_refused: int = 0     # layout records of its namespace that did not decode
+    view_builds: int = 0            # slot views built (a change of the registry, the layout or
+                                    # what a card's probe shows; none while nothing changes)

@@ -118,6 +118,15 @@ def why_out(card: CardEntry, local: CardPath | None, layout_ok: bool,
     return ""
 
 
+def shown(local: CardPath) -> tuple[object, ...]:
+    """What ``build`` reads of a card's path (through ``why_out`` and the slot's device): two
+    paths with the same ``shown`` give the same view, so a change of the path that leaves it
+    equal (a good streak growing) needs no new view."""
+    h, missing = local.health, local.device is None or not local.verified
+    return (local.device, local.verified, local.refused, local.note if missing else "",
+            h.up, "" if h.up else h.reason, 0 if h.up else h.bad)
+
+
 def build(reg: Registry | None, local: Mapping[str, CardPath], *, namespace: str,
           placement: str, fingerprint: str, layout_ok: bool, layout_problem: str = "",
           saved_at: float | None = None) -> SlotView:

@@ -107,3 +107,36 @@ def test_each_gateway_has_a_worker_of_its_own_by_default() -> None:
     a = Connector(nvme=None, sysfs=None)  # type: ignore[arg-type]
     b = Connector(nvme=None, sysfs=None)  # type: ignore[arg-type]
     assert a.worker is not b.worker and a.worker.threads_started == 0
+
+
+async def test_a_gateway_with_steady_healthy_cards_builds_no_view(
+        etcd, leader, world, cluster_name):
+    """Every round probes every card and each good probe grows its good streak, but the view
+    shows nothing new: it is not built again (``stats().view_builds`` stays); a card going
+    out builds it."""
+    cards = [make_card(n, admitted=n) for n in range(1, 5)]
+    for c in cards:
+        serve(world, c)
+    await leader.publish(cards)
+    worker = CountingWorker()
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker)
+    await gw.start()
+    try:
+        await wait_until(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
+        await wait_until(lambda: gw.stats().layout_ok, what="layout verified")
+        subs0 = worker.submissions
+        await wait_until(lambda: worker.submissions >= subs0 + 2, what="two probe rounds")
+        builds, subs0 = gw.stats().view_builds, worker.submissions
+        await wait_until(lambda: worker.submissions >= subs0 + 4, what="four probe rounds")
+        assert gw.stats().view_builds == builds, (builds, gw.stats().view_builds)
+        assert all(in_service(gw, c.id) for c in cards)
+        # a change the view shows still builds it: I/O errors take a card out
+
+        def report_then_out() -> bool:
+            gw.report_io_error(cards[0].id)
+            return not in_service(gw, cards[0].id)
+
+        await wait_until(report_then_out, what="out after reported I/O errors")
+        assert gw.stats().view_builds > builds
+    finally:
+        await gw.stop()

@@ -1,0 +1,62 @@
+"""What the view shows of a card's path (``view.shown``): two paths equal in it build the
+same view, so the gateway builds its view again only when it changed: a good probe of a
+path already good (its good streak growing) leaves it equal, a card going out changes it."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import slots as slotfn
+from awide_cluster.contract.health import Hysteresis
+from awide_gateway_cluster.cardpath import Probe, advance
+from awide_gateway_cluster.view import CardPath, build, shown
+from tests.gateway.support import make_card
+
+CARD = make_card(1)
+REG = regdoc.Registry(cluster="c1", generation=1, leader="s1", cards=(CARD,),
+                      slots=regdoc.slot_table((CARD,), slotfn.EMPTY))
+
+texts = st.sampled_from(["", "a", "b"])
+paths = st.builds(
+    CardPath, card_id=st.just(CARD.id), device=st.sampled_from([None, "/dev/x", "/dev/y"]),
+    verified=st.booleans(), refused=texts, note=texts,
+    health=st.builds(Hysteresis, up=st.booleans(), bad=st.integers(0, 3),
+                     good=st.integers(0, 5), reason=texts))
+
+
+def view(path: CardPath, layout_ok: bool) -> object:
+    return build(REG, {CARD.id: path}, namespace="n", placement="dialog", fingerprint="f",
+                 layout_ok=layout_ok, layout_problem="layout not verified")
+
+
+@given(paths, paths, st.booleans())
+def test_paths_equal_in_what_the_view_shows_build_the_same_view(a, b, layout_ok):
+    if shown(a) == shown(b):
+        assert view(a, layout_ok) == view(b, layout_ok)
+    if view(a, True) != view(b, True):
+        assert shown(a) != shown(b)
+
+
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(1, 30))
+def test_a_steady_good_path_shows_the_same_at_every_probe(healthy, sick, probes):
+    good = Probe(device="/dev/x", verified=True, good=True)
+    path = advance(CardPath(CARD.id), good, sick_polls=sick, healthy_polls=healthy)
+    first = shown(path)
+    for _ in range(probes):
+        nxt = advance(path, good, sick_polls=sick, healthy_polls=healthy)
+        assert nxt != path                          # the streak grows: the path changes
+        assert shown(nxt) == first                  # what the view shows does not
+        path = nxt
+
+
+@given(st.integers(1, 3))
+def test_a_card_going_out_changes_what_the_view_shows(sick):
+    good = Probe(device="/dev/x", verified=True, good=True)
+    bad = Probe(device="/dev/x", verified=True, good=False, reason="controller dead")
+    path = advance(CardPath(CARD.id), good, sick_polls=sick, healthy_polls=1)
+    for _ in range(sick):
+        path, before = advance(path, bad, sick_polls=sick, healthy_polls=1), path
+    assert not path.health.up and shown(path) != shown(before)
+    assert view(path, True) != view(before, True)
