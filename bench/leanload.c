@@ -88,7 +88,7 @@ typedef struct {
     double proof;               /* when the watch stream last delivered bytes (0: never) */
     char ka[320];               /* {"ID":"..."} body's request, built once the lease is known */
     int ka_len;
-    int first_reads;            /* "start_mix": linearizable reads made before the grant */
+    int first_reads;            /* "start_mix": reads made before the grant */
 } Gw;
 
 typedef struct { double due; uint32_t slot, gen; int what; } Timer;
@@ -109,8 +109,8 @@ static double interval = 1.0, ka_every;
 static int lease_ttl;
 static int kind = MIX;
 static int part_poll = 1, part_watch = 1, part_keepalive = 1, part_proof = 1;  /* of the mix */
-/* "start_mix" (spec "record_prefix" given): a start as the gateway library's: two linearizable
- * reads (the registry's and, in its stead, the layout's), the grant, a put of the gateway's
+/* "start_mix" (spec "record_prefix" given): a start as the gateway library's: a linearizable
+ * read of the registry, a serializable one (in the layout read's stead), the grant, a put of the gateway's
  * record on its lease (key record_prefix + index, a 256-byte value), then the mix */
 static int start_mix;
 static char record_prefix[256];
@@ -585,7 +585,8 @@ static void gw_answered(size_t slot, int ok, const char *body, size_t blen) {
     }
     if (what == OUT_FIRST) {
         if (!ok) { start_done(slot, 0, "a start read was refused"); return; }
-        if (++g->first_reads < 2) gw_send(slot, OUT_FIRST, &eps[g->ep].linear, t);
+        /* the second, in the layout read's stead, serializable as the library's */
+        if (++g->first_reads < 2) gw_send(slot, OUT_FIRST, &eps[g->ep].serial, t);
         else gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
         return;
     }

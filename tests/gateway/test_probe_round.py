@@ -3,7 +3,9 @@ handed to the probe worker together, and a read that hangs costing only its own 
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,10 @@ import pytest
 from awide_cluster.cards.directory import read_label, write_label
 from awide_cluster.cards.worker import ProbeWorker
 from awide_cluster.contract.registry import CardEntry, card_id
+from awide_cluster.contract.target import NvmeTarget
+from awide_cluster.nvme.cli import NvmeCli
+from awide_cluster.nvme.runner import Runner
+from awide_gateway_cluster import ClusterGateway
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
 from tests.gateway.support import config, gateway, in_service, make_card, serve
@@ -139,4 +145,51 @@ async def test_a_gateway_with_steady_healthy_cards_builds_no_view(
         await wait_until(report_then_out, what="out after reported I/O errors")
         assert gw.stats().view_builds > builds
     finally:
+        await gw.stop()
+
+
+class HungConnect(NvmeCli):
+    """An nvme-cli whose connect to one target never returns, past every bound of its own
+    (the probe's outer bound is then the only one left)."""
+
+    def __init__(self, hung: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.hung = hung
+
+    async def connect(self, target: NvmeTarget, *args: Any, **kw: Any) -> str:
+        if target.subnqn == self.hung:
+            await asyncio.Event().wait()
+        return await super().connect(target, *args, **kw)
+
+
+async def test_a_probe_past_its_bound_is_cut_and_delays_no_other_card(
+        etcd, leader, world, cluster_name):
+    hung, other = make_card(1), make_card(2, admitted=2)
+    for c in (hung, other):
+        serve(world, c)
+    await leader.publish([hung, other])
+    cfg = config(cluster_name, etcd.endpoints, world, nvme={"command_timeout": 0.2})
+    assert hung.target is not None
+    nvme = HungConnect(hung.target.subnqn, runner=Runner(env=world.env()), program="nvme",
+                       timeout=cfg.nvme.command_timeout)
+    gw = ClusterGateway(cfg, nvme=nvme)
+    t0 = time.monotonic()
+    start = asyncio.create_task(gw.start())
+    try:
+        await wait_until(lambda: in_service(gw, other.id), what="the other card in")
+        other_in = time.monotonic() - t0
+        assert not in_service(gw, hung.id)
+
+        def cut() -> bool:
+            s = gw.snapshot().card(hung.id)
+            return s is not None and "over its bound" in s.why
+
+        await wait_until(cut, timeout=bound(15.0), what="the hung probe cut at its bound")
+        cut_at = time.monotonic() - t0
+        limit = 3 * 0.2 + 4 * 1.0               # 3 commands and 4 sysfs reads
+        assert other_in < cut_at and limit * 0.9 < cut_at, (other_in, cut_at)
+        await start
+        assert in_service(gw, other.id) and not in_service(gw, hung.id)
+    finally:
+        start.cancel()
         await gw.stop()
