@@ -56,6 +56,8 @@ _COUNTERS = (
      "Registry entries no host report vouched for (wrong id, host, target or address)"),
     ("layout_records_refused", "awide_gateway_layout_records_refused",
      "Layout records of this gateway's namespace that did not decode (the start refused)"),
+    ("view_builds", "awide_gateway_view_builds",
+     "Slot views built (a registry, layout or card path change; none while nothing changes)"),
 )
 
 
