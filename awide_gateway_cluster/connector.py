@@ -359,7 +359,7 @@ class Connector:
     async def _probe_dir(self, card: CardEntry, local: CardPath, io_errors: int) -> Probe:
         if not card.path:
             return Probe(refused="a directory card without a path")
-        path = Path(card.path)
+        path = _dir_path(card.path)
         read_label = self._read_label
         if read_label is None:
             return Probe(note="directory cards need a label reader")
@@ -385,6 +385,12 @@ class Connector:
             return Probe(refused=msg)
         problems = f"{io_errors} I/O error(s) reported" if io_errors else ""
         return Probe(device=str(path), verified=True, good=not problems, reason=problems)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dir_path(path: str) -> Path:
+    """A directory card's path, parsed once (not at every probe, on the event loop)."""
+    return Path(path)
 
 
 def _num(name: str) -> int:
