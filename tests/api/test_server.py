@@ -249,7 +249,7 @@ def test_a_local_card_under_another_id_leaves_its_old_series():
 
 
 def test_probe_results_counted_on_the_kept_series():
-    m = DaemonMetrics()
+    m = DaemonMetrics(host="h1", role="storage", version="x")
     for ok in (True, True, False, True, False):
         m.probe_result("c0123456789a", "card0", "store", ok, 0.002)
     m.probe_result("c0123456789b", "card0", "store", True)      # another card under the name
