@@ -205,6 +205,8 @@ class TurnLoop:
             self._report_refused(e)
             self.shared.note_error(failure)
             return failure
+        # the leader's members/ watch brings this value back: it is known, not decoded again
+        self.leader_loop.reports_memo.remember(keys.member(cfg.host), raw, self.report)
         self.metrics.report_write(True)
         self.health.report_written()
         self.write_error = None
