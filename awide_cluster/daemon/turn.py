@@ -197,6 +197,9 @@ class TurnLoop:
             etcd_note=self.shared.etcd_note)
         if self.lease.id is None:
             return ""
+        # the leader's members/ watch brings this value back (maybe before the put's answer):
+        # what it decodes to is known (a memo of bytes, right whether or not the put lands)
+        self.leader_loop.reports_memo.remember(keys.member(cfg.host), raw, self.report)
         try:
             await self.store.put(keys.member(cfg.host), raw,
                                  lease=self.lease.id, timeout=cfg.etcd.call_timeout)
@@ -205,8 +208,6 @@ class TurnLoop:
             self._report_refused(e)
             self.shared.note_error(failure)
             return failure
-        # the leader's members/ watch brings this value back: it is known, not decoded again
-        self.leader_loop.reports_memo.remember(keys.member(cfg.host), raw, self.report)
         self.metrics.report_write(True)
         self.health.report_written()
         self.write_error = None
