@@ -164,10 +164,12 @@ class Fleet:
 @contextlib.contextmanager
 def steady_fleet(ctx: Context, work: Path, *, etcd_name: str, cluster_prefix: str,
                  cards_dir: str, before_ready: Callable[[Worker], None] | None = None,
-                 ) -> Iterator[Fleet]:
+                 cards_root: Path | None = None) -> Iterator[Fleet]:
     """A 3-member etcd, ``awide-cluster run`` of h1 with 8 directory cards (store probes: TCP
     listeners here) until it leads with the 8 in, two witness daemons, one gateway worker
-    (``before_ready``: what to read of it before its "ready"); all stopped at the exit."""
+    (``before_ready``: what to read of it before its "ready"); all stopped at the exit.
+    ``cards_root``: where the cards' directories are made (default ``work``; a tmpfs makes
+    their write probe's fdatasync wait for no disk)."""
     etcd = start_etcd(ctx, etcd_name)
     cluster = f"{cluster_prefix}{uuid.uuid4().hex[:6]}"
     eps = etcd.endpoints
@@ -175,7 +177,7 @@ def steady_fleet(ctx: Context, work: Path, *, etcd_name: str, cluster_prefix: st
     daemons: list[Daemon] = []
     gw: Worker | None = None
     try:
-        dirs = make_dir_cards(work / cards_dir, 8)
+        dirs = make_dir_cards((cards_root or work) / cards_dir, 8)
         specs = [{"name": c.name, "kind": "dir", "path": c.path,
                   "store": {"tcp": f"127.0.0.1:{port}"}}
                  for c, port in zip(dirs, listeners.ports, strict=True)]

@@ -31,6 +31,7 @@ from awide_cluster.telemetry import ConstantLabels
 _ETCD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+PROBE_CHILDREN_KEPT = 4096      # labelled probe series whose children are kept for reuse
 
 
 def error_name(error: BaseException | str | None) -> str:
@@ -88,6 +89,8 @@ class DaemonMetrics:
         self.probe_duration = Histogram("awide_probe_duration_seconds",
                                         "Time one card probe took", ["probe"],
                                         buckets=_PROBE_BUCKETS, registry=r)
+        self._probe_children: dict[tuple[str, str, str, bool], Counter] = {}
+        self._probe_timers: dict[str, Histogram] = {}
         self.card_healthy = Gauge("awide_local_card_healthy",
                                   "1 if this host's latest probe of the card was healthy, else 0",
                                   ["card", "card_name"], registry=r)
@@ -227,10 +230,23 @@ class DaemonMetrics:
     def probe_result(self, card: str, name: str, probe: str, ok: bool,
                      seconds: float | None = None) -> None:
         """``card``: the card's id ("" while unknown), ``name``: its name on this host."""
-        self.probes.labels(card=card, card_name=name, probe=probe,
-                           result="ok" if ok else "fail").inc()
+        # the labelled children are kept (a probe series is never removed): the labels are
+        # looked up once, not for every probe of every turn
+        key = (card, name, probe, ok)
+        child = self._probe_children.get(key)
+        if child is None:
+            child = self.probes.labels(card=card, card_name=name, probe=probe,
+                                       result="ok" if ok else "fail")
+            if len(self._probe_children) < PROBE_CHILDREN_KEPT:
+                self._probe_children[key] = child
+        child.inc()
         if seconds is not None:
-            self.probe_duration.labels(probe=probe).observe(max(0.0, seconds))
+            timer = self._probe_timers.get(probe)
+            if timer is None:
+                timer = self.probe_duration.labels(probe=probe)
+                if len(self._probe_timers) < PROBE_CHILDREN_KEPT:
+                    self._probe_timers[probe] = timer
+            timer.observe(max(0.0, seconds))
 
     def local_card(self, card: str, name: str, healthy: bool) -> None:
         """This host's card ``name`` (id ``card``, "" while unknown) was last seen healthy or

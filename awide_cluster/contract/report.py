@@ -274,7 +274,21 @@ class ReportMemo:
             self.hits += 1
             return kept[1]
         report = decode(raw)
-        if kept is not None or len(self._last) < self.max_keys:
-            self._last[key] = (bytes(raw), report)
+        self._keep(key, raw, report)
         return report
+
+    def remember(self, key: str, raw: bytes, report: HostReport) -> None:
+        """Keep ``report`` as what ``raw`` decodes to, without decoding it: only for a report
+        this process built and encoded itself (``raw == encode(report)``, of a report the
+        daemon's builder made: its own report, written to ``key``), whose decoding is that
+        report (tests/daemon/test_report_memo.py proves it over hostile probe texts). The
+        leader's ``members/`` watch then brings its own report back without a decoding; any
+        other value at the key is decoded as usual. A sequence number past JSON's exact
+        integers (2**53, which readers refuse) is not kept: its bytes are decoded, and refused."""
+        if 0 <= report.seq < u.MAX_INT:
+            self._keep(key, raw, report)
+
+    def _keep(self, key: str, raw: bytes, report: HostReport) -> None:
+        if key in self._last or len(self._last) < self.max_keys:
+            self._last[key] = (bytes(raw), report)
 

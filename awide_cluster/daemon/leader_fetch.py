@@ -14,7 +14,6 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.untrusted import WINDOW_REQUEST_CORRUPT, WINDOWS_CORRUPT
 from awide_cluster.daemon.leader_read import (
     LeaderRead,
-    StoredHistory,
     StoredRegistry,
     history_found,
     registry_found,
@@ -26,8 +25,16 @@ from awide_cluster.daemon.leader_read import (
 )
 from awide_cluster.daemon.leader_switchover import SwitchoverHandling
 from awide_cluster.daemon.reconcile import ClusterSnapshot
-from awide_cluster.store.errors import ValueTooLarge
-from awide_cluster.store.types import KeyValue, PrefixRead
+from awide_cluster.store.bounded import MAX_PAGE_KEYS
+from awide_cluster.store.errors import BadResponse, ValueTooLarge
+from awide_cluster.store.types import (
+    FolderRead,
+    KeyRead,
+    KeyValue,
+    ManyGot,
+    ManyRead,
+    PrefixRead,
+)
 
 if TYPE_CHECKING:
     from awide_cluster.api.metrics import DaemonMetrics
@@ -35,8 +42,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("awide_cluster.leader")
 
 
-async def _kept(value: PrefixRead) -> PrefixRead:
+async def _kept(value: PrefixRead | None) -> PrefixRead | None:
     return value
+
+
+# gateway records in the cycle's one request while fewer than this were read last time (a
+# page of a prefix read); more go alone, paged
+GATEWAYS_IN_ONE = MAX_PAGE_KEYS
+_GATEWAYS = FolderRead(keys.GATEWAYS, bounds.CLUSTER_MAX_KEYS, bounds.RECORD_MAX_BYTES)
+
+
+def _folder(got: ManyGot) -> PrefixRead:
+    if not isinstance(got, PrefixRead):
+        raise BadResponse(f"read_many: a prefix answered as a key ({type(got).__name__})")
+    return got
+
+
+def _key(got: ManyGot) -> KeyValue | ValueTooLarge | None:
+    if isinstance(got, PrefixRead):
+        raise BadResponse("read_many: a key answered as a prefix")
+    return got
 
 
 class LeaderFetch(SwitchoverHandling):
@@ -50,24 +75,36 @@ class LeaderFetch(SwitchoverHandling):
         """Every read of one cycle; StoreError if any failed. A registry that cannot be used
         (missing, corrupt, unknown schema, too large) is said in ``found``/``problem``: the
         cycle repairs it. ``gateways``: read the gateway records too (what they read decides
-        the registry schema; a cycle out of turn keeps the last poll cycle's)."""
+        the registry schema; a cycle out of turn keeps the last poll cycle's). One request
+        for them all (``Store.read_many``: a read-only transaction, one revision), each read
+        bounded as alone; the gateway records go alone when the last read of them held more
+        than a page of keys."""
         t = self.call_timeout
-        (members, reg_kv, intents, leader_kv, ring, gw), (win_kv, asks) = await asyncio.gather(
-            asyncio.gather(
-                self.store.read_prefix(keys.MEMBERS, max_keys=bounds.MEMBERS_MAX_KEYS,
-                                       max_value_bytes=bounds.REPORT_MAX_BYTES, timeout=t),
-                self._get_registry(t),
-                self.store.read_prefix(keys.INTENTS, max_keys=bounds.INTENTS_MAX_KEYS,
-                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t),
-                self.store.get(keys.LEADER, timeout=t),
-                self._get_history(t),
-                self._get_gateways(t) if gateways or self.gateway_records is None
-                else _kept(self.gateway_records)),
-            asyncio.gather(                 # the operator windows (decision_windows)
-                self._get_windows(t),
-                self.store.read_prefix(keys.WINDOW_REQUESTS, max_keys=bounds.INTENTS_MAX_KEYS,
-                                       max_value_bytes=bounds.RECORD_MAX_BYTES, timeout=t)),
-        )
+        read_gateways = gateways or self.gateway_records is None
+        gw_alone = read_gateways and self.gateway_records is not None and \
+            len(self.gateway_records.kvs) + len(self.gateway_records.refused) >= GATEWAYS_IN_ONE
+        reads: list[ManyRead] = [
+            FolderRead(keys.MEMBERS, bounds.MEMBERS_MAX_KEYS, bounds.REPORT_MAX_BYTES),
+            KeyRead(keys.REGISTRY, bounds.REGISTRY_MAX_BYTES),
+            FolderRead(keys.INTENTS, bounds.INTENTS_MAX_KEYS, bounds.RECORD_MAX_BYTES),
+            KeyRead(keys.LEADER),
+            KeyRead(keys.WINDOWS, bounds.WINDOWS_MAX_BYTES),
+            FolderRead(keys.WINDOW_REQUESTS, bounds.INTENTS_MAX_KEYS, bounds.RECORD_MAX_BYTES),
+        ]
+        if self.history is None:        # this term does not hold the ring: read it
+            reads.append(KeyRead(keys.HISTORY, bounds.HISTORY_MAX_BYTES))
+        if read_gateways and not gw_alone:
+            reads.append(_GATEWAYS)
+        many, gw_read = await asyncio.gather(
+            self.store.read_many(reads, timeout=t),
+            self._get_gateways(t) if gw_alone else _kept(self.gateway_records))
+        members, intents, asks = (_folder(many[0]), _folder(many[2]), _folder(many[5]))
+        reg_kv, leader_kv, win_kv = _key(many[1]), _key(many[3]), _key(many[4])
+        if isinstance(leader_kv, ValueTooLarge):        # not bounded: never refused
+            raise BadResponse(f"{keys.LEADER}: {leader_kv}")
+        ring = history_found(_key(many[6])) if self.history is None else None
+        gw = _folder(many[-1]) if read_gateways and not gw_alone else gw_read
+        assert gw is not None
         self.gateway_records = gw
         members.complete()   # more hosts than the bound: TooManyKeys, the cycle counts nothing
         if self.metrics is not None:
@@ -117,34 +154,3 @@ class LeaderFetch(SwitchoverHandling):
         return await self.store.read_prefix(keys.GATEWAYS, max_keys=bounds.CLUSTER_MAX_KEYS,
                                             max_value_bytes=bounds.RECORD_MAX_BYTES,
                                             timeout=timeout)
-
-    async def _get_history(self, timeout: float) -> StoredHistory | None:
-        """The history ring, read only when this term does not hold it (its first cycle, or
-        after a write that was not confirmed); None when it is not read."""
-        if self.history is not None:
-            return None
-        try:
-            kv = await self.store.get(keys.HISTORY, timeout=timeout,
-                                      max_value_bytes=bounds.HISTORY_MAX_BYTES)
-        except ValueTooLarge as e:
-            return history_found(e)
-        return history_found(kv)
-
-    async def _get_windows(self, timeout: float) -> KeyValue | ValueTooLarge | None:
-        """The windows in force (``windows``), within their bound."""
-        try:
-            return await self.store.get(keys.WINDOWS, timeout=timeout,
-                                        max_value_bytes=bounds.WINDOWS_MAX_BYTES)
-        except ValueTooLarge as e:
-            return e
-
-    async def _get_registry(self, timeout: float) -> KeyValue | ValueTooLarge | None:
-        """The registry's key-value; a ``ValueTooLarge`` (its mod_revision named) when it is
-        over its bound: repaired like a corrupt one, not read again while unchanged (the store
-        remembers the refusal)."""
-        try:
-            return await self.store.get(keys.REGISTRY, timeout=timeout,
-                                        max_value_bytes=bounds.REGISTRY_MAX_BYTES)
-        except ValueTooLarge as e:
-            return e
-

@@ -21,6 +21,8 @@ from awide_cluster.store.types import (
     EndpointStatus,
     KeyValue,
     Lease,
+    ManyGot,
+    ManyRead,
     Member,
     PrefixRead,
     RangeResult,
@@ -83,6 +85,11 @@ class MeteredStore:
                                                 max_value_bytes=max_value_bytes,
                                                 timeout=timeout, serializable=serializable,
                                                 page_keys=page_keys)
+
+    async def read_many(self, reads: Iterable[ManyRead], *,
+                        timeout: float | None = None) -> list[ManyGot]:
+        with self._timer("read_many"):
+            return await self.inner.read_many(reads, timeout=timeout)
 
     async def txn(self, compares: Iterable[Compare], success: Iterable[Op],
                   failure: Iterable[Op] = (), *, timeout: float | None = None) -> TxnResult:

@@ -132,8 +132,15 @@ def fit(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes) -> HostR
     never touched; the config bounds them (64 cards, paths of at most 1024 bytes), so the last
     step always fits (64 cards of about 8 KiB each with every text escaped at its longest:
     tests/contract/test_untrusted.py builds that report)."""
-    if len(encode(report)) <= max_bytes:
-        return report
+    return fitted(report, max_bytes)[0]
+
+
+def fitted(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes
+           ) -> tuple[HostReport, bytes]:
+    """``fit`` and the encoding of the report it returns (encoded once: what is written)."""
+    raw = encode(report)
+    if len(raw) <= max_bytes:
+        return report, raw
     smaller = report
     for reason_max, probe_max in _SHRINK:
         cards = tuple(replace(
@@ -142,9 +149,10 @@ def fit(report: HostReport, max_bytes: int = u.REPORT_LIMITS.max_bytes) -> HostR
                 replace(p, reason=_clean(p.reason, probe_max)) for p in c.probes))
             for c in report.cards)
         smaller = replace(report, cards=cards)
-        if len(encode(smaller)) <= max_bytes:
+        raw = encode(smaller)
+        if len(raw) <= max_bytes:
             break
-    return smaller
+    return smaller, raw
 
 
 def build_report(*, host: str, role: Role, version: str, api: str, run: str, seq: int,
@@ -152,7 +160,20 @@ def build_report(*, host: str, role: Role, version: str, api: str, run: str, seq
                  observations: list[CardObservation], history_resets: int = 0,
                  history_note: str = "", probe_note: str = "", leader_note: str = "",
                  etcd_note: str = "") -> HostReport:
-    return fit(HostReport(
+    return build_encoded(
+        host=host, role=role, version=version, api=api, run=run, seq=seq,
+        dev_cluster=dev_cluster, specs=specs, observations=observations,
+        history_resets=history_resets, history_note=history_note, probe_note=probe_note,
+        leader_note=leader_note, etcd_note=etcd_note)[0]
+
+
+def build_encoded(*, host: str, role: Role, version: str, api: str, run: str, seq: int,
+                  dev_cluster: bool, specs: tuple[CardSpec, ...],
+                  observations: list[CardObservation], history_resets: int = 0,
+                  history_note: str = "", probe_note: str = "", leader_note: str = "",
+                  etcd_note: str = "") -> tuple[HostReport, bytes]:
+    """``build_report`` and its encoding (``report.encode`` of it), encoded once."""
+    return fitted(HostReport(
         host=host, role=role, version=_clean(version, u.VERSION_MAX),
         api=_clean(api, u.API_MAX), run=run, seq=seq, dev_cluster=dev_cluster,
         cards=tuple(to_reported(s, o) for s, o in zip(specs, observations, strict=True)),

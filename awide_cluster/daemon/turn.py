@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from awide_cluster.cards.model import CardObservation
 from awide_cluster.contract import keys
-from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.report import HostReport
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.daemon.cycles import CycleRunner
@@ -36,7 +35,7 @@ from awide_cluster.daemon.lease import HostLease, Leadership
 from awide_cluster.daemon.probes import CardProbes
 from awide_cluster.daemon.registry_follow import RegistryFollow
 from awide_cluster.daemon.reload import Reload
-from awide_cluster.daemon.reporter import build_report
+from awide_cluster.daemon.reporter import build_encoded
 from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.store.errors import StoreError, refusal_reason
 from awide_cluster.store.port import Store
@@ -189,7 +188,7 @@ class TurnLoop:
         there is no lease to write it on)."""
         cfg = self.shared.config
         self.seq += 1
-        self.report = build_report(
+        self.report, raw = build_encoded(
             host=cfg.host, role=cfg.role, version=self.version,
             api=self.api_url(), run=self.run_id, seq=self.seq,
             dev_cluster=cfg.dev_cluster, specs=cfg.cards, observations=observations,
@@ -198,8 +197,11 @@ class TurnLoop:
             etcd_note=self.shared.etcd_note)
         if self.lease.id is None:
             return ""
+        # the leader's members/ watch brings this value back (maybe before the put's answer):
+        # what it decodes to is known (a memo of bytes, right whether or not the put lands)
+        self.leader_loop.reports_memo.remember(keys.member(cfg.host), raw, self.report)
         try:
-            await self.store.put(keys.member(cfg.host), reportdoc.encode(self.report),
+            await self.store.put(keys.member(cfg.host), raw,
                                  lease=self.lease.id, timeout=cfg.etcd.call_timeout)
         except StoreError as e:
             failure = f"host report: {e}"[:300]

@@ -33,6 +33,7 @@ from awide_cluster.store.errors import (
     LeaseExpired,
     StoreError,
     Timeout,
+    ValueTooLarge,
 )
 from awide_cluster.store.hedge import EndpointRing
 from awide_cluster.store.port import Op
@@ -43,8 +44,11 @@ from awide_cluster.store.types import (
     Alarm,
     Compare,
     EndpointStatus,
+    FolderRead,
     KeyValue,
     Lease,
+    ManyGot,
+    ManyRead,
     Member,
     PrefixRead,
     Put,
@@ -175,6 +179,24 @@ class EtcdStore:
                                   serializable=serializable, max_value_bytes=max_value_bytes,
                                   timeout=timeout)
         return result.kvs[0] if result.kvs else None
+
+    async def read_many(self, reads: Iterable[ManyRead], *,
+                        timeout: float | None = None) -> list[ManyGot]:
+        """Several keys and prefixes, each as ``get`` (with ``max_value_bytes``: a value over
+        it is returned as its ``ValueTooLarge``) or ``read_prefix`` reads it, in one request
+        when every one is plain (bounded.py, ``read_many``); the others by ``get`` and
+        ``read_prefix``, within the same deadline. StoreError when any read fails."""
+        return await bounded.read_many(self, reads, self.read_alone, timeout=timeout)
+
+    async def read_alone(self, r: ManyRead, timeout: float) -> ManyGot:
+        """One read of a ``read_many`` by ``get`` or ``read_prefix``."""
+        if isinstance(r, FolderRead):
+            return await self.read_prefix(r.prefix, max_keys=r.max_keys,
+                                          max_value_bytes=r.max_value_bytes, timeout=timeout)
+        try:
+            return await self.get(r.key, max_value_bytes=r.max_value_bytes, timeout=timeout)
+        except ValueTooLarge as e:
+            return e
 
     async def txn(self, compares: Iterable[Compare], success: Iterable[Op],
                   failure: Iterable[Op] = (), *, timeout: float | None = None) -> TxnResult:

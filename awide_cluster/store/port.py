@@ -22,6 +22,8 @@ from awide_cluster.store.types import (
     Get,
     KeyValue,
     Lease,
+    ManyGot,
+    ManyRead,
     Member,
     PrefixRead,
     Put,
@@ -59,6 +61,9 @@ class StoreReader(Protocol):
     async def read_prefix(self, prefix: str, *, max_keys: int, max_value_bytes: int,
                           timeout: float | None = None, serializable: bool = False,
                           page_keys: int | None = None) -> PrefixRead: ...
+
+    async def read_many(self, reads: Iterable[ManyRead], *,
+                        timeout: float | None = None) -> list[ManyGot]: ...
 
 
 class StoreWriter(Protocol):

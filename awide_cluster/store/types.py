@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from awide_cluster.store.errors import ValueTooLarge
+
 
 @dataclass(frozen=True, slots=True)
 class KeyValue:
@@ -170,3 +172,27 @@ class PrefixRead:
                               f"{self.max_keys}: not read", prefix=self.prefix,
                               count=self.count, limit=self.max_keys)
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRead:
+    """One key of a ``read_many``: its value, refused (``ValueTooLarge``) when over
+    ``max_value_bytes`` (None: only the answer's bound, as ``get`` without a bound)."""
+
+    key: str
+    max_value_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FolderRead:
+    """Every key under ``prefix`` in a ``read_many``: what ``read_prefix`` reads."""
+
+    prefix: str
+    max_keys: int
+    max_value_bytes: int
+
+
+ManyRead = KeyRead | FolderRead
+# what ``read_many`` answers for each read: a ``KeyRead``'s value, its absence or its refusal,
+# a ``FolderRead``'s ``PrefixRead``
+ManyGot = KeyValue | ValueTooLarge | None | PrefixRead

@@ -246,3 +246,21 @@ def test_a_local_card_under_another_id_leaves_its_old_series():
     text = m.exposition().decode()
     assert 'awide_local_card_healthy{card="c0123456789a",card_name="card0"} 1.0' in text
     assert 'card=""' not in text
+
+
+def test_probe_results_counted_on_the_kept_series():
+    m = DaemonMetrics(host="h1", role="storage", version="x")
+    for ok in (True, True, False, True, False):
+        m.probe_result("c0123456789a", "card0", "store", ok, 0.002)
+    m.probe_result("c0123456789b", "card0", "store", True)      # another card under the name
+    lines = set(m.exposition().decode().splitlines())
+    for want in (
+        'awide_probe_results_total{card="c0123456789a",card_name="card0",probe="store",'
+        'result="ok"} 3.0',
+        'awide_probe_results_total{card="c0123456789a",card_name="card0",probe="store",'
+        'result="fail"} 2.0',
+        'awide_probe_results_total{card="c0123456789b",card_name="card0",probe="store",'
+        'result="ok"} 1.0',
+        'awide_probe_duration_seconds_count{probe="store"} 5.0',
+    ):
+        assert want in lines, want

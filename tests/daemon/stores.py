@@ -11,7 +11,14 @@ from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import NoSpace
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Op
-from awide_cluster.store.types import Compare, KeyValue, PrefixRead, TxnResult
+from awide_cluster.store.types import (
+    Compare,
+    KeyValue,
+    ManyGot,
+    ManyRead,
+    PrefixRead,
+    TxnResult,
+)
 
 
 class HeldTxn(EtcdStore):
@@ -75,6 +82,12 @@ class Severable(EtcdStore):
         return await super().get(key, min_mod_revision=min_mod_revision,
                                  serializable=serializable, max_value_bytes=max_value_bytes,
                                  timeout=timeout)
+
+    async def read_many(self, reads: Iterable[ManyRead], *,
+                        timeout: float | None = None) -> list[ManyGot]:
+        if self.severed:
+            return await self.dead.read_many(reads, timeout=timeout)
+        return await super().read_many(reads, timeout=timeout)
 
     async def close(self) -> None:
         await self.dead.close()

@@ -18,6 +18,7 @@ from awide_cluster.contract import keys
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract.registry import CardEntry, with_slots
 from awide_cluster.daemon.service import Daemon
+from awide_cluster.store.types import KeyRead
 
 from .conftest import FakeClock, make_config, metrics_text, registry, store_of
 from .test_leader_etcd import cid_of, driven
@@ -211,6 +212,13 @@ class _Exploding:
             self.raised += 1
             raise OverflowError("timestamp out of range for platform time_t")
         return await self.store.get(key, **kw)
+
+    async def read_many(self, reads, **kw):
+        reads = list(reads)             # the leader cycle reads the leader key here
+        if self.armed and any(isinstance(r, KeyRead) and r.key == keys.LEADER for r in reads):
+            self.raised += 1
+            raise OverflowError("timestamp out of range for platform time_t")
+        return await self.store.read_many(reads, **kw)
 
 
 async def test_the_main_loop_survives_any_exception_of_a_turn(etcd, cluster_name, cards):

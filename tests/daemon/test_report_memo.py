@@ -63,3 +63,62 @@ def test_with_the_memo_the_leader_judges_as_without(host, seq, junk):
                                         mod_revision=7, version=1, lease=0),),
                           refused={}, count=1, more=False, max_keys=8)
         assert sort_reports(read, HOSTS, memo.decode) == sort_reports(read, HOSTS)
+
+
+# ---------------------------------------------------------------- the daemon's own report
+
+_hostile = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["line1\nline2", "\x1b[31mred\x1b[0m", "é" * 3000, "\U0001f600" * 2000,
+                     "x" * 100_000, "\ud800 lone", "\u2028\u202e", '"seq":1,', "\\u0000"]))
+_elapsed = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                     st.floats(min_value=0, max_value=30))
+
+
+@settings(deadline=None, max_examples=60)
+@given(text=_hostile, probe_text=_hostile, healthy=st.booleans(), n=st.integers(0, 3),
+       seq=st.integers(0, 2**63), resets=st.integers(0, 2**40), elapsed=_elapsed,
+       notes=st.tuples(_hostile, _hostile, _hostile, _hostile))
+def test_the_report_a_daemon_builds_is_what_its_bytes_decode_to(text, probe_text, healthy, n,
+                                                                seq, resets, elapsed, notes):
+    """What ``ReportMemo.remember`` relies on: the turn's report and its bytes
+    (``build_encoded``) are such that decoding the bytes gives that very report, whatever
+    its probes, notes and texts say."""
+    from awide_cluster.cards.model import (
+        PROBE_ORDER,
+        CardObservation,
+        LocalCard,
+        ProbeResult,
+        summarize,
+    )
+    from awide_cluster.cards.spec import CardSpec
+    from awide_cluster.daemon.reporter import build_encoded
+
+    specs = tuple(CardSpec(name=f"card{i}", kind="dir", path=f"/srv/cards/card{i}")
+                  for i in range(n))
+    obs = []
+    for s in specs:
+        local = LocalCard(name=s.name, kind="dir", serial="SN1", model="M",
+                          identity="label:" + "0" * 32, device=str(s.path),
+                          controller_state=None, target=None)
+        got = summarize(s.name, local, [ProbeResult(p, healthy, probe_text, elapsed)
+                                        for p in PROBE_ORDER])
+        obs.append(CardObservation(got.card, s.name, got.probes, healthy, text))
+    history_note, probe_note, leader_note, etcd_note = notes
+    r, raw = build_encoded(host="h1", role="storage", version=text, api=text, run="r1",
+                           seq=seq, dev_cluster=healthy, specs=specs, observations=obs,
+                           history_resets=resets, history_note=history_note,
+                           probe_note=probe_note, leader_note=leader_note, etcd_note=etcd_note)
+    assert raw == encode(r)
+    memo = ReportMemo(max_keys=2)
+    memo.remember("members/h1", raw, r)
+    if seq >= 2**53:                    # readers refuse it: not kept, decoded and refused
+        with pytest.raises(ReportError):
+            decode(raw, key="members/h1")
+        with pytest.raises(ReportError):
+            memo.decode("members/h1", raw)
+        return
+    assert decode(raw, key="members/h1") == r
+    assert memo.decode("members/h1", bytes(raw)) is r and memo.hits == 1
+    other = encode(report("h1", 1))
+    assert memo.decode("members/h1", other) == decode(other)      # another value: decoded
