@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from awide_harness import EtcdCluster, EtcdClusterError, etcd_version
 from awide_harness.etcd_cluster import version_tuple
@@ -178,3 +179,9 @@ def _fast_starts_no_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
     if started:
         pytest.fail(f"a fast test started etcd or the demo ({started[0]}): add its file to "
                     "STARTS_CLUSTERS in tests/conftest.py")
+
+
+# No per-example deadline for the property tests: `make test` runs them over the cores beside
+# other tests, and how long an example takes is measured in bench/, never asserted here.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")

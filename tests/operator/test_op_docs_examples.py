@@ -24,7 +24,7 @@ import yaml
 
 from tests.operator.op_fixtures import shared_etcd  # noqa: F401
 from tests.operator.op_lab import CLI, Lab
-from tests.timing import bound, wait_until
+from tests.timing import WaitTimeout, bound, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 DAEMON_FILE = "/etc/awide-cluster/cluster.yaml"
@@ -80,6 +80,25 @@ async def _watch(lab: Lab, args: list[str]) -> tuple[int, str]:
     return p.returncode, (first + out + err).decode()
 
 
+async def _settled_status(lab: Lab, args: list[str], expected: int,
+                          first: tuple[int, str, str]) -> tuple[int, str, str]:
+    """``status`` asked again until it gives the documented code, or its last answer. The
+    daemons' lease is 1 s: on a loaded machine one can lapse for a moment and status then
+    rightly says so; an example documents the state the cluster settles in."""
+    last = first
+
+    async def documented() -> tuple[int, str, str] | None:
+        nonlocal last
+        last = await lab.cli(*args)
+        return last if last[0] == expected else None
+
+    try:
+        return await wait_until(documented, 15.0, what=f"status exits {expected}")
+    except WaitTimeout:
+        return last
+
+
+@pytest.mark.timeout(300)      # ~45 s alone; more than twice that beside the other tests
 async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
     lab = Lab(shared_etcd, "prod1", tmp_path, layout=LAYOUT)
     gateway = tmp_path / "awide-gateway.yaml"
@@ -118,6 +137,8 @@ async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
                 err = ""
             else:
                 code, out, err = await lab.cli(*args)
+                if args[0] == "status" and code != expected:
+                    code, out, err = await _settled_status(lab, args, expected, (code, out, err))
             assert code == expected, (command, code, out, err)
             if store_b_down and args[0] == "status" and "-o" not in args:
                 assert "daemon_down" in out, out
