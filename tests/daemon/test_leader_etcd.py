@@ -189,8 +189,8 @@ async def test_failed_reads_count_nothing(etcd, cluster_name, cards):
             assert await d.leader_loop.cycle() is CycleOutcome.SKIPPED
         assert d.leader_loop.memory is memory   # nothing counted
         text = metrics_text(d)
-        assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_prefix"}' in text or \
-            'awide_etcd_call_errors_total{error="Timeout",op="read_prefix"}' in text
+        assert 'awide_etcd_call_errors_total{error="Unavailable",op="read_many"}' in text or \
+            'awide_etcd_call_errors_total{error="Timeout",op="read_many"}' in text
         severable.severed = False
         assert (await registry(d.store)).card(cid_of(cards.root / "c0")).state == "in"
         await d.turn()                          # bad 2 of 2
