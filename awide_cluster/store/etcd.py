@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from awide_cluster.store import bounded, codec
+from awide_cluster.store import bounded, bounded_many, codec
 from awide_cluster.store.codec import Codec
 from awide_cluster.store.config import StoreConfig
 from awide_cluster.store.errors import (
@@ -186,7 +186,7 @@ class EtcdStore:
         it is returned as its ``ValueTooLarge``) or ``read_prefix`` reads it, in one request
         when every one is plain (bounded.py, ``read_many``); the others by ``get`` and
         ``read_prefix``, within the same deadline. StoreError when any read fails."""
-        return await bounded.read_many(self, reads, self.read_alone, timeout=timeout)
+        return await bounded_many.read_many(self, reads, self.read_alone, timeout=timeout)
 
     async def read_alone(self, r: ManyRead, timeout: float) -> ManyGot:
         """One read of a ``read_many`` by ``get`` or ``read_prefix``."""

@@ -48,8 +48,11 @@ def dir_card(root: Path, n: int) -> CardEntry:
                      changed_generation=1, target=None, path=str(path))
 
 
-async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
-        etcd, leader, world, cluster_name):
+
+async def four_cards_in(etcd, leader, world, cluster_name
+                        ) -> tuple[list[CardEntry], CountingWorker, ClusterGateway]:
+    """Four served cards published, a gateway started with a counting probe worker, and the
+    four in service (the gateway is the caller's to stop)."""
     cards = [make_card(n, admitted=n) for n in range(1, 5)]
     for c in cards:
         serve(world, c)
@@ -59,6 +62,16 @@ async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
     await gw.start()
     try:
         await wait_until(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
+    except BaseException:
+        await gw.stop()
+        raise
+    return cards, worker, gw
+
+
+async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
+        etcd, leader, world, cluster_name):
+    cards, worker, gw = await four_cards_in(etcd, leader, world, cluster_name)
+    try:
         jobs0, subs0 = worker.jobs, worker.submissions
         await wait_until(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
         jobs, subs = worker.jobs - jobs0, worker.submissions - subs0
@@ -120,15 +133,8 @@ async def test_a_gateway_with_steady_healthy_cards_builds_no_view(
     """Every round probes every card and each good probe grows its good streak, but the view
     shows nothing new: it is not built again (``stats().view_builds`` stays); a card going
     out builds it."""
-    cards = [make_card(n, admitted=n) for n in range(1, 5)]
-    for c in cards:
-        serve(world, c)
-    await leader.publish(cards)
-    worker = CountingWorker()
-    gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker)
-    await gw.start()
+    cards, worker, gw = await four_cards_in(etcd, leader, world, cluster_name)
     try:
-        await wait_until(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
         await wait_until(lambda: gw.stats().layout_ok, what="layout verified")
         subs0 = worker.submissions
         await wait_until(lambda: worker.submissions >= subs0 + 2, what="two probe rounds")

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.store import EtcdStore, StoreConfig
-from awide_cluster.store.bounded import MAX_PAGE_KEYS, _many_answers
+from awide_cluster.store.bounded import MAX_PAGE_KEYS
+from awide_cluster.store.bounded_many import _many_answers
 from awide_cluster.store.codec import b64
 from awide_cluster.store.errors import BadResponse
 from awide_cluster.store.types import FolderRead, KeyRead, KeyValue, ManyRead, PrefixRead
