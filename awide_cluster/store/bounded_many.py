@@ -1,9 +1,10 @@
 """``read_many``: several keys and prefixes in one request (a read-only transaction of ranges, one
 revision for all), each answered exactly as ``get_range``/``read_prefix`` answer it. Only the
 plain case is taken from the transaction: a key or prefix with a refusal remembered, a value
-over its bound, a prefix whose keys fill a page, or a transaction answer over its bound is read
-again by ``get_range``/``read_prefix`` (within the same deadline), so every refusal is made and
-remembered by the code that makes it for a single read.
+over its bound, a prefix whose keys fill a page, a transaction answer over its bound, or a
+transaction refused for space (etcd 3.5 refuses even a read-only one while its quota alarm is
+raised) is read again by ``get_range``/``read_prefix`` (within the same deadline), so every
+refusal is made and remembered by the code that makes it for a single read.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from awide_cluster.store.bounded import (
     remaining,
 )
 from awide_cluster.store.codec import prefix_end, range_body
-from awide_cluster.store.errors import BadResponse, TooLarge
+from awide_cluster.store.errors import BadResponse, NoSpace, TooLarge
 from awide_cluster.store.types import (
     FolderRead,
     KeyRead,
@@ -78,7 +79,9 @@ async def read_many(store: RangeSource, reads: Iterable[ManyRead], alone: Alone,
             _, answer = await store.read("/v3/kv/txn", {"success": ops},
                                          remaining(store, deadline, what), what, max_bytes=cap)
             got = _many_answers(store, asked, batch, answer)
-        except TooLarge:
+        except (TooLarge, NoSpace):
+            # an answer over its bound; or etcd 3.5 refusing even a read-only transaction
+            # while its space quota alarm is raised (plain ranges are still served): alone
             got = {}
     rest = [i for i in range(len(asked)) if i not in got]
     if rest:
