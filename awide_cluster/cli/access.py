@@ -7,18 +7,14 @@ root's credentials); 2 usage or config error; 3 etcd unreachable.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import json
 import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from awide_cluster.access.plan import AccessPlan, GatewayIdentity, PlanError, access_plan, render
 from awide_cluster.cli.lookup import (
     EXIT_UNHEALTHY,
     EXIT_UNREACHABLE,
@@ -28,8 +24,10 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.contract.keys import BadName
-from awide_cluster.operator.target import ClusterTarget
+
+if TYPE_CHECKING:
+    from awide_cluster.access.plan import AccessPlan
+    from awide_cluster.operator.target import ClusterTarget
 
 MAX_PASSWORD_BYTES = 1024
 
@@ -62,6 +60,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 def _make_plan(target: ClusterTarget, hosts: tuple[str, ...], gateways: tuple[str, ...],
                shared: bool) -> AccessPlan:
+    from awide_cluster.access.plan import GatewayIdentity, PlanError, access_plan
+    from awide_cluster.contract.keys import BadName
     names = _split(hosts) or list(target.hosts)
     if not names:
         fail("say which daemon hosts: --host h1,h2,... (or --config with a daemon config "
@@ -85,6 +85,10 @@ def plan_cmd(config: str | None, endpoints: str | None, cluster: str | None,
              call_timeout: float | None, hosts: tuple[str, ...], gateways: tuple[str, ...],
              shared_gateways: bool, fmt: str) -> None:
     """Print the users, roles and key permissions of the cluster (nothing is changed)."""
+    import dataclasses
+    import json
+
+    from awide_cluster.access.plan import render
     target, _ = resolve(config, endpoints, cluster, call_timeout)
     plan = _make_plan(target, hosts, gateways, shared_gateways)
     if fmt == "json":
@@ -140,6 +144,9 @@ def apply_cmd(config: str | None, endpoints: str | None, cluster: str | None,
     roles, the root user, with --prune this cluster's retired identities deleted, then
     authentication enabled (last). Idempotent: a second run changes nothing. Prints one line
     per change."""
+    import asyncio
+    import dataclasses
+
     from awide_cluster.access.apply import ROOT, AuthApi, RootMissing, apply
     from awide_cluster.store.errors import Denied, StoreError, Unavailable
     from awide_cluster.store.etcd import EtcdStore

@@ -12,9 +12,9 @@ error (no such cluster, a confirmation or --reason needed where no terminal can 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -32,15 +32,18 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.config import daemon as daemon_config
-from awide_cluster.config.common import ConfigError
-from awide_cluster.contract.registry import CardEntry
-from awide_cluster.contract.untrusted import INTENT_REASON_MAX
-from awide_cluster.operator.target import ClusterTarget
-from awide_cluster.store.config import StoreConfig
+from awide_cluster.contract.bounds import INTENT_REASON_MAX
+
+if TYPE_CHECKING:
+    from awide_cluster.config.daemon import DaemonConfig
+    from awide_cluster.contract.registry import CardEntry
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
 
 
-def _load(path: str) -> daemon_config.DaemonConfig:
+def _load(path: str) -> DaemonConfig:
+    from awide_cluster.config import daemon as daemon_config
+    from awide_cluster.config.common import ConfigError
     try:
         return daemon_config.load(path)
     except ConfigError as e:
@@ -81,6 +84,7 @@ def check_config(file: str | None) -> None:
 def run(config: str | None, log_level: str, log_format: str) -> None:
     """Run the daemon: report this host's cards, take part in leader election, and as leader
     keep the card registry. SIGTERM stops cleanly (lease revoked), SIGHUP reloads."""
+    import asyncio
     config = config_file(config, kind="daemon")
     cfg = _load(config)                   # a bad file stops here, before etcd is touched
     _logging(log_level, log_format, cluster=cfg.cluster, host=cfg.host)
@@ -124,6 +128,7 @@ def _intent(action: str, group: click.Group = cli) -> click.Command:
     def command(card: str, config: str | None, endpoints: str | None, cluster: str | None,
                 call_timeout: float | None, reason: str | None,
                 wait: float | None, yes: bool = False, force: bool = False) -> None:
+        import asyncio
         reason = _check_reason(reason, required=action == "forget")
         if action == "forget" and reason is None and not sys.stdin.isatty():
             fail("forget needs --reason TEXT (who forgot which card and why is recorded in "

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -89,6 +88,7 @@ def _json_table(gateway_id: str, v: SlotView) -> None:
 
 
 async def _json_printer(gw: ClusterGateway, sub: Subscription) -> None:
+    import asyncio
     shown: SlotView | None = None
 
     def table_if_changed() -> None:
@@ -129,6 +129,8 @@ def _reload_credentials(gw: ClusterGateway) -> None:
 
 async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = False,
                  metrics: str | None = None) -> int:
+    import asyncio
+
     from awide_gateway_cluster import ClusterGateway, LayoutMismatch, WipeRefused
     from awide_gateway_cluster.metrics import MetricsServer
 
@@ -207,6 +209,8 @@ async def _watch(cfg: GatewayConfig, duration: float | None, as_json: bool = Fal
 def watch(config_file: str | None, duration: float | None, verbose: bool,
           as_json: bool, metrics: str | None, log_format: str) -> None:
     """Run the gateway library standalone: print the slot table and every change."""
+    import asyncio
+
     from awide_cluster.cli.lookup import config_file as lookup_config
     cfg = _load(lookup_config(config_file, kind="gateway"))
     from awide_cluster.logs import setup

@@ -11,8 +11,6 @@ unreachable; 64 usage error (a bad --since, no such cluster), 78 config error.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -20,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from awide_cluster.cli.interrupt import Interrupt
 from awide_cluster.cli.lookup import (
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -33,13 +30,12 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.contract import bounds, keys
-from awide_cluster.contract import history_ring as histdoc
-from awide_cluster.operator.history_query import BadSince, Tail, parse_since, select
-from awide_cluster.operator.target import ClusterTarget
-from awide_cluster.store.config import StoreConfig
 
 if TYPE_CHECKING:
+    from awide_cluster.cli.interrupt import Interrupt
+    from awide_cluster.contract import history_ring as histdoc
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
     from awide_cluster.store.etcd import EtcdStore
 
 
@@ -70,6 +66,9 @@ def history(config: str | None, endpoints: str | None, cluster: str | None,
     Exit code 0 when shown; 1 when the history cannot be read; 3 when no etcd member answers;
     64 on a usage error (no such cluster included), 78 on a config error.
     """
+    import asyncio
+
+    from awide_cluster.operator.history_query import BadSince, parse_since
     try:
         after = parse_since(since, datetime.now(UTC)) if since is not None else None
     except BadSince as e:
@@ -86,6 +85,8 @@ def history(config: str | None, endpoints: str | None, cluster: str | None,
 async def _read(store: EtcdStore, call: float) -> histdoc.History | None:
     """The history ring (None: no history key), each read bounded; raises HistoryError when
     it cannot be used, StoreError when etcd fails."""
+    from awide_cluster.contract import bounds, keys
+    from awide_cluster.contract import history_ring as histdoc
     from awide_cluster.store.errors import ValueTooLarge
     try:
         kv = await store.get(keys.HISTORY, timeout=call, max_value_bytes=bounds.HISTORY_MAX_BYTES)
@@ -96,12 +97,17 @@ async def _read(store: EtcdStore, call: float) -> histdoc.History | None:
 
 
 def _print(entries: Sequence[histdoc.Entry], as_lines_of_json: bool) -> None:
+    import json
     for entry in entries:
         click.echo(json.dumps(entry.to_dict()) if as_lines_of_json else entry.line())
 
 
 async def _show(target: ClusterTarget, store_config: StoreConfig, card: str | None,
                 after: datetime | None, as_json: bool, follow: float | None = None) -> int:
+    import json
+
+    from awide_cluster.contract import history_ring as histdoc
+    from awide_cluster.operator.history_query import select
     from awide_cluster.store.errors import StoreError, Timeout, Unavailable
     from awide_cluster.store.etcd import EtcdStore
     store = EtcdStore(store_config)
@@ -134,6 +140,7 @@ async def _show(target: ClusterTarget, store_config: StoreConfig, card: str | No
             return EXIT_UNHEALTHY
         shown = select(ring, card=card, since=after)
         if follow is not None:
+            from awide_cluster.cli.interrupt import Interrupt
             interrupt = Interrupt()     # before the first line: a Ctrl-C after it ends with 0
             _print(shown, as_json)
             await _follow(store, call, ring, card, after, as_json, follow, interrupt)
@@ -153,6 +160,8 @@ async def _follow(store: EtcdStore, call: float, ring: histdoc.History, card: st
     """Every ``interval`` read the ring and print the entries that arrived since the last
     read (``Tail``: a fresh ring prints all of it), until SIGINT/SIGTERM. A failed read is
     said once on stderr (again only when the failure changes) and retried."""
+    from awide_cluster.contract import history_ring as histdoc
+    from awide_cluster.operator.history_query import Tail, select
     from awide_cluster.store.errors import StoreError
     tail, _ = Tail().step(ring)
     said = ""

@@ -5,16 +5,18 @@ leader, the target not a live candidate, the leader refused it) or not done with
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from awide_cluster.cli.daemon import _check_reason, _store_failure
 from awide_cluster.cli.lookup import EXIT_OK, EXIT_UNHEALTHY, resolve, target_options
 from awide_cluster.cli.main import cli
-from awide_cluster.operator.target import ClusterTarget
-from awide_cluster.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
 
 
 @cli.group("leader")
@@ -39,6 +41,7 @@ def switchover_command(to: str, config: str | None, endpoints: str | None,
     left the registry current, deletes its key and names the next leader in the same
     transaction; only that host campaigns. Refused (nothing written) when HOST is not a
     live candidate."""
+    import asyncio
     reason = _check_reason(reason)
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     wait = target.intent_wait if wait is None else wait

@@ -17,22 +17,19 @@ cards) and sysexits' codes for the errors of use (docs/operations.md, "Exit code
 
 from __future__ import annotations
 
-import ssl
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from awide_cluster.config.common import ConfigError
-from awide_cluster.operator.target import (
-    CONFIG_ENV,
-    ClusterTarget,
-    NoTarget,
-    default_config,
-    lookup,
-)
-from awide_cluster.store.config import StoreConfig
+if TYPE_CHECKING:
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
+
+# Every subcommand module imports this one when ``awide-cluster`` starts: what the commands
+# need to run (the config parser, the store, the operator's model) is imported by the command
+# that runs, so ``--help`` and a usage error load none of it.
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3     # Nagios plugins
 EXIT_USAGE, EXIT_CONFIG = 64, 78                                    # sysexits.h
@@ -69,6 +66,10 @@ def resolve(config: str | None, endpoints: str | None, cluster: str | None,
             call_timeout: float | None) -> tuple[ClusterTarget, StoreConfig]:
     """The target and its store config, or exit 64 (usage) or 78 (config) with one line
     saying why."""
+    import ssl
+
+    from awide_cluster.config.common import ConfigError
+    from awide_cluster.operator.target import NoTarget, lookup
     try:
         target = lookup(config=config, endpoints=endpoints, cluster=cluster,
                         call_timeout=call_timeout)
@@ -115,6 +116,8 @@ def config_file(given: str | None, *, kind: str) -> str:
     file lives with its engine). Exit 64 when none is given or found."""
     import os
     from pathlib import Path
+
+    from awide_cluster.operator.target import CONFIG_ENV, default_config
     if given:
         return given
     if os.environ.get(CONFIG_ENV):

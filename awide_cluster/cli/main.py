@@ -1,7 +1,13 @@
 """The ``awide-cluster`` command. Subcommands live in sibling modules that register on ``cli``:
 ``daemon`` (run, check-config, drain/undrain/forget), ``gateway`` (gateway check-config/watch),
 ``operator`` (status, cards, backup), ``history``, ``leader`` (switchover), ``access`` (etcd
-users and roles). The demo cluster runs from a source checkout (``make demo``)."""
+users and roles). The demo cluster runs from a source checkout (``make demo``).
+
+Every call imports all the subcommand modules (to know the commands), so they import at their
+top only click and the light constants they declare options with (``cli/lookup.py``,
+``operator/formats.py``, ``contract/bounds.py``): a command imports what it runs (the config
+parser and pydantic, the store and aiohttp, the operator's model, the daemon's modules) in its
+handler. ``awide-cluster --help`` and a usage error so load none of it."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ usage; 78 config error."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,7 +20,9 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from awide_cluster.store.config import StoreConfig
 
 
 @cli.group("namespace")
@@ -41,6 +43,8 @@ def migrate_command(namespace: str, algorithm: int, config: str | None,
     keys take a new prefix; the blocks placed by the old algorithm are never read); other
     namespaces keep their algorithm and their keys. Each gateway takes N at its next layout
     check (its next start)."""
+    import asyncio
+
     from awide_cluster.contract.keys import BadName, check_name
     try:
         check_name("namespace", namespace)

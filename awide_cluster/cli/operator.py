@@ -14,17 +14,14 @@ comes from click::
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 import sys
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import click
 
-from awide_cluster.cli.interrupt import Interrupt
 from awide_cluster.cli.lookup import (
     EXIT_CRITICAL,
     EXIT_OK,
@@ -38,27 +35,17 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.operator.gather import StatusReader
-from awide_cluster.operator.history_query import Tail
-from awide_cluster.operator.model import ClusterStatus
-from awide_cluster.operator.render import (
-    FORMATS,
-    HEIGHT,
-    WIDTH,
-    fit_screen,
-    redraw,
-    render,
-    render_cards,
-    watch_table,
-)
-from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
-from awide_cluster.operator.target import ClusterTarget
-from awide_cluster.store.config import StoreConfig
-from awide_cluster.store.etcd import EtcdStore
+from awide_cluster.operator.formats import FORMATS, HEIGHT, WIDTH
+
+if TYPE_CHECKING:
+    from awide_cluster.operator.model import ClusterStatus
+    from awide_cluster.operator.snapshot import RawSnapshot, StatusPolicy
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
 
 CARD_CODES = {"card_out", "card_conflict", "card_unplaced", "registry_corrupt",
               "registry_missing", "keys_unreadable", "slot_table_mismatch", "card_drained"}
-Verdict = Callable[[ClusterStatus], int]
+Verdict: TypeAlias = "Callable[[ClusterStatus], int]"
 
 
 def status_code(st: ClusterStatus) -> int:
@@ -116,9 +103,15 @@ def _options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run(config: str | None, endpoints: str | None, cluster: str | None,
          call_timeout: float | None, fmt: str, watch: float | None, sample: float,
-         stale_after: float, strict: bool, what: Callable[[ClusterStatus, str], str],
+         stale_after: float, strict: bool, shown: str,
          judge: Verdict, tail: bool = False, count: int | None = None) -> None:
+    """``shown``: "status" (everything) or "cards" (the card table); the renderer and the
+    rest are imported once the target is known (a usage or config error imports none)."""
+    import asyncio
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
+    from awide_cluster.operator.render import render, render_cards
+    from awide_cluster.operator.snapshot import StatusPolicy
+    what = render_cards if shown == "cards" else render
     policy = StatusPolicy(stale_after=stale_after, behind_grace=stale_after,
                           hosts=target.hosts, auth=store_config.username is not None)
     try:
@@ -133,6 +126,14 @@ async def _main(target: ClusterTarget, store_config: StoreConfig, policy: Status
                 fmt: str, watch: float | None, sample: float, strict: bool,
                 what: Callable[[ClusterStatus, str], str],
                 judge: Verdict, tail: bool = False, count: int | None = None) -> int:
+    import asyncio
+    import shutil
+
+    from awide_cluster.cli.interrupt import Interrupt
+    from awide_cluster.operator.gather import StatusReader
+    from awide_cluster.operator.history_query import Tail
+    from awide_cluster.operator.render import fit_screen, redraw, watch_table
+    from awide_cluster.store.etcd import EtcdStore
     store = EtcdStore(store_config)
     reader = StatusReader(store, cluster=target.cluster, endpoints=tuple(store_config.endpoints),
                           call_timeout=store_config.call_timeout, policy=policy)
@@ -230,7 +231,7 @@ def status(config: str | None, endpoints: str | None, cluster: str | None,
     usage error (no such cluster included), 78 on a config error.
     """
     _run(config, endpoints, cluster, call_timeout, "brief" if brief else fmt, watch, sample,
-         stale_after, strict, render, status_code, tail=True, count=count)
+         stale_after, strict, "status", status_code, tail=True, count=count)
 
 
 @cli.command()
@@ -244,7 +245,7 @@ def cards(config: str | None, endpoints: str | None, cluster: str | None,
     read; 1 when a card is drained; 3, 64 and 78 as for status.
     """
     _run(config, endpoints, cluster, call_timeout, fmt, watch, sample, stale_after, False,
-         render_cards, cards_code, count=count)
+         "cards", cards_code, count=count)
 
 
 @cli.command()
@@ -269,7 +270,10 @@ def backup(config: str | None, endpoints: str | None, cluster: str | None,
     Prints the file, its size and sha256. Exit code 0 when written; 1 when no member sent a
     complete snapshot (nothing written); 64 on a usage error, 78 on a config error.
     """
+    import asyncio
+
     from awide_cluster.operator.backup import BackupError, take_snapshot
+    from awide_cluster.store.etcd import EtcdStore
 
     _, store_config = resolve(config, endpoints, cluster, call_timeout)
 

@@ -9,11 +9,10 @@ cluster).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,10 +26,12 @@ from awide_cluster.cli.lookup import (
     target_options,
 )
 from awide_cluster.cli.main import cli
-from awide_cluster.contract.untrusted import INTENT_REASON_MAX
-from awide_cluster.contract.windows import Scope, WindowRequest, subject
-from awide_cluster.operator.target import ClusterTarget
-from awide_cluster.store.config import StoreConfig
+from awide_cluster.contract.bounds import INTENT_REASON_MAX
+
+if TYPE_CHECKING:
+    from awide_cluster.contract.windows import Scope, WindowRequest
+    from awide_cluster.operator.target import ClusterTarget
+    from awide_cluster.store.config import StoreConfig
 
 _WAIT_HELP = ("seconds to wait for the leader to apply it "
               "[default: lease TTL + 5 polls of a daemon config, else 10]")
@@ -57,6 +58,7 @@ def _seconds(text: str) -> int:
 def _run(config: str | None, endpoints: str | None, cluster: str | None,
          call_timeout: float | None, wait: float | None, scope: Scope, name: str,
          request: WindowRequest, drain: bool = False) -> None:
+    import asyncio
     target, store_config = resolve(config, endpoints, cluster, call_timeout)
     wait = target.intent_wait if wait is None else wait
     sys.exit(asyncio.run(_submit(target, store_config, scope, name, request, wait, drain)))
@@ -65,7 +67,7 @@ def _run(config: str | None, endpoints: str | None, cluster: str | None,
 async def _submit(target: ClusterTarget, store_config: StoreConfig, scope: Scope, name: str,
                   request: WindowRequest, wait: float, drain: bool) -> int:
     from awide_cluster.contract.registry import RegistryError
-    from awide_cluster.contract.windows import WindowsError
+    from awide_cluster.contract.windows import WindowsError, subject
     from awide_cluster.daemon import intents
     from awide_cluster.daemon.clock import SystemClock
     from awide_cluster.daemon.window_requests import submit
@@ -124,6 +126,7 @@ async def _submit(target: ClusterTarget, store_config: StoreConfig, scope: Scope
 
 def _start(seconds: int, reason: str, drained: bool = False) -> WindowRequest:
     from awide_cluster.contract.records import iso
+    from awide_cluster.contract.windows import WindowRequest
     from awide_cluster.daemon.window_requests import who
     return WindowRequest("start", seconds=seconds, by=who(), at=iso(time.time()),
                          reason=reason, drained=drained)
@@ -142,6 +145,7 @@ def _window_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _end(reason: str) -> WindowRequest:
     from awide_cluster.contract.records import iso
+    from awide_cluster.contract.windows import WindowRequest
     from awide_cluster.daemon.window_requests import who
     return WindowRequest("end", by=who(), at=iso(time.time()), reason=reason)
 

@@ -26,6 +26,10 @@ from awide_cluster.contract import keys
 
 KIB = 1024
 
+# why (``--reason``) an intent or a window is asked: characters (``untrusted.INTENT_REASON_MAX``;
+# here, free of pydantic, for the CLI's help text)
+INTENT_REASON_MAX = 256
+
 # 64 cards with every text at its longest fit (daemon/reporter.py fit)
 REPORT_MAX_BYTES = 512 * KIB
 REGISTRY_MAX_BYTES = 512 * KIB

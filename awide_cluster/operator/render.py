@@ -19,8 +19,9 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-import yaml
-
+from awide_cluster.operator.formats import FORMATS as FORMATS
+from awide_cluster.operator.formats import HEIGHT as HEIGHT
+from awide_cluster.operator.formats import WIDTH as WIDTH
 from awide_cluster.operator.model import (
     CardView,
     ClusterStatus,
@@ -37,10 +38,6 @@ from awide_cluster.operator.render_parts import (
     headline,
     size,
 )
-
-FORMATS = ("table", "wide", "json", "yaml")     # and "brief" (status --brief): one line
-WIDTH, HEIGHT = 80, 24      # the screen ``table`` fits (a terminal's size under --watch)
-
 
 _WINDOW_WORD = {"pause": "!!! PAUSED", "host": "MAINTENANCE", "card": "SILENCED"}
 
@@ -375,6 +372,7 @@ def render(st: ClusterStatus, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(st.to_dict(), indent=2)
     if fmt == "yaml":
+        import yaml  # only for this format
         return yaml.safe_dump(st.to_dict(), sort_keys=False).rstrip()
     if fmt == "table":
         return table(st)
@@ -391,6 +389,7 @@ def render_cards(st: ClusterStatus, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2)
     if fmt == "yaml":
+        import yaml  # only for this format
         return yaml.safe_dump(doc, sort_keys=False).rstrip()
     if fmt in ("table", "wide"):
         gen = st.registry.generation

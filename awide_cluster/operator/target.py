@@ -25,12 +25,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awide_cluster.config.common import ConfigError, EtcdSection, config_kind, parse, read_yaml
 from awide_cluster.contract import keys
-from awide_cluster.store.build import store_config
-from awide_cluster.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from awide_cluster.store.config import StoreConfig
 
 DEFAULT_CONFIG = "/etc/awide-cluster/cluster.yaml"
 DEFAULT_CONFIG_ENV = "AWIDE_DEFAULT_CONFIG"
@@ -54,6 +55,7 @@ class ClusterTarget:
     hosts: tuple[str, ...] = ()         # a daemon file's hosts (the cluster's daemons)
 
     def store_config(self) -> StoreConfig:
+        from awide_cluster.store.build import store_config  # the store (aiohttp): when used
         return store_config(self.etcd, self.cluster)
 
     def with_call_timeout(self, call_timeout: float | None) -> ClusterTarget:
