@@ -68,7 +68,7 @@ def resolve(config: str | None, endpoints: str | None, cluster: str | None,
     saying why."""
     import ssl
 
-    from awide_cluster.config.common import ConfigError
+    from awide_cluster.config.errors import ConfigError
     from awide_cluster.operator.target import NoTarget, lookup
     try:
         target = lookup(config=config, endpoints=endpoints, cluster=cluster,

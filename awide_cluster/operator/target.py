@@ -13,6 +13,9 @@ Where the etcd settings come from, the first that is given:
 The cluster name: ``--cluster`` when given, else the file's top-level ``cluster``. Giving both
 ``--config`` and ``--endpoints`` is a usage error.
 
+The config parser (pydantic) is imported when a file or the options are read: a lookup that
+names no cluster fails without it.
+
 Both config files name the cluster (top-level ``cluster``) and its etcd (``etcd`` section, the
 shared ``EtcdSection``); the operator commands read only those two settings (and a daemon
 file's ``timing``, for how long to wait for an intent), so they work with either file (and
@@ -27,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awide_cluster.config.common import ConfigError, EtcdSection, config_kind, parse, read_yaml
+from awide_cluster.config.errors import ConfigError
 from awide_cluster.contract import keys
 
 if TYPE_CHECKING:
+    from awide_cluster.config.common import EtcdSection
     from awide_cluster.store.config import StoreConfig
 
 DEFAULT_CONFIG = "/etc/awide-cluster/cluster.yaml"
@@ -94,6 +98,7 @@ def _intent_wait(data: dict[str, Any]) -> float:
 
 
 def from_config_file(path: str | Path, *, source: str = "") -> ClusterTarget:
+    from awide_cluster.config.common import EtcdSection, config_kind, parse, read_yaml
     name = str(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -115,6 +120,7 @@ def from_config_file(path: str | Path, *, source: str = "") -> ClusterTarget:
 
 def from_options(cluster: str, endpoints: list[str], call_timeout: float | None,
                  *, source: str = "--endpoints") -> ClusterTarget:
+    from awide_cluster.config.common import EtcdSection, parse
     data: dict[str, Any] = {"endpoints": endpoints}
     if call_timeout is not None:
         data["call_timeout"] = call_timeout
