@@ -106,9 +106,8 @@ def _generator(ctx: Context, etcd: Any, cluster: str, rev: int) -> dict[str, Any
             "cgen_gateways": CGEN_GATEWAYS}
 
 
-def measure(ctx: Context, *, generator: bool = True) -> dict[str, Any]:
-    """The calibration set (see the module's docstring); ``generator=False`` leaves out the
-    load generator's reading (``cgen_us_per_request`` None)."""
+def measure(ctx: Context) -> dict[str, Any]:
+    """The calibration set (see the module's docstring)."""
     t_start = time.monotonic()
     out: dict[str, Any] = {"loadavg_1m": next(iter(loadavg()), None)}
     out.update(time_python())
@@ -118,11 +117,9 @@ def measure(ctx: Context, *, generator: bool = True) -> dict[str, Any]:
         e0, t0 = etcd_cpu(etcd), time.monotonic()
         sleep_until(t0 + IDLE_S)
         out["etcd_idle_cores"] = round((etcd_cpu(etcd) - e0) / (time.monotonic() - t0), 4)
-        out["cgen_us_per_request"] = None
-        if generator:
-            cluster = f"cal{uuid.uuid4().hex[:6]}"
-            rev = asyncio.run(_publish(ctx, etcd.endpoints, cluster))
-            out.update(_generator(ctx, etcd, cluster, rev))
+        cluster = f"cal{uuid.uuid4().hex[:6]}"
+        rev = asyncio.run(_publish(ctx, etcd.endpoints, cluster))
+        out.update(_generator(ctx, etcd, cluster, rev))
     finally:
         etcd.stop()
     out["seconds"] = round(time.monotonic() - t_start, 1)

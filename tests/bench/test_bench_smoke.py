@@ -16,6 +16,7 @@ import pytest
 from awide_harness import waits
 from bench.__main__ import select, table
 from bench.common import Row, latency_row, pct
+from bench.report import markdown
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,8 +78,11 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     assert doc["command"].startswith("python -m bench --quick")
     assert doc["machine"]["nproc"] >= 1
     cal = doc["calibration"]            # the host's speed, measured in the same run
-    assert cal["etcd_idle_cores"] >= 0 and cal["python_s"] > 0
+    assert 0.0 <= cal["etcd_idle_cores"] < 2.0, cal       # three idle members: well under 2
+    assert cal["python_s"] > 0
     assert cal["cgen_us_per_request"] > 0 and cal["cgen_requests"] > 0
+    assert f"etcd idle {cal['etcd_idle_cores']} cores" in markdown(doc)
+    assert [ld["module"] for ld in doc["figure_load"]] == ["bench.fig8_footprint"]
     rows = doc["figures"]
     assert rows and {r["figure"] for r in rows} == {8}
     names = " ".join(r["name"] for r in rows)

@@ -39,38 +39,59 @@ def slow_etcd(etcd_binaries, tmp_path_factory):
         yield c
 
 
-async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_etcd,
-                                                                         cluster_name):
+async def test_an_idle_leader_watch_outlives_slow_progress_notifications_and_a_reload_retunes_it(
+        slow_etcd, cluster_name):
+    """One scenario for both (each needs a control watching over 9 s): follower h2 told the
+    members' interval never re-opens; the control h3 told 1 s re-opens every 3 s; h4, told
+    1 s, re-opens at the 3 s bound, then a reload (SIGHUP) that says the members' interval
+    stretches the bound of the watch already open: at most the wait under way when it came
+    still ends in a re-opening. Then h1's clean stop hands the key to h2 on its watch."""
     a = Daemon(make_config(slow_etcd, cluster_name, "h1",
                            timing=dict(FAST, etcd_progress_notify=NOTIFY)))
     b = Daemon(make_config(slow_etcd, cluster_name, "h2",
                            timing=dict(SLOW_POLL, etcd_progress_notify=NOTIFY)))
     control = Daemon(make_config(slow_etcd, cluster_name, "h3",
                                  timing=dict(SLOW_POLL, etcd_progress_notify=1.0)))
+    d = Daemon(make_config(slow_etcd, cluster_name, "h4",
+                           timing=dict(FAST, etcd_progress_notify=1.0)))
     assert b.config.timing.leader_watch_stall == 3 * NOTIFY
     assert control.config.timing.leader_watch_stall == 3.0 < NOTIFY
+    assert d.config.timing.leader_watch_stall == 3.0
     stopped = []
     try:
         await a.start()
         await wait_until(lambda: a.is_leader, what="h1 leads")
-        for d in (b, control):
-            await d.start()
-            await wait_until(lambda d=d: d.turns >= 1 and d.lease.valid(),
-                           what=f"{d.config.host} made its first turn")
-            assert not d.leadership.has_key
+        for f in (b, control, d):
+            await f.start()
+            await wait_until(lambda f=f: f.turns >= 1 and f.lease.valid(),
+                             what=f"{f.config.host} made its first turn")
+            assert not f.leadership.has_key
+        await wait_until(lambda: d.leader_watch_reopens >= 1, timeout=NOTIFY + 3,
+                         what="h4 re-opened its leader watch at the 3 s bound")
+        d.request_reload(make_config(slow_etcd, cluster_name, "h4",
+                                     timing=dict(FAST, etcd_progress_notify=NOTIFY)))
+        await wait_until(lambda: d.config.timing.etcd_progress_notify == NOTIFY,
+                         what="h4 applied the reload")
+        assert d.leader_watch.watch is not None and d.leader_watch.watch.stall_after == 3 * NOTIFY
+        d_reopens, seen = d.leader_watch_reopens, control.leader_watch_reopens
         # the control's watch, silent for 3 s each time before etcd's first notification
-        # at 4 s, is re-opened again and again: three times is over 9 s of watching, at
-        # least two of the members' notifications
-        await wait_until(lambda: control.leader_watch_reopens >= 3, timeout=3 * NOTIFY + 3,
-                       what="the control re-opened its leader watch three times")
+        # at 4 s, is re-opened again and again: three times (after the reload) is over 9 s
+        # of watching, at least two of the members' notifications
+        await wait_until(lambda: control.leader_watch_reopens >= seen + 3,
+                         timeout=3 * NOTIFY + 3,
+                         what="the control re-opened its leader watch three more times")
+        assert control.leader_watch_reopens >= 3
+        assert d.leader_watch_reopens <= d_reopens + 1
         assert b.leader_watch_reopens == 0
         assert a.leader_watch_reopens == 0
         # the leader's members/ watch, fed by every report, keeps its 1 s bound and its stream
         assert a.config.timing.reports_watch_stall == 1.0 and a.reports_watch_reopens == 0
         assert reopened(b, "leader") == 0 and reopened(control, "leader") >= 3
         assert reopened(a, "members") == 0
-        await control.stop()
-        stopped.append(control)
+        assert not d.leadership.has_key and not control.leadership.has_key
+        for f in (control, d):          # h4 polls every 0.1 s: it would race h2 for the key
+            await f.stop()
+            stopped.append(f)
         # the watch kept open hands the key over on a clean stop, not at b's next poll
         a.request_stop()                    # SIGTERM: the turn ends, the lease is revoked
         await a.stop()
@@ -80,41 +101,9 @@ async def test_an_idle_leader_watch_outlives_slow_progress_notifications(slow_et
         assert b.key_wins == 1              # won on the watch event
         assert b.leader_watch_reopens == 0
     finally:
-        for d in (a, b, control):
-            if d not in stopped:
-                await d.stop()
-
-
-async def test_a_reload_of_the_interval_retunes_the_open_leader_watch(slow_etcd, cluster_name):
-    """A follower told 1 s re-opens its watch every 3 s; a reload (SIGHUP) that
-    says the members' interval stretches the bound of the watch already open: at most the
-    wait under way when it came still ends in a re-opening."""
-    a = Daemon(make_config(slow_etcd, cluster_name, "h1",
-                           timing=dict(FAST, etcd_progress_notify=NOTIFY)))
-    told_1s = dict(FAST, etcd_progress_notify=1.0)
-    d = Daemon(make_config(slow_etcd, cluster_name, "h2", timing=told_1s))
-    control = Daemon(make_config(slow_etcd, cluster_name, "h3", timing=told_1s))
-    try:
-        await a.start()
-        await wait_until(lambda: a.is_leader, what="h1 leads")
-        for f in (d, control):
-            await f.start()
-        await wait_until(lambda: d.leader_watch_reopens >= 1, timeout=NOTIFY + 3,
-                       what="h2 re-opened its leader watch at the 3 s bound")
-        d.request_reload(make_config(slow_etcd, cluster_name, "h2",
-                                     timing=dict(FAST, etcd_progress_notify=NOTIFY)))
-        await wait_until(lambda: d.config.timing.etcd_progress_notify == NOTIFY,
-                       what="h2 applied the reload")
-        assert d.leader_watch.watch is not None and d.leader_watch.watch.stall_after == 3 * NOTIFY
-        reopened, seen = d.leader_watch_reopens, control.leader_watch_reopens
-        await wait_until(lambda: control.leader_watch_reopens >= seen + 3,
-                       timeout=3 * NOTIFY + 3,
-                       what="the control re-opened its leader watch three more times")
-        assert d.leader_watch_reopens <= reopened + 1
-        assert not d.leadership.has_key and not control.leadership.has_key
-    finally:
-        for x in (a, d, control):
-            await x.stop()
+        for x in (a, b, control, d):
+            if x not in stopped:
+                await x.stop()
 
 
 async def test_the_leaders_members_watch_leaves_a_frozen_member_within_its_bound(

@@ -22,7 +22,10 @@ from .support import etcd_or_skip
 TIMING = Timing(poll_interval=0.25, lease_ttl=2, sick_polls=3, healthy_polls=1,
                 call_timeout=0.2)
 DAMPING = {"outs": 3, "window": 60.0, "first_hold": 2.0, "max_hold": 8.0}
-FLAPS = 9                   # store down 4 polls, up 4 polls: ~2 s a flap
+# store down 4 polls, up 4 polls: ~2 s a flap. Damped, flaps 1-3 go out, the return of the
+# 3rd starts hold 1 (2 s: it spans flap 4), flap 5's return starts hold 2 (4 s): 7 flaps
+# reach hold 2 with one flap to spare; undamped they would be 7 outs per gateway
+FLAPS = 7
 HALF = 4                    # polls of the host per half flap
 BOUND = 30.0
 
@@ -78,8 +81,8 @@ def test_a_flapping_card_goes_out_a_few_times_each_hold_in_the_history(tmp_path)
         went_out = [e for e in mine if e.kind == "out" and not e.reason.startswith("held out")]
         print(f"flapped {FLAPS} times in {flapped_for:.1f} s; gateway outs {outs}; registry "
               f"outs {len(went_out)}, holds {[e.reason for e in held]}")
-        # undamped, every flap is one out per gateway (9); damped: 3 outs, then one per hold
-        # (2, 4, 8 s) at most
+        # undamped, every flap is one out per gateway (FLAPS); damped: 3 outs, then one per
+        # hold (2, 4 s) at most
         assert all(1 <= n <= 5 for n in outs.values()), outs
         # each out a gateway saw is a registry out in the history; each hold is there too
         assert all(n <= len(went_out) for n in outs.values()), (outs, len(went_out))

@@ -1,7 +1,8 @@
 """Every command example of docs/operations.md runs as written, with its documented exit code.
 
 The examples are the lines of the fenced ``sh`` blocks that start with ``awide-cluster``
-(a line ending in ``\\`` continues on the next). They run in document order, as the real
+(a line ending in ``\\`` continues on the next). They run in document order (consecutive
+examples that only read, ``status``, ``cards`` and ``history``, at once), as the real
 command, against a real etcd and real daemons of the cluster the examples name (``prod1``,
 hosts ``store-a`` and ``store-b``, cards ``SN-A1``, ``SN-A2``, ``SN-B1``). What a real host
 has and a test cannot, the test puts in place: the two config files (a daemon's at
@@ -98,6 +99,11 @@ async def _settled_status(lab: Lab, args: list[str], expected: int,
         return last
 
 
+# Examples that only read the cluster: consecutive ones run at once (they change nothing the
+# next reads), in document order between the examples that act.
+READS = ("status", "cards", "history")
+
+
 @pytest.mark.timeout(300)      # ~45 s alone; more than twice that beside the other tests
 async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
     lab = Lab(shared_etcd, "prod1", tmp_path, layout=LAYOUT)
@@ -111,9 +117,40 @@ async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
             DOC_ENDPOINTS: ",".join(shared_etcd.endpoints)}
     ran = []
     store_b_down = False
+
+    async def run(command: str, expected: int, pipe: str) -> None:
+        """One example as written, its exit code and output checked."""
+        args = [here.get(a, a) for a in shlex.split(command)[1:]]
+        if store_b_down and args[0] == "status" and expected == 0:
+            expected = 1        # store-b is still configured, its daemon down: WARNING
+        if "--watch" in args or "-w" in args or "--follow" in args:
+            code, out = await _watch(lab, args)
+            err = ""
+        else:
+            code, out, err = await lab.cli(*args)
+            if args[0] == "status" and code != expected:
+                code, out, err = await _settled_status(lab, args, expected, (code, out, err))
+        assert code == expected, (command, code, out, err)
+        if store_b_down and args[0] == "status" and "-o" not in args:
+            assert "daemon_down" in out, out
+        if pipe.startswith("jq"):
+            json.loads(out)
+        ran.append(command)
+
+    reads: list[tuple[str, int, str]] = []
     async with lab:
-        for command, expected, pipe in examples(DOC.read_text()):
+        for command, expected, pipe in [*examples(DOC.read_text()), ("", 0, "")]:
             args = [here.get(a, a) for a in shlex.split(command)[1:]]
+            if args and args[0] in READS:
+                reads.append((command, expected, pipe))
+                continue
+            for failed in await asyncio.gather(*(run(*r) for r in reads),
+                                               return_exceptions=True):
+                if isinstance(failed, BaseException):
+                    raise failed
+            reads = []
+            if not args:                # the end of the examples
+                break
             if args[:2] == ["forget", "SN-B1"]:
                 # the card was replaced: its host store-b is gone and it is out
                 await lab.daemons["store-b"].stop()
@@ -130,21 +167,7 @@ async def test_every_example_runs_as_documented(shared_etcd, tmp_path):
                     assert code == 0, (out, err)
                     await wait_until(lambda o=other: lab.daemons[o].is_leader, bound(20),
                                      what=f"{other} leads")
-            if store_b_down and args[0] == "status" and expected == 0:
-                expected = 1        # store-b is still configured, its daemon down: WARNING
-            if "--watch" in args or "-w" in args or "--follow" in args:
-                code, out = await _watch(lab, args)
-                err = ""
-            else:
-                code, out, err = await lab.cli(*args)
-                if args[0] == "status" and code != expected:
-                    code, out, err = await _settled_status(lab, args, expected, (code, out, err))
-            assert code == expected, (command, code, out, err)
-            if store_b_down and args[0] == "status" and "-o" not in args:
-                assert "daemon_down" in out, out
-            if pipe.startswith("jq"):
-                json.loads(out)
-            ran.append(command)
+            await run(command, expected, pipe)
         reg = await lab.registry()
         assert lab.card(reg, "store-b", "card0") is None          # the forget example
         assert lab.card(reg, "store-a", "card0").state == "in"    # drained, then undrained
