@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.system.ansible_support import target_python
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
 ROLE = ANSIBLE / "roles" / "awide"
@@ -107,7 +109,7 @@ def _setup(tools: Path, tmp: Path, render: tuple[tuple[str, str], ...] = RENDER,
     roles = _stub_handlers(tmp)
     inv = yaml.safe_load((ANSIBLE / "inventory.example.yml").read_text())
     inv["all"]["vars"].update({"ansible_connection": "local",
-                               "ansible_python_interpreter": sys.executable})
+                               "ansible_python_interpreter": target_python()})
     for group in inv["all"]["children"].values():
         for host, hv in group["hosts"].items():
             for card in hv.get("awide_cards", []):

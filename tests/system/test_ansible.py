@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from tests.system.ansible_support import (
     _render,
     _run,
     ansible_tools,  # noqa: F401 (a fixture)
+    target_python,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -243,7 +243,7 @@ def test_the_progress_notify_interval_is_one_duration_set_in_one_place(
     """The role's checks, for real against localhost: h1's interval is a Go duration of one
     unit (passes), h2's has a space, h3 sets the daemons' field through awide_timing, which
     could disagree with etcd's flag: both refused, naming the variable."""
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    host = {"ansible_connection": "local", "ansible_python_interpreter": target_python()}
     inventory = {"all": {"vars": {"awide_cluster_name": "t1"}, "children": {"storage": {
         "hosts": {"h1": {**host, "awide_etcd_progress_notify": "1500ms"},
                   "h2": {**host, "awide_etcd_progress_notify": "10 s"},

@@ -11,7 +11,6 @@ ansible-core comes with the test extra; without it the tests skip, saying so.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from tests.system.ansible_secrets_support import (
     _vaulted,
     tools,  # noqa: F401 (a fixture)
 )
+from tests.system.ansible_support import target_python
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -102,7 +102,7 @@ def refusals(tools: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         dhchap = REFUSED[host][0].get("dhchap", DHCHAP) if host in REFUSED else DHCHAP
         (tmp / "host_vars" / f"{host}.yml").write_text(_dhchap_vars(tools, tmp, dhchap))
     inv["all"]["vars"].update({"ansible_connection": "local",
-                               "ansible_python_interpreter": sys.executable})
+                               "ansible_python_interpreter": target_python()})
     inv["all"]["children"] = {"storage": {"hosts": hosts}}
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
     (tmp / "secrets.yml").write_text(

@@ -13,7 +13,6 @@ import json
 import re
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.system.ansible_support import (
     _render,
     _run,
     ansible_tools,  # noqa: F401 (a fixture)
+    target_python,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -172,7 +172,7 @@ def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path:
         roles = _handlers_are_stubbed(tmp_path)
         out = tmp_path / "members.json"
         inventory = {"all": {"vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
-                                      "ansible_python_interpreter": sys.executable},
+                                      "ansible_python_interpreter": target_python()},
                              "children": {"storage": {"hosts": {"c1": {}}}}}}
         (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
         play = [{"name": "List", "hosts": "storage", "gather_facts": False,
