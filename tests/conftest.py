@@ -134,6 +134,7 @@ BESIDE_FAST = frozenset({
     "system/test_ansible_secrets.py",
     "system/test_ansible_access_checks.py",
     "system/test_ansible.py",
+    "system/test_ansible_membership.py",
 })
 
 
