@@ -12,21 +12,22 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.system.ansible_support import target_python
-
-ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE = ROOT / "ansible"
-ROLE = ANSIBLE / "roles" / "awide"
-BIN = Path(sys.executable).parent
+from tests.system.ansible_support import (  # noqa: F401 (some for the tests to import)
+    ANSIBLE,
+    BIN,
+    ROLE,
+    ROOT,
+    _env,
+    _handlers_are_stubbed,
+    _recap,
+    target_python,
+)
 
 DHCHAP = {
     "nqn.2024-01.io.awide:gpu1": "DHHC-1:00:T50zLBgrqnvwGLqGoXa15nxG1ihDKwuDxyyRynTG/Hbyz/8e:",
@@ -40,15 +41,6 @@ VAULT_PASSWORD = "vault-pw-for-the-test"
 # The render's tasks files of the awide role, in the order of site.yml (name, tasks file).
 RENDER = (("Checks", "checks.yml"), ("TLS", "tls.yml"), ("Config", "config.yml"),
           ("Etcd flags", "etcd_env.yml"), ("Housekeeping", "maintenance_files.yml"))
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1",
-                "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"})
-    env.update(extra)
-    return env
 
 
 def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -66,16 +58,6 @@ def tools() -> Path:
     if missing:
         pytest.skip(f"{', '.join(missing)} not in {BIN}: pip install -e '.[test]' (ansible-core)")
     return BIN
-
-
-def _stub_handlers(tmp: Path) -> Path:
-    roles = tmp / "roles"
-    shutil.copytree(ROLE, roles / "awide")
-    real = yaml.safe_load((ROLE / "handlers" / "main.yml").read_text())
-    stubs = [{"name": h["name"], "ansible.builtin.debug": {"msg": f"would run: {h['name']}"}}
-             for h in real]
-    (roles / "awide" / "handlers" / "main.yml").write_text(yaml.safe_dump(stubs))
-    return roles
 
 
 _VAULTED: dict[tuple[str, str], str] = {}
@@ -106,7 +88,7 @@ def _setup(tools: Path, tmp: Path, render: tuple[tuple[str, str], ...] = RENDER,
     vars file, two of them as vault-encrypted strings. render.yml runs the tasks files of
     ``render`` (all of RENDER by default), the TLS ones only when etcd speaks https, as in
     the role's etcd_files.yml; tls.yml the checks and the TLS tasks (a renewal)."""
-    roles = _stub_handlers(tmp)
+    roles = _handlers_are_stubbed(tmp)
     inv = yaml.safe_load((ANSIBLE / "inventory.example.yml").read_text())
     inv["all"]["vars"].update({"ansible_connection": "local",
                                "ansible_python_interpreter": target_python()})
@@ -164,11 +146,3 @@ def _playbook(tools: Path, s: dict[str, Path], *flags: str,
 
 def _text(r: subprocess.CompletedProcess[str]) -> str:
     return r.stdout + r.stderr
-
-
-def _recap(stdout: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP lines: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
-    recap: dict[str, dict[str, int]] = {}
-    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
-        recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return recap
