@@ -53,6 +53,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import secrets
 import shlex
 import shutil
@@ -134,16 +135,35 @@ def _long_why_not() -> str | None:
 
 # --- small helpers -------------------------------------------------------------------------
 
+def _machine_cpu() -> float:
+    """CPU seconds this machine has been busy (every core; /proc/stat, not idle nor iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and every child it waited for (ansible-playbook, its
+    workers and ssh clients, pip): the controller's side."""
+    me, kids = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 class Timings:
+    """Each phase's wall time, with the CPU time the machine spent in it (all cores) and the
+    share of this test's own processes (the controller: ansible-playbook, pip): where a slow
+    phase went."""
+
     def __init__(self) -> None:
         self.phases: list[tuple[str, float]] = []
-        self._t = time.monotonic()
+        self._t, self._cpu, self._own = time.monotonic(), _machine_cpu(), _own_cpu()
 
     def lap(self, name: str) -> None:
-        now = time.monotonic()
+        now, cpu, own = time.monotonic(), _machine_cpu(), _own_cpu()
         self.phases.append((name, now - self._t))
-        print(f"[systest] {name}: {now - self._t:.1f} s", flush=True)
-        self._t = now
+        print(f"[systest] {name}: {now - self._t:.1f} s (machine CPU {cpu - self._cpu:.1f} s, "
+              f"controller {own - self._own:.1f} s)", flush=True)
+        self._t, self._cpu, self._own = now, cpu, own
 
 
 def _run(argv: list[str], timeout: float, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -437,6 +457,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
         yield lab, t
     finally:
         t.lap("(until teardown)")
+        try:
+            print(f"[systest] CPU (own+reaped): {_cpu_report(lab)}", flush=True)
+        except (OSError, AssertionError, subprocess.SubprocessError) as e:
+            print(f"[systest] CPU report failed: {e}", flush=True)
         for host in lab.procs:               # for the post-mortem: each host's journal
             try:
                 r = _ssh(lab, host, "journalctl", "-b", "--no-pager", "-o", "short-precise",
@@ -453,6 +477,44 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
         print("[systest] timings: " + ", ".join(f"{n} {s:.1f}s" for n, s in t.phases),
               flush=True)
         assert lab.tag not in _labs_here(), f"left behind: {_labs_here()[lab.tag]}"
+
+
+def _cpu_of(pid: str) -> tuple[str, float, float] | None:
+    """(name, CPU seconds of the process, of its children it reaped), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return name, (int(rest[11]) + int(rest[12])) / tick, (int(rest[13]) + int(rest[14])) / tick
+
+
+def _cpu_report(lab: Lab) -> str:
+    """Where the containers' CPU went: per host, each long-lived program's own CPU seconds,
+    and what the processes each one reaped used (sshd: the commands ansible ran there; systemd:
+    the units and helpers that ended); then the SSH masters on this side."""
+    lines = []
+    for host in lab.procs:
+        by: dict[str, list[float]] = {}
+        for pid in _ip("netns", "pids", lab.ns(host), check=False).stdout.split():
+            if (got := _cpu_of(pid)) is not None:
+                own, reaped = by.setdefault(got[0], [0.0, 0.0]), got[1:]
+                own[0], own[1] = own[0] + reaped[0], own[1] + reaped[1]
+        total = sum(a + b for a, b in by.values())
+        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:6]
+        lines.append(f"{host} {total:.1f} s: " + ", ".join(
+            f"{name} {own:.1f}+{reaped:.1f}" for name, (own, reaped) in top))
+    masters = 0.0
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(lab.control_dir).encode() in \
+                    (proc / "cmdline").read_bytes() and (got := _cpu_of(proc.name)):
+                masters += got[1] + got[2]
+        except OSError:
+            pass
+    lines.append(f"SSH masters {masters:.1f} s")
+    return "; ".join(lines)
 
 
 def _port_open(addr: str, port: int) -> bool:
@@ -608,10 +670,13 @@ def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
                 # even when a run fails before its clean-up
                 "TMPDIR": str(_mkdir(lab.logs / "controller-tmp"))})
     log = lab.logs / f"{name}.log"
+    started, cpu, own = time.monotonic(), _machine_cpu(), _own_cpu()
     with open(log, "w") as out:
         r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
                            cwd=ANSIBLE, stdout=out, stderr=subprocess.STDOUT, text=True,
                            timeout=PLAYBOOK_TIMEOUT, env=env)
+    print(f"[systest] {playbook} ({name}): {time.monotonic() - started:.1f} s, machine CPU "
+          f"{_machine_cpu() - cpu:.1f} s, controller {_own_cpu() - own:.1f} s", flush=True)
     r.stdout = log.read_text()
     r.stderr = ""
     if not expect_ok:
