@@ -37,12 +37,14 @@ opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-cor
 root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
 AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
 list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
-The wheels' dependencies come from the package index once per run (the new version's
-wheelhouse); the builds after it (the broken version's, site.yml's own from the source) use
-those wheels only. Containers, namespaces and the bridge are removed at the end, also when a
-step fails; those of an earlier run that died without its teardown are removed before a new
-lab starts. Each host's journal, each playbook's output and the card directories are kept in
-the test's temp directory; phase timings are printed (-s).
+The wheels' dependencies come from the package index once per dependency list and are cached
+beside the root filesystem (deps-<hash>, keyed by pyproject's dependencies and the Python
+version); every build (the new and the broken version's wheelhouses, site.yml's own from the
+source) runs offline from them, with the venv's setuptools. Containers, namespaces and the
+bridge are removed at the end, also when a step fails; those of an earlier run that died
+without its teardown are removed before a new lab starts. Each host's journal, each
+playbook's output and the card directories are kept in the test's temp directory; phase
+timings are printed (-s).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -585,36 +588,51 @@ def _source_copy(dest: Path, version: str | None, broken: bool = False) -> Path:
     return dest
 
 
-def _build_deps(tmp: Path) -> Path:
-    """Wheels of what building this project needs (pyproject's build-system requires): with
-    them and a wheelhouse's dependencies every later build runs offline (_offline_pip)."""
+def dependency_wheels() -> Path:
+    """The wheels of this project's dependencies, from the package index once per list and
+    cached in AWIDE_SYSTEST_CACHE (deps-<hash>), keyed by pyproject's dependencies and this
+    Python's version and platform: a changed list is resolved anew, and the cache of an older
+    list removed. Every build of the test runs offline from them (_offline_pip)."""
+    import sysconfig
     import tomllib
     with open(ROOT / "pyproject.toml", "rb") as f:
-        requires = tomllib.load(f)["build-system"]["requires"]
-    out = tmp / "build-deps"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), *requires],
-         timeout=600)
-    return out
+        deps = tomllib.load(f)["project"]["dependencies"]
+    recipe = json.dumps({"dependencies": deps, "python": list(sys.version_info[:2]),
+                         "platform": sysconfig.get_platform(), "v": 1}, sort_keys=True)
+    root = CACHE / f"deps-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".awide-systest-ready").exists():
+            for old in CACHE.glob("deps-*"):          # other lists, or a half-made one
+                if old != root:
+                    shutil.rmtree(old, ignore_errors=True)
+            tmp = root.with_name(root.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(tmp), *deps],
+                 timeout=600)
+            (tmp / ".awide-systest-ready").write_text(recipe + "\n")
+            tmp.rename(root)
+    return root
 
 
-def _offline_pip(*wheel_dirs: Path) -> dict[str, str]:
-    """pip's environment for a build from these wheels only (no package index): the
-    dependencies resolved once per run, not again by every build."""
-    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": " ".join(str(d) for d in wheel_dirs)}
+def _offline_pip(deps: Path) -> dict[str, str]:
+    """pip's environment for a build of this tree offline: the dependencies from deps (never
+    the package index), built with this venv's setuptools (pyproject's build requirement, in
+    the test extra) rather than in a fresh environment per build."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(deps), "PIP_NO_BUILD_ISOLATION": "0"}
 
 
-def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None,
-                broken: bool = False, env: dict[str, str] | None = None) -> Path:
+def _wheelhouse(tmp: Path, name: str, version: str | None, deps: Path,
+                broken: bool = False) -> Path:
+    """A wheelhouse as upgrade.yml takes it: the wheel of this tree (optionally with another
+    version, or broken), built offline, and every dependency's wheel."""
     src = _source_copy(tmp / f"src-{name}", version, broken)
     out = tmp / f"wheels-{name}"
-    argv = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(src)]
-    if deps_from is not None:
-        argv.insert(4, "--no-deps")
-    _run(argv, timeout=600, env={**os.environ, **(env or {})})
-    if deps_from is not None:
-        for whl in deps_from.glob("*.whl"):
-            if not whl.name.startswith("awide_cluster-"):
-                shutil.copy2(whl, out / whl.name)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out),
+          str(src)], timeout=600, env={**os.environ, **_offline_pip(deps)})
+    for whl in deps.glob("*.whl"):
+        shutil.copy2(whl, out / whl.name)
     return out
 
 
@@ -778,12 +796,12 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     lab, t = lab
     if GPU not in lab.procs:                 # the GPU host boots while the wheels are built
         lab.boot(GPU)
-    build_deps = _build_deps(tmp_path)
-    wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, None)
-    # from here on pip builds offline: the dependencies are those of wheels_new
-    pip = _offline_pip(wheels_new, build_deps)
-    wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True,
-                                env=pip)
+    deps = dependency_wheels()
+    pip = _offline_pip(deps)                 # every build offline, site.yml's own too
+    with ThreadPoolExecutor(2) as builds:    # two builds at once: each waits on pip mostly
+        new_f = builds.submit(_wheelhouse, tmp_path, "new", NEW_VERSION, deps)
+        broken_f = builds.submit(_wheelhouse, tmp_path, "broken", BROKEN_VERSION, deps, True)
+        wheels_new, wheels_broken = new_f.result(), broken_f.result()
     t.lap("wheelhouses built (new and broken version)")
     inventory = rollout.inventory
     _wait(f"sshd of {GPU}", lambda: _port_open(lab.addr(GPU), 22), timeout=90)
@@ -935,7 +953,7 @@ def test_membership_changes_backup_and_restore(lab, rollout: Rollout) -> None:
     lab, t = lab
     if not rollout.rolled_out:                       # run alone: the cluster first
         # built once here rather than by each playbook (as after the upgrade test)
-        rollout.wheels = _wheelhouse(rollout.dir, "current", None, None)
+        rollout.wheels = _wheelhouse(rollout.dir, "current", None, dependency_wheels())
         _playbook(lab, rollout.inventory, "site.yml", "site", *rollout.wheel_args())
         rollout.rolled_out = True
         t.lap("wheelhouse and site.yml (the membership test run alone)")
