@@ -44,7 +44,7 @@ source) runs offline from them, with the venv's setuptools. Containers, namespac
 bridge are removed at the end, also when a step fails; those of an earlier run that died
 without its teardown are removed before a new lab starts. Each host's journal, each
 playbook's output and the card directories are kept in the test's temp directory; phase
-timings are printed (-s).
+timings, with the CPU time spent in each, are printed (-s).
 """
 
 from __future__ import annotations
@@ -354,8 +354,15 @@ class Lab:
 
     @property
     def control_dir(self) -> Path:
-        """ansible's SSH control sockets (short path: a socket path has ~100 bytes)."""
+        """The SSH control sockets, ansible's and the test's own (short path: a socket path
+        has ~100 bytes)."""
         return LABS / self.tag
+
+    def mux(self, host: str) -> list[str]:
+        """ssh options for the test's own commands on host: one connection (a master kept
+        for the lab's life), each command a new session on it rather than a new handshake."""
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/t-{host}",
+                "-o", "ControlPersist=1800"]
 
     def up(self) -> None:
         self.bridge = f"{self.tag}br"
@@ -399,6 +406,8 @@ class Lab:
         """Power one container off (SIGTERM to its nspawn halts its systemd) and wait until
         it is gone: a failed host."""
         proc = self.procs[host]
+        _run(["ssh", "-S", f"{self.control_dir}/t-{host}", "-O", "exit", "lab"], timeout=10,
+             check=False)                     # the test's connection to it: none to hang on
         proc.terminate()
         proc.wait(timeout=60)
 
@@ -420,7 +429,7 @@ class Lab:
             _ip("netns", "delete", ns, check=False)
         for link in reversed(self.made_links):
             _ip("link", "delete", link, check=False)
-        for sock in self.control_dir.glob("*"):   # ansible's SSH masters (ControlPersist)
+        for sock in self.control_dir.glob("*"):   # the SSH masters (ControlPersist)
             _run(["ssh", "-S", str(sock), "-O", "exit", "lab"], timeout=10, check=False)
         shutil.rmtree(self.control_dir, ignore_errors=True)
 
@@ -535,7 +544,7 @@ SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/nul
 def _ssh(lab: Lab, host: str, *argv: str, check: bool = True,
          timeout: float = 60) -> subprocess.CompletedProcess:
     """Run argv on host (joined with shlex for the remote shell)."""
-    return _run(["ssh", *SSH_OPTS, "-i", str(CACHE / "ssh" / "id_ed25519"),
+    return _run(["ssh", *SSH_OPTS, *lab.mux(host), "-i", str(CACHE / "ssh" / "id_ed25519"),
                  f"root@{lab.addr(host)}", shlex.join(argv)], timeout=timeout, check=check)
 
 
@@ -682,6 +691,9 @@ def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
                 "ANSIBLE_FORKS": "5",
                 # this lab's SSH masters: none of an earlier lab's (same addresses) is reused
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": str(lab.control_dir),
+                # ansible's default less -C: compressing a virtual link only costs CPU; a
+                # master kept between the playbooks of the run
+                "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=1800s",
                 # timestamped copy of the output: where a slow or failed run spent its time
                 "ANSIBLE_LOG_PATH": str(lab.logs / f"{name}.ansible.log"),
                 # the controller's scratch files (wheel archive) stay in the test's logs dir
