@@ -473,13 +473,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
             print(f"[systest] CPU (own+reaped): {_cpu_report(lab)}", flush=True)
         except (OSError, AssertionError, subprocess.SubprocessError) as e:
             print(f"[systest] CPU report failed: {e}", flush=True)
-        for host in lab.procs:               # for the post-mortem: each host's journal
+        def journal(host: str) -> None:      # for the post-mortem: each host's journal
             try:
                 r = _ssh(lab, host, "journalctl", "-b", "--no-pager", "-o", "short-precise",
                          check=False, timeout=20)
                 (logs / f"{host}.journal").write_text(r.stdout + r.stderr)
             except (subprocess.TimeoutExpired, OSError):
                 pass
+        with ThreadPoolExecutor(len(LAB_HOSTS)) as pool:     # all hosts at once
+            list(pool.map(journal, list(lab.procs)))
         try:
             lab.down()
         finally:
