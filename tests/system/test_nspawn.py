@@ -90,7 +90,7 @@ HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each
 SPARE = "h4"                                 # booted with the others, joins in the membership test
 LAB_HOSTS: tuple[str, ...] = (*HOSTS, SPARE)
 # A GPU host (inventory group gateways): the gateway role and the gateway half of upgrade.yml.
-# Booted by the rollout test itself, while its wheels are built.
+# Booted with the storage and witness hosts.
 GPU = "g1"
 LAB_HOSTS = (*LAB_HOSTS, GPU)
 GATEWAY_MODEL = {"name": "systest/model-1b", "num_layers": 2, "num_kv_heads": 2, "head_dim": 64}
