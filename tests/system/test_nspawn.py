@@ -33,18 +33,18 @@ AWIDE_SYSTEM_LONG=1.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-core machine. The
-root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
-AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
-list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
-The wheels' dependencies come from the package index once per dependency list and are cached
-beside the root filesystem (deps-<hash>, keyed by pyproject's dependencies and the Python
-version); every build (the new and the broken version's wheelhouses, site.yml's own from the
-source) runs offline from them, with the venv's setuptools. Containers, namespaces and the
+opts out (`make system-test` runs it alone). About 8.5 minutes on a 2-core machine (12-13 while
+other runs load it). The root filesystem is built once with debootstrap (~2 min, ~310 MB) and
+cached in AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the
+package list); a recipe that cannot be built fails the test. Traffic goes only to these
+namespaces. The wheels' dependencies come from the package index once per dependency list and
+are cached beside the root filesystem (deps-<hash>, keyed by pyproject's dependencies and the
+Python version); every build (the new and the broken version's wheelhouses, site.yml's own from
+the source) runs offline from them, with the venv's setuptools. Containers, namespaces and the
 bridge are removed at the end, also when a step fails; those of an earlier run that died
-without its teardown are removed before a new lab starts. Each host's journal, each
-playbook's output and the card directories are kept in the test's temp directory; phase
-timings, with the CPU time spent in each, are printed (-s).
+without its teardown are removed before a new lab starts. Each host's journal, each playbook's
+output and the card directories are kept in the test's temp directory; phase timings, with the
+CPU time spent in each, are printed (-s).
 """
 
 from __future__ import annotations
