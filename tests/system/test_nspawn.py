@@ -33,16 +33,18 @@ AWIDE_SYSTEM_LONG=1.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 5-7 minutes on a shared 2-core machine. The
-root filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in
-AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the package
-list); a recipe that cannot be built fails the test. Traffic goes only to these namespaces.
-The wheels' dependencies come from the package index once per run (the new version's
-wheelhouse); the builds after it (the broken version's, site.yml's own from the source) use
-those wheels only. Containers, namespaces and the bridge are removed at the end, also when a
-step fails; those of an earlier run that died without its teardown are removed before a new
-lab starts. Each host's journal, each playbook's output and the card directories are kept in
-the test's temp directory; phase timings are printed (-s).
+opts out (`make system-test` runs it alone). About 8.5 minutes on a 2-core machine (12-13 while
+other runs load it). The root filesystem is built once with debootstrap (~2 min, ~310 MB) and
+cached in AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the
+package list); a recipe that cannot be built fails the test. Traffic goes only to these
+namespaces. The wheels' dependencies come from the package index once per dependency list and
+are cached beside the root filesystem (deps-<hash>, keyed by pyproject's dependencies and the
+Python version); every build (the new and the broken version's wheelhouses, site.yml's own from
+the source) runs offline from them, with the venv's setuptools. Containers, namespaces and the
+bridge are removed at the end, also when a step fails; those of an earlier run that died
+without its teardown are removed before a new lab starts. Each host's journal, each playbook's
+output and the card directories are kept in the test's temp directory; phase timings, with the
+CPU time spent in each, are printed (-s).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import secrets
 import shlex
 import shutil
@@ -62,6 +65,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +90,7 @@ HOSTS = ("h1", "h2", "h3")                   # h1, h2 storage (one dir card each
 SPARE = "h4"                                 # booted with the others, joins in the membership test
 LAB_HOSTS: tuple[str, ...] = (*HOSTS, SPARE)
 # A GPU host (inventory group gateways): the gateway role and the gateway half of upgrade.yml.
-# Booted by the rollout test itself, while its wheels are built.
+# Booted with the storage and witness hosts.
 GPU = "g1"
 LAB_HOSTS = (*LAB_HOSTS, GPU)
 GATEWAY_MODEL = {"name": "systest/model-1b", "num_layers": 2, "num_kv_heads": 2, "head_dim": 64}
@@ -134,16 +138,35 @@ def _long_why_not() -> str | None:
 
 # --- small helpers -------------------------------------------------------------------------
 
+def _machine_cpu() -> float:
+    """CPU seconds this machine has been busy (every core; /proc/stat, not idle nor iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and every child it waited for (ansible-playbook, its
+    workers and ssh clients, pip): the controller's side."""
+    me, kids = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 class Timings:
+    """Each phase's wall time, with the CPU time the machine spent in it (all cores) and the
+    share of this test's own processes (the controller: ansible-playbook, pip): where a slow
+    phase went."""
+
     def __init__(self) -> None:
         self.phases: list[tuple[str, float]] = []
-        self._t = time.monotonic()
+        self._t, self._cpu, self._own = time.monotonic(), _machine_cpu(), _own_cpu()
 
     def lap(self, name: str) -> None:
-        now = time.monotonic()
+        now, cpu, own = time.monotonic(), _machine_cpu(), _own_cpu()
         self.phases.append((name, now - self._t))
-        print(f"[systest] {name}: {now - self._t:.1f} s", flush=True)
-        self._t = now
+        print(f"[systest] {name}: {now - self._t:.1f} s (machine CPU {cpu - self._cpu:.1f} s, "
+              f"controller {own - self._own:.1f} s)", flush=True)
+        self._t, self._cpu, self._own = now, cpu, own
 
 
 def _run(argv: list[str], timeout: float, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -331,8 +354,15 @@ class Lab:
 
     @property
     def control_dir(self) -> Path:
-        """ansible's SSH control sockets (short path: a socket path has ~100 bytes)."""
+        """The SSH control sockets, ansible's and the test's own (short path: a socket path
+        has ~100 bytes)."""
         return LABS / self.tag
+
+    def mux(self, host: str) -> list[str]:
+        """ssh options for the test's own commands on host: one connection (a master kept
+        for the lab's life), each command a new session on it rather than a new handshake."""
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/t-{host}",
+                "-o", "ControlPersist=1800"]
 
     def up(self) -> None:
         self.bridge = f"{self.tag}br"
@@ -376,6 +406,8 @@ class Lab:
         """Power one container off (SIGTERM to its nspawn halts its systemd) and wait until
         it is gone: a failed host."""
         proc = self.procs[host]
+        _run(["ssh", "-S", f"{self.control_dir}/t-{host}", "-O", "exit", "lab"], timeout=10,
+             check=False)                     # the test's connection to it: none to hang on
         proc.terminate()
         proc.wait(timeout=60)
 
@@ -397,7 +429,7 @@ class Lab:
             _ip("netns", "delete", ns, check=False)
         for link in reversed(self.made_links):
             _ip("link", "delete", link, check=False)
-        for sock in self.control_dir.glob("*"):   # ansible's SSH masters (ControlPersist)
+        for sock in self.control_dir.glob("*"):   # the SSH masters (ControlPersist)
             _run(["ssh", "-S", str(sock), "-O", "exit", "lab"], timeout=10, check=False)
         shutil.rmtree(self.control_dir, ignore_errors=True)
 
@@ -426,7 +458,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
     try:
         lab.control_dir.mkdir(mode=0o700)
         lab.up()
-        booted = LAB_HOSTS if _long_why_not() is None else HOSTS   # the spare: when used
+        # the spare only when the membership test runs
+        booted = LAB_HOSTS if _long_why_not() is None else (*HOSTS, GPU)
         for host in booted:
             lab.boot(host)
         for host in booted:
@@ -437,13 +470,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
         yield lab, t
     finally:
         t.lap("(until teardown)")
-        for host in lab.procs:               # for the post-mortem: each host's journal
+        try:
+            print(f"[systest] CPU (own+reaped): {_cpu_report(lab)}", flush=True)
+        except (OSError, AssertionError, subprocess.SubprocessError) as e:
+            print(f"[systest] CPU report failed: {e}", flush=True)
+        def journal(host: str) -> None:      # for the post-mortem: each host's journal
             try:
                 r = _ssh(lab, host, "journalctl", "-b", "--no-pager", "-o", "short-precise",
                          check=False, timeout=20)
                 (logs / f"{host}.journal").write_text(r.stdout + r.stderr)
             except (subprocess.TimeoutExpired, OSError):
                 pass
+        with ThreadPoolExecutor(len(LAB_HOSTS)) as pool:     # all hosts at once
+            list(pool.map(journal, list(lab.procs)))
         try:
             lab.down()
         finally:
@@ -453,6 +492,44 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
         print("[systest] timings: " + ", ".join(f"{n} {s:.1f}s" for n, s in t.phases),
               flush=True)
         assert lab.tag not in _labs_here(), f"left behind: {_labs_here()[lab.tag]}"
+
+
+def _cpu_of(pid: str) -> tuple[str, float, float] | None:
+    """(name, CPU seconds of the process, of its children it reaped), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return name, (int(rest[11]) + int(rest[12])) / tick, (int(rest[13]) + int(rest[14])) / tick
+
+
+def _cpu_report(lab: Lab) -> str:
+    """Where the containers' CPU went: per host, each long-lived program's own CPU seconds,
+    and what the processes each one reaped used (sshd: the commands ansible ran there; systemd:
+    the units and helpers that ended); then the SSH masters on this side."""
+    lines = []
+    for host in lab.procs:
+        by: dict[str, list[float]] = {}
+        for pid in _ip("netns", "pids", lab.ns(host), check=False).stdout.split():
+            if (got := _cpu_of(pid)) is not None:
+                own, reaped = by.setdefault(got[0], [0.0, 0.0]), got[1:]
+                own[0], own[1] = own[0] + reaped[0], own[1] + reaped[1]
+        total = sum(a + b for a, b in by.values())
+        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:6]
+        lines.append(f"{host} {total:.1f} s: " + ", ".join(
+            f"{name} {own:.1f}+{reaped:.1f}" for name, (own, reaped) in top))
+    masters = 0.0
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(lab.control_dir).encode() in \
+                    (proc / "cmdline").read_bytes() and (got := _cpu_of(proc.name)):
+                masters += got[1] + got[2]
+        except OSError:
+            pass
+    lines.append(f"SSH masters {masters:.1f} s")
+    return "; ".join(lines)
 
 
 def _port_open(addr: str, port: int) -> bool:
@@ -470,7 +547,7 @@ SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/nul
 def _ssh(lab: Lab, host: str, *argv: str, check: bool = True,
          timeout: float = 60) -> subprocess.CompletedProcess:
     """Run argv on host (joined with shlex for the remote shell)."""
-    return _run(["ssh", *SSH_OPTS, "-i", str(CACHE / "ssh" / "id_ed25519"),
+    return _run(["ssh", *SSH_OPTS, *lab.mux(host), "-i", str(CACHE / "ssh" / "id_ed25519"),
                  f"root@{lab.addr(host)}", shlex.join(argv)], timeout=timeout, check=check)
 
 
@@ -523,36 +600,51 @@ def _source_copy(dest: Path, version: str | None, broken: bool = False) -> Path:
     return dest
 
 
-def _build_deps(tmp: Path) -> Path:
-    """Wheels of what building this project needs (pyproject's build-system requires): with
-    them and a wheelhouse's dependencies every later build runs offline (_offline_pip)."""
+def dependency_wheels() -> Path:
+    """The wheels of this project's dependencies, from the package index once per list and
+    cached in AWIDE_SYSTEST_CACHE (deps-<hash>), keyed by pyproject's dependencies and this
+    Python's version and platform: a changed list is resolved anew, and the cache of an older
+    list removed. Every build of the test runs offline from them (_offline_pip)."""
+    import sysconfig
     import tomllib
     with open(ROOT / "pyproject.toml", "rb") as f:
-        requires = tomllib.load(f)["build-system"]["requires"]
-    out = tmp / "build-deps"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), *requires],
-         timeout=600)
-    return out
+        deps = tomllib.load(f)["project"]["dependencies"]
+    recipe = json.dumps({"dependencies": deps, "python": list(sys.version_info[:2]),
+                         "platform": sysconfig.get_platform(), "v": 1}, sort_keys=True)
+    root = CACHE / f"deps-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".awide-systest-ready").exists():
+            for old in CACHE.glob("deps-*"):          # other lists, or a half-made one
+                if old != root:
+                    shutil.rmtree(old, ignore_errors=True)
+            tmp = root.with_name(root.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(tmp), *deps],
+                 timeout=600)
+            (tmp / ".awide-systest-ready").write_text(recipe + "\n")
+            tmp.rename(root)
+    return root
 
 
-def _offline_pip(*wheel_dirs: Path) -> dict[str, str]:
-    """pip's environment for a build from these wheels only (no package index): the
-    dependencies resolved once per run, not again by every build."""
-    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": " ".join(str(d) for d in wheel_dirs)}
+def _offline_pip(deps: Path) -> dict[str, str]:
+    """pip's environment for a build of this tree offline: the dependencies from deps (never
+    the package index), built with this venv's setuptools (pyproject's build requirement, in
+    the test extra) rather than in a fresh environment per build."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(deps), "PIP_NO_BUILD_ISOLATION": "0"}
 
 
-def _wheelhouse(tmp: Path, name: str, version: str | None, deps_from: Path | None,
-                broken: bool = False, env: dict[str, str] | None = None) -> Path:
+def _wheelhouse(tmp: Path, name: str, version: str | None, deps: Path,
+                broken: bool = False) -> Path:
+    """A wheelhouse as upgrade.yml takes it: the wheel of this tree (optionally with another
+    version, or broken), built offline, and every dependency's wheel."""
     src = _source_copy(tmp / f"src-{name}", version, broken)
     out = tmp / f"wheels-{name}"
-    argv = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(src)]
-    if deps_from is not None:
-        argv.insert(4, "--no-deps")
-    _run(argv, timeout=600, env={**os.environ, **(env or {})})
-    if deps_from is not None:
-        for whl in deps_from.glob("*.whl"):
-            if not whl.name.startswith("awide_cluster-"):
-                shutil.copy2(whl, out / whl.name)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out),
+          str(src)], timeout=600, env={**os.environ, **_offline_pip(deps)})
+    for whl in deps.glob("*.whl"):
+        shutil.copy2(whl, out / whl.name)
     return out
 
 
@@ -602,16 +694,27 @@ def _playbook(lab: Lab, inventory: Path, playbook: str, name: str,
                 "ANSIBLE_FORKS": "5",
                 # this lab's SSH masters: none of an earlier lab's (same addresses) is reused
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": str(lab.control_dir),
+                # ansible's default less -C: compressing a virtual link only costs CPU; a
+                # master kept between the playbooks of the run
+                "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=1800s",
                 # timestamped copy of the output: where a slow or failed run spent its time
                 "ANSIBLE_LOG_PATH": str(lab.logs / f"{name}.ansible.log"),
                 # the controller's scratch files (wheel archive) stay in the test's logs dir
                 # even when a run fails before its clean-up
                 "TMPDIR": str(_mkdir(lab.logs / "controller-tmp"))})
+    # the main process polls its workers every ms by default: on 2 cores busy with the
+    # workers and the hosts, 5 ms (ansible's setting for unattended runs; an ini key only)
+    cfg = lab.logs / "ansible.cfg"
+    cfg.write_text("[defaults]\ninternal_poll_interval = 0.005\n")
+    env["ANSIBLE_CONFIG"] = str(cfg)
     log = lab.logs / f"{name}.log"
+    started, cpu, own = time.monotonic(), _machine_cpu(), _own_cpu()
     with open(log, "w") as out:
         r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
                            cwd=ANSIBLE, stdout=out, stderr=subprocess.STDOUT, text=True,
                            timeout=PLAYBOOK_TIMEOUT, env=env)
+    print(f"[systest] {playbook} ({name}): {time.monotonic() - started:.1f} s, machine CPU "
+          f"{_machine_cpu() - cpu:.1f} s, controller {_own_cpu() - own:.1f} s", flush=True)
     r.stdout = log.read_text()
     r.stderr = ""
     if not expect_ok:
@@ -711,25 +814,20 @@ def rollout(lab, tmp_path_factory: pytest.TempPathFactory) -> Rollout:
 
 def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_path: Path) -> None:
     lab, t = lab
-    if GPU not in lab.procs:                 # the GPU host boots while the wheels are built
-        lab.boot(GPU)
-    build_deps = _build_deps(tmp_path)
-    wheels_new = _wheelhouse(tmp_path, "new", NEW_VERSION, None)
-    # from here on pip builds offline: the dependencies are those of wheels_new
-    pip = _offline_pip(wheels_new, build_deps)
-    wheels_broken = _wheelhouse(tmp_path, "broken", BROKEN_VERSION, wheels_new, broken=True,
-                                env=pip)
-    t.lap("wheelhouses built (new and broken version)")
+    deps = dependency_wheels()
+    pip = _offline_pip(deps)                 # every build offline, site.yml's own too
+    t.lap("dependency wheels (from the index, or cached)")
     inventory = rollout.inventory
-    _wait(f"sshd of {GPU}", lambda: _port_open(lab.addr(GPU), 22), timeout=90)
-    _wait(f"ssh into {GPU}", lambda: _ssh(lab, GPU, "true", check=False).returncode == 0,
-          timeout=60)
-
-    # site.yml: etcd quorum, daemons, config, units; the wheels built by the playbook from
-    # a copy of this tree (awide_source)
-    _playbook(lab, inventory, "site.yml", "site", pip=pip)
-    rollout.rolled_out = True
-    t.lap("site.yml")
+    # upgrade.yml's wheelhouses (a new version, a broken one) are built while site.yml runs
+    with ThreadPoolExecutor(2) as builds:
+        new_f = builds.submit(_wheelhouse, tmp_path, "new", NEW_VERSION, deps)
+        broken_f = builds.submit(_wheelhouse, tmp_path, "broken", BROKEN_VERSION, deps, True)
+        # site.yml: etcd quorum, daemons, config, units; the wheels built by the playbook from
+        # a copy of this tree (awide_source)
+        _playbook(lab, inventory, "site.yml", "site", pip=pip)
+        rollout.rolled_out = True
+        wheels_new, wheels_broken = new_f.result(), broken_f.result()
+    t.lap("site.yml (and the wheelhouses of a new and a broken version)")
     for host in HOSTS:
         etcd = _unit(lab, host, "awide-etcd.service")
         daemon = _unit(lab, host, "awide-cluster.service")
@@ -870,7 +968,7 @@ def test_membership_changes_backup_and_restore(lab, rollout: Rollout) -> None:
     lab, t = lab
     if not rollout.rolled_out:                       # run alone: the cluster first
         # built once here rather than by each playbook (as after the upgrade test)
-        rollout.wheels = _wheelhouse(rollout.dir, "current", None, None)
+        rollout.wheels = _wheelhouse(rollout.dir, "current", None, dependency_wheels())
         _playbook(lab, rollout.inventory, "site.yml", "site", *rollout.wheel_args())
         rollout.rolled_out = True
         t.lap("wheelhouse and site.yml (the membership test run alone)")
