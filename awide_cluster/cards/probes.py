@@ -139,12 +139,17 @@ def _literal_family(host: str) -> int | None:
     return socket.AF_INET6 if addr.version == 6 else socket.AF_INET
 
 
+# a socket made non-blocking by its creation (Linux): no system call to make it so after
+_NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
+
+
 async def _connect_close(family: int, host: str, port: int) -> None:
     """Connect a bare non-blocking socket on the loop and close it (no transport, no streams:
     an IP literal needs no resolution). Raises OSError; closed on cancellation too."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCK)
     try:
-        sock.setblocking(False)
+        if not _NONBLOCK:
+            sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, (host, port))
     finally:
         sock.close()
