@@ -248,18 +248,6 @@ class Leadership:
             return True
         return False
 
-    async def resign(self, reason: str) -> bool:
-        """Delete our leader key now (fenced on its create_revision: only our own term's key)
-        and step down: a clean stop hands the leadership over before its last writes instead
-        of after them (the followers' watches see the key vacated at once). True when this
-        call deleted it. Raises StoreError (the key then goes with the lease's revoke)."""
-        if self.revision is None:
-            return False
-        res = await self.store.txn([Compare(keys.LEADER, "create", "equal", self.revision)],
-                                   [Delete(keys.LEADER)], [], timeout=self.call_timeout)
-        self.step_down(reason, level=logging.INFO)
-        return res.succeeded
-
     async def clear_orphan(self, kv: KeyValue | None, ttl: float) -> bool:
         """A follower's check of the leader key: a key on no lease is held by no daemon (every
         leader key is bound to its leader's lease) and would never expire. Once it has stayed

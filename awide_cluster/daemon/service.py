@@ -50,7 +50,6 @@ from awide_cluster.daemon.shared import DaemonShared, policy_for
 from awide_cluster.daemon.turn import TurnLoop
 from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.store.build import store_from
-from awide_cluster.store.errors import StoreError
 from awide_cluster.store.etcd import EtcdStore
 from awide_cluster.store.port import Store
 
@@ -170,11 +169,12 @@ class Daemon:
         self.reload.request(new)
 
     async def stop(self, *, bound: float = 10.0) -> None:
-        """Clean stop: finish the current turn, delete the leader key if this daemon holds it
-        (fenced: the immediate hand-over, before the last writes), write the last report again
-        marked restarting on a lease of ``timing.restart_grace`` (``restart.mark_restarting``:
-        its cards are held until then), revoke the lease, close. Nothing is half-written:
-        every write is one etcd call, and the turn in progress is allowed to finish."""
+        """Clean stop: finish the current turn, write the last report again marked restarting
+        on a lease of ``timing.restart_grace`` (``restart.mark_restarting``: its cards are held
+        until then) in a transaction that also deletes the leader key if this daemon holds it
+        (fenced on its create_revision: the immediate hand-over), revoke the lease, close.
+        Nothing is half-written: every write is one etcd call, and the turn in progress is
+        allowed to finish."""
         self.shared.stop.set()
         if self._task is not None:
             try:
@@ -184,18 +184,17 @@ class Daemon:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         self.notifier.stopping(status="stopping: revoking lease")
-        if self.leadership.has_key and self.lease.id is not None:
-            # the hand-over first: the next leader's campaign and first cycle run while this
-            # daemon writes its last report (the report bound to the lease stays until then)
-            try:
-                await self.leadership.resign("stopping (leader key deleted: immediate "
-                                             "hand-over)")
-            except StoreError as e:
-                log.warning("leader key not deleted (%s): it goes with the lease", e)
         if self.lease.id is not None:
-            await mark_restarting(self.store, self.report, grace=self.config.timing.restart_grace,
-                                  wall=self.clock.wall(),
-                                  call_timeout=self.config.etcd.call_timeout)
+            # a leader's key is deleted in the transaction that marks its report: the
+            # hand-over starts there, not after the lease's revoke
+            token = self.leadership.revision if self.leadership.has_key else None
+            _, resigned = await mark_restarting(
+                self.store, self.report, grace=self.config.timing.restart_grace,
+                wall=self.clock.wall(), call_timeout=self.config.etcd.call_timeout,
+                leader_revision=token)
+            if resigned:
+                self.leadership.step_down("stopping (leader key deleted: immediate hand-over)",
+                                          level=logging.INFO)
         self.leadership.step_down("stopping (lease revoked: immediate hand-over)",
                                   level=logging.INFO)
         await self.lease.revoke()
