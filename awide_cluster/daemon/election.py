@@ -17,7 +17,7 @@ from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.daemon.switchover import defers
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
-from awide_cluster.store.types import KeyRead, KeyValue, ManyGot
+from awide_cluster.store.types import KeyValue
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -66,16 +66,21 @@ class Election:
     async def campaign(self, *, vacated: bool = False) -> None:
         """Read the leader key; create it on our lease if it is vacant (or ours). The poll's
         and the watch's campaign; the caller holds ``electing``. ``vacated``: the key was
-        seen deleted (the watch): the switchover key, read when the leader key is vacant, is
-        read with it in one request. Raises StoreError."""
+        seen deleted (the watch): first the create itself, compared on both the leader and the
+        switchover key being absent (what the reads would have found before creating); when
+        either exists, its failure branch reads both and the campaign goes on from there as
+        after the reads. Raises StoreError."""
         if self.leadership.has_key or not self.lease.valid():
             return
         cfg = self.shared.config
         switchover: tuple[KeyValue | None] | None = None
         if vacated:
-            got = await self.store.read_many([KeyRead(keys.LEADER), KeyRead(keys.SWITCHOVER)],
-                                             timeout=cfg.etcd.call_timeout)
-            kv, switchover = _key(got[0]), (_key(got[1]),)
+            won, kv, other = await self.leadership.campaign_vacant()
+            if won:
+                self._deferred = None
+                self.leader_loop.reset(known=self.shared.registry)
+                return
+            switchover = (other,)
         else:
             kv = await self.store.get(keys.LEADER, timeout=cfg.etcd.call_timeout)
         self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
@@ -92,9 +97,3 @@ class Election:
         if (kv is None or ours) and await self.leadership.campaign():
             self.leader_loop.reset(known=self.shared.registry)
 
-
-def _key(got: ManyGot) -> KeyValue | None:
-    """A ``KeyRead``'s answer of ``read_many`` (no value bound: a value or nothing)."""
-    if got is None or isinstance(got, KeyValue):
-        return got
-    raise TypeError(f"a key read answered {type(got).__name__}")
