@@ -199,6 +199,12 @@ class DaemonMetrics:
         self._maintenance_seen: set[str] = set()
         self._cards_seen: set[tuple[str, str, str]] = set()
         self._local_ids: dict[str, str] = {}        # card name on this host -> id labelled
+        # card name -> (id, its health gauge child, the value last set): set again only when
+        # it changes (a turn observes every card; the labels are looked up once)
+        self._local_children: dict[str, tuple[str, Gauge, int]] = {}
+        # what observe_silenced last exported (the same windows and cards: nothing to set)
+        self._silenced_shown: tuple[object, ...] | None = None
+        self._etcd_timers: dict[str, Histogram] = {}    # op -> its duration child, kept
         self._leader: str | None = None
         self._leader_known = False
 
@@ -251,6 +257,13 @@ class DaemonMetrics:
     def local_card(self, card: str, name: str, healthy: bool) -> None:
         """This host's card ``name`` (id ``card``, "" while unknown) was last seen healthy or
         not; a card whose id changed (another card under that name) leaves its old series."""
+        value = 1 if healthy else 0
+        kept = self._local_children.get(name)
+        if kept is not None and kept[0] == card:
+            if kept[2] != value:
+                kept[1].set(value)
+                self._local_children[name] = (card, kept[1], value)
+            return
         was = self._local_ids.get(name)
         if was is not None and was != card:
             try:
@@ -258,7 +271,10 @@ class DaemonMetrics:
             except KeyError:
                 pass
         self._local_ids[name] = card
-        self.card_healthy.labels(card=card, card_name=name).set(1 if healthy else 0)
+        child = self.card_healthy.labels(card=card, card_name=name)
+        child.set(value)
+        if len(self._local_children) < PROBE_CHILDREN_KEPT:
+            self._local_children[name] = (card, child, value)
 
     # ------------------------------------------------------------------ registry
     def observe_registry(self, reg: Registry) -> None:
@@ -287,7 +303,12 @@ class DaemonMetrics:
     def observe_silenced(self, reg: Registry | None, windows: Windows | None) -> None:
         """The operator windows in force as the leader decided them (None: this daemon does
         not lead: every series removed): ``awide_card_silenced`` per registry card,
-        ``awide_paused``, ``awide_host_maintenance`` per host in a window."""
+        ``awide_paused``, ``awide_host_maintenance`` per host in a window. Nothing is set
+        again when the cards and windows shown are those of the last call (each cycle)."""
+        shown = self._silenced_key(reg, windows)
+        if shown == self._silenced_shown:
+            return
+        self._silenced_shown = shown
         now: set[tuple[str, str, str]] = set()
         for c in reg.cards if reg is not None else ():
             now.add((c.id, c.name, c.host))
@@ -310,6 +331,15 @@ class DaemonMetrics:
             except KeyError:
                 pass
         self._maintenance_seen = hosts
+
+    @staticmethod
+    def _silenced_key(reg: Registry | None, windows: Windows | None) -> tuple[object, ...]:
+        """What ``observe_silenced`` exports of ``reg`` and ``windows`` (equal: the same)."""
+        cards = tuple((c.id, c.name, c.host, windows is not None and c.id in windows.cards)
+                      for c in (reg.cards if reg is not None else ()))
+        if windows is None:
+            return cards, False, ()
+        return cards, windows.pause is not None, tuple(sorted(windows.hosts))
 
     def registry_write(self, result: str) -> None:
         """``result``: written, conflict (fenced or raced) or error."""
@@ -352,7 +382,12 @@ class DaemonMetrics:
 
     # ------------------------------------------------------------------ etcd
     def etcd_call(self, op: str, seconds: float, error: BaseException | str | None = None) -> None:
-        self.etcd_duration.labels(op=op).observe(max(0.0, seconds))
+        timer = self._etcd_timers.get(op)
+        if timer is None:
+            timer = self.etcd_duration.labels(op=op)
+            if len(self._etcd_timers) < PROBE_CHILDREN_KEPT:
+                self._etcd_timers[op] = timer
+        timer.observe(max(0.0, seconds))
         if error is not None:
             self.etcd_errors.labels(op=op, error=error_name(error)).inc()
 

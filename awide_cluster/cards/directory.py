@@ -81,20 +81,54 @@ def _validated(path: Path, serial: object, model: object, uuid: object) -> CardL
 
 def read_label(path: Path | str) -> CardLabel:
     """Read and check ``<path>/.awide-card.json``; LabelMissing / LabelCorrupt otherwise."""
-    directory = Path(path)
-    label = directory / LABEL_FILE
+    label = os.path.join(path, LABEL_FILE)
     try:
-        with open(label, "rb") as f:
-            data = f.read(_READ_CAP + 1)
+        data = _read_capped(label)
     except FileNotFoundError:
-        what = "no label" if directory.is_dir() else "directory does not exist"
-        raise LabelMissing(directory, f"{what} ({LABEL_FILE})") from None
+        what = "no label" if os.path.isdir(path) else "directory does not exist"
+        raise LabelMissing(Path(path), f"{what} ({LABEL_FILE})") from None
     except NotADirectoryError:
-        raise LabelMissing(directory, "not a directory") from None
+        raise LabelMissing(Path(path), "not a directory") from None
     except OSError as exc:
-        raise LabelMissing(directory, f"label unreadable: {exc.strerror or exc}") from None
+        raise LabelMissing(Path(path), f"label unreadable: {exc.strerror or exc}") from None
     if len(data) > _READ_CAP:
-        raise LabelCorrupt(directory, f"label larger than {_READ_CAP} bytes")
+        raise LabelCorrupt(Path(path), f"label larger than {_READ_CAP} bytes")
+    known = _parsed.get(label)
+    if known is not None and known[0] == data:
+        return known[1]         # the same bytes as last time: the same label (pure)
+    got = _parse_label(Path(path), data)
+    if len(_parsed) >= _PARSED_MAX:
+        _parsed.clear()
+    _parsed[label] = (data, got)
+    return got
+
+
+# the last label read from each label file and what it parsed to: a label that did not change
+# since the last probe is not parsed again (the same bytes always give the same label); at
+# most _PARSED_MAX files remembered (a gateway's cards come from the registry)
+_parsed: dict[str, tuple[bytes, CardLabel]] = {}
+_PARSED_MAX = 256
+
+
+def _read_capped(name: str) -> bytes:
+    """At most ``_READ_CAP + 1`` bytes of the file ``name`` (open, reads, close: no buffered
+    file object and its system calls). Raises OSError."""
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        got = 0
+        while got <= _READ_CAP:
+            chunk = os.read(fd, _READ_CAP + 1 - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _parse_label(directory: Path, data: bytes) -> CardLabel:
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -139,15 +139,40 @@ def _literal_family(host: str) -> int | None:
     return socket.AF_INET6 if addr.version == 6 else socket.AF_INET
 
 
+# a socket made non-blocking by its creation (Linux): no system call to make it so after
+_NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
+_IN_PROGRESS = (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+
+
 async def _connect_close(family: int, host: str, port: int) -> None:
     """Connect a bare non-blocking socket on the loop and close it (no transport, no streams:
-    an IP literal needs no resolution). Raises OSError; closed on cancellation too."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    an IP literal needs no resolution; the connect is waited for as ``loop.sock_connect``
+    does, without its resolution and callbacks). Raises OSError (its errno: the connect's);
+    closed on cancellation too."""
+    sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCK)
     try:
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        if not _NONBLOCK:
+            sock.setblocking(False)
+        err = sock.connect_ex((host, port))
+        if err in _IN_PROGRESS:
+            loop = asyncio.get_running_loop()
+            writable = loop.create_future()
+            fd = sock.fileno()
+            loop.add_writer(fd, _settle, writable)
+            try:
+                await writable
+            finally:
+                loop.remove_writer(fd)
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
     finally:
         sock.close()
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _why(exc: OSError) -> str:

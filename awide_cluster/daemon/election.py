@@ -17,6 +17,7 @@ from awide_cluster.daemon.shared import DaemonShared
 from awide_cluster.daemon.switchover import defers
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import KeyValue
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -28,12 +29,14 @@ class Election:
         self.leadership, self.leader_loop = leadership, leader_loop
         self._deferred: tuple[int, float] | None = None    # (mod_revision, first seen)
 
-    async def handed_to_another(self) -> bool:
+    async def handed_to_another(self, read: tuple[KeyValue | None] | None = None) -> bool:
         """The leader key is vacant because a switchover handed leadership to another host:
         do not campaign, for at most a lease TTL by this daemon's clock since the hand-over
-        was first seen (``switchover``). Raises StoreError."""
+        was first seen (``switchover``). ``read``: the switchover key as already read (None:
+        read it now). Raises StoreError."""
         cfg = self.shared.config
-        kv = await self.store.get(keys.SWITCHOVER, timeout=cfg.etcd.call_timeout)
+        kv = (await self.store.get(keys.SWITCHOVER, timeout=cfg.etcd.call_timeout)
+              if read is None else read[0])
         try:
             rec = decode_switchover(kv.value) if kv is not None else None
         except RecordError:
@@ -60,13 +63,26 @@ class Election:
             return False
         return True
 
-    async def campaign(self) -> None:
+    async def campaign(self, *, vacated: bool = False) -> None:
         """Read the leader key; create it on our lease if it is vacant (or ours). The poll's
-        and the watch's campaign; the caller holds ``electing``. Raises StoreError."""
+        and the watch's campaign; the caller holds ``electing``. ``vacated``: the key was
+        seen deleted (the watch): first the create itself, compared on both the leader and the
+        switchover key being absent (what the reads would have found before creating); when
+        either exists, its failure branch reads both and the campaign goes on from there as
+        after the reads. Raises StoreError."""
         if self.leadership.has_key or not self.lease.valid():
             return
         cfg = self.shared.config
-        kv = await self.store.get(keys.LEADER, timeout=cfg.etcd.call_timeout)
+        switchover: tuple[KeyValue | None] | None = None
+        if vacated:
+            won, kv, other = await self.leadership.campaign_vacant()
+            if won:
+                self._deferred = None
+                self.leader_loop.reset(known=self.shared.registry)
+                return
+            switchover = (other,)
+        else:
+            kv = await self.store.get(keys.LEADER, timeout=cfg.etcd.call_timeout)
         self.leadership.holder = LeaderRecord.decode(kv.value) if kv else None
         self.leadership.seen_holder(kv)
         # our own key still bound to our (confirmed) lease: we stepped down because
@@ -76,7 +92,8 @@ class Election:
         ours = kv is not None and kv.lease == self.lease.id
         if not ours and await self.leadership.clear_orphan(kv, cfg.timing.lease_ttl):
             kv = None
-        if kv is None and await self.handed_to_another():
+        if kv is None and await self.handed_to_another(switchover):
             return
         if (kv is None or ours) and await self.leadership.campaign():
             self.leader_loop.reset(known=self.shared.registry)
+

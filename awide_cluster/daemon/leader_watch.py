@@ -129,7 +129,7 @@ class LeaderKeyWatch:
                     self.leadership.observe_key(kv)
                 had = self.leadership.has_key
                 if not had and not shared.stop.is_set():
-                    await self.election.campaign()
+                    await self.election.campaign(vacated=seen == "delete")
         except StoreError as e:
             log.warning("%s: leader key read on a watch event failed (%s); the next poll "
                         "campaigns", host, clean_text(e, 300))

@@ -171,6 +171,30 @@ class Leadership:
             return True
         return False
 
+    async def campaign_vacant(self) -> tuple[bool, KeyValue | None, KeyValue | None]:
+        """``campaign`` for a key seen vacated: one transaction creates ``leader`` on our
+        lease if both it and ``intents/switchover`` are absent, else reads both (its failure
+        branch). (won, the leader key, the switchover key); the keys are None when won.
+        Raises StoreError."""
+        if self.revision is not None:
+            return True, None, None
+        if not self.lease.valid() or self.lease.id is None:
+            return False, None, None
+        rec = LeaderRecord(host=self.host, since=self.clock.wall(), api=self.api, run=self.run)
+        res = await self.store.txn(
+            [Compare(keys.LEADER, "create", "equal", 0),
+             Compare(keys.SWITCHOVER, "create", "equal", 0)],
+            [Put(keys.LEADER, rec.encode(), self.lease.id)],
+            [Get(keys.LEADER), Get(keys.SWITCHOVER)], timeout=self.call_timeout)
+        if res.succeeded:
+            self.revision, self.record, self.holder = res.revision, rec, rec
+            log.info("%s is leader (leader key revision %d, lease %x)", self.host,
+                     res.revision, self.lease.id)
+            return True, None, None
+        got = [r.kvs[0] if r is not None and r.kvs else None for r in res.responses]
+        got += [None] * (2 - len(got))
+        return False, got[0], got[1]
+
     def observe_key(self, kv: KeyValue | None) -> None:
         """The leader key as read by the leader's cycle: step down if it is not ours."""
         self.holder = LeaderRecord.decode(kv.value) if kv is not None else None

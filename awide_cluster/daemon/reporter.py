@@ -8,6 +8,7 @@ Tests pass their own observer or a runner with fake programs; nothing here is pa
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from dataclasses import replace
 from typing import Protocol
@@ -78,12 +79,16 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
     return list(results)
 
 
+# this host's cards' ids, asked every turn for the same few cards (a hash each): kept
+_card_id = functools.lru_cache(maxsize=256)(card_id)
+
+
 def local_card_id(host: str, obs: CardObservation, registry: Registry | None) -> str:
     """The id of this host's card as observed (what the leader derives from the report), else
     the registry's entry under this host and name (a card not found now), else "" (unknown)."""
     c = obs.card
     if c is not None and c.serial and c.identity:
-        return card_id(c.serial, c.model, c.identity)
+        return _card_id(c.serial, c.model, c.identity)
     for entry in registry.cards if registry is not None else ():
         if entry.host == host and entry.name == obs.spec_name:
             return entry.id

@@ -20,6 +20,7 @@ from awide_cluster.contract import report as reportdoc
 from awide_cluster.contract.report import HostReport, Restarting
 from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import Compare, Delete, Put
 
 log = logging.getLogger("awide_cluster.daemon")
 
@@ -42,21 +43,32 @@ def restarting_report(last: HostReport, *, grace: int, wall: str) -> HostReport:
 
 
 async def mark_restarting(store: Store, last: HostReport | None, *, grace: int, wall: str,
-                          call_timeout: float) -> HostReport | None:
+                          call_timeout: float, leader_revision: int | None = None
+                          ) -> tuple[HostReport | None, bool]:
     """Write ``last`` again marked restarting on a lease of ``grace`` seconds (two bounded
-    calls); the report written, None when nothing was (no grace, no report yet, or etcd
-    refused: then the report vanishes with the lease, as after any stop)."""
+    calls: the grant, then one transaction); with ``leader_revision`` (this daemon leads: its
+    key's create_revision) the same transaction deletes the leader key when it is still that
+    term's (the hand-over, in the revision that marks the report). Returns the report written
+    (None when nothing was: no grace, no report yet, or etcd refused; then the report vanishes
+    with the lease, as after any stop, and so does the leader key) and whether the leader key
+    was deleted."""
     if grace <= 0 or last is None:
-        return None
+        return None, False          # the leader key, if any, goes with the lease's revoke
+    resign = [Compare(keys.LEADER, "create", "equal", leader_revision)] \
+        if leader_revision is not None else []
     marked = restarting_report(last, grace=grace, wall=wall)
     try:
         lease = await store.grant(grace, timeout=call_timeout)
-        await store.put(keys.member(last.host), reportdoc.encode(marked), lease=lease.id,
-                        timeout=call_timeout)
+        put = Put(keys.member(last.host), reportdoc.encode(marked), lease.id)
+        if resign:
+            res = await store.txn(resign, [put, Delete(keys.LEADER)], [put],
+                                  timeout=call_timeout)
+        else:
+            await store.put(put.key, put.value, lease=lease.id, timeout=call_timeout)
     except StoreError as e:
         log.warning("%s not marked restarting (%s): its report vanishes with its lease",
                     last.host, e)
-        return None
+        return None, False
     log.info("%s marked restarting until %s (grace %d s, lease %x): its cards are held",
              last.host, marked.restarting.until if marked.restarting else "", grace, lease.id)
-    return marked
+    return marked, bool(resign) and res.succeeded

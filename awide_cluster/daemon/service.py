@@ -171,9 +171,10 @@ class Daemon:
     async def stop(self, *, bound: float = 10.0) -> None:
         """Clean stop: finish the current turn, write the last report again marked restarting
         on a lease of ``timing.restart_grace`` (``restart.mark_restarting``: its cards are held
-        until then), revoke the lease (the leader key vanishes at once: immediate hand-over),
-        close. Nothing is half-written: every write is one etcd call, and the turn in progress
-        is allowed to finish."""
+        until then) in a transaction that also deletes the leader key if this daemon holds it
+        (fenced on its create_revision: the immediate hand-over), revoke the lease, close.
+        Nothing is half-written: every write is one etcd call, and the turn in progress is
+        allowed to finish."""
         self.shared.stop.set()
         if self._task is not None:
             try:
@@ -184,9 +185,16 @@ class Daemon:
                 await asyncio.gather(self._task, return_exceptions=True)
         self.notifier.stopping(status="stopping: revoking lease")
         if self.lease.id is not None:
-            await mark_restarting(self.store, self.report, grace=self.config.timing.restart_grace,
-                                  wall=self.clock.wall(),
-                                  call_timeout=self.config.etcd.call_timeout)
+            # a leader's key is deleted in the transaction that marks its report: the
+            # hand-over starts there, not after the lease's revoke
+            token = self.leadership.revision if self.leadership.has_key else None
+            _, resigned = await mark_restarting(
+                self.store, self.report, grace=self.config.timing.restart_grace,
+                wall=self.clock.wall(), call_timeout=self.config.etcd.call_timeout,
+                leader_revision=token)
+            if resigned:
+                self.leadership.step_down("stopping (leader key deleted: immediate hand-over)",
+                                          level=logging.INFO)
         self.leadership.step_down("stopping (lease revoked: immediate hand-over)",
                                   level=logging.INFO)
         await self.lease.revoke()

@@ -189,3 +189,34 @@ async def test_the_new_term_writes_before_its_hosts_probes_end(etcd, cluster_nam
         await a.stop()
         await b.stop()
         await store.close()
+
+
+async def test_a_vacated_key_is_taken_in_one_transaction_unless_a_key_is_there(etcd,
+                                                                             cluster_name):
+    """``campaign_vacant``: created when the leader and switchover keys are both absent; else
+    nothing written and both keys as read by the refused transaction."""
+    from awide_cluster.daemon.clock import SystemClock
+    from awide_cluster.daemon.lease import HostLease, Leadership
+    store = store_of(etcd, cluster_name)
+    clock = SystemClock()
+    lease = HostLease(store, clock, ttl=5, call_timeout=2.0)
+    ld = Leadership(store, lease, clock, host="h1", run="r1", call_timeout=2.0)
+    try:
+        await lease.renew()
+        await store.put(keys.SWITCHOVER, b"not a record")
+        won, kv, other = await ld.campaign_vacant()
+        assert (won, kv) == (False, None) and other is not None
+        assert other.value == b"not a record" and not ld.has_key
+        assert await store.get(keys.LEADER) is None
+        await store.delete(keys.SWITCHOVER)
+        assert await ld.campaign_vacant() == (True, None, None) and ld.has_key
+        held = await store.get(keys.LEADER)
+        assert held is not None and held.lease == lease.id
+        assert held.create_revision == ld.revision
+        ld.step_down("test")
+        won, kv, other = await ld.campaign_vacant()
+        assert not won and other is None and kv is not None
+        assert kv.create_revision == held.create_revision   # nothing written
+    finally:
+        await lease.revoke()
+        await store.close()

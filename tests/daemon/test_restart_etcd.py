@@ -66,3 +66,24 @@ async def test_a_clean_stop_holds_the_card_a_crash_does_not(etcd, cluster_name, 
         for d in {id(a): a, id(b): b}.values():
             await d.stop()
         await store.close()
+
+
+async def test_a_stopping_leader_hands_over_in_the_revision_that_marks_its_report(
+        etcd, cluster_name):
+    a = with_grace(etcd, cluster_name, "h1", [])
+    store = store_of(etcd, cluster_name)
+    stopped = False
+    try:
+        await a.turn()
+        assert a.is_leader
+        await a.stop()
+        stopped = True
+        kv = await store.get(keys.member("h1"))
+        assert kv is not None and reportdoc.decode(kv.value).restarting is not None
+        # one transaction: the leader key held until the revision that marks the report
+        assert (await store.range(keys.LEADER, revision=kv.mod_revision - 1)).kvs
+        assert not (await store.range(keys.LEADER, revision=kv.mod_revision)).kvs
+    finally:
+        if not stopped:
+            await a.stop()
+        await store.close()
