@@ -440,7 +440,8 @@ class ClusterGateway(RegistryPoll):
     def _publish(self, e: ev.ChangeEvent) -> None:
         level = logging.WARNING if e.kind in ("out", "moved", "stale", "refused",
                                               "layout_mismatch") else logging.INFO
-        log.log(level, "%s", e.line())
+        if log.isEnabledFor(level):         # the line is made only when it is logged
+            log.log(level, "%s", e.line())
         self._hub.publish(e)
 
 
