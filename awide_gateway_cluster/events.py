@@ -73,7 +73,7 @@ def diff(old: SlotView, new: SlotView) -> list[ChangeEvent]:
     gen = new.generation
     out: list[ChangeEvent] = []
     joins: list[ChangeEvent] = []
-    for m in slotfn.moves(old.table, new.table):
+    for m in (slotfn.moves(old.table, new.table) if new.table != old.table else ()):
         if m.old is None:
             s = new.card(m.card_id)
             joins.append(ChangeEvent(

@@ -134,8 +134,10 @@ def step(state: FollowState, answer: Answer, now: float, *, cluster: str,
         new, taken = _progress(state, answer, now)
     else:
         new, taken = _poll(state, answer, now, cluster, memo)
-    return new, replace(taken, problem_before=state.problem,
-                        replaced=state.registry if taken.outcome == "applied" else None)
+    # a new FollowStep, not ``replace``: made once per change on every gateway
+    return new, FollowStep(taken.outcome, taken.registry, taken.detail,
+                           state.registry if taken.outcome == "applied" else None,
+                           state.problem)
 
 
 def _poll(state: FollowState, answer: RangeResult | BaseException, now: float,
@@ -207,26 +209,31 @@ def _look(base: FollowState, kv: KeyValue, cluster: str,
         # already looked at (applied or refused) or older: a lagging member, an overtaken poll
         return _unchanged(base)
     state = base
-    base = replace(state, seen_revision=kv.mod_revision)
+    seen = kv.mod_revision
+
+    def reject(why: str) -> tuple[FollowState, FollowStep]:
+        return _reject(replace(state, seen_revision=seen), why)
+
     if len(kv.value) > bounds.REGISTRY_MAX_BYTES:
-        return _reject(base, f"registry refused: value over {bounds.REGISTRY_MAX_BYTES} bytes")
+        return reject(f"registry refused: value over {bounds.REGISTRY_MAX_BYTES} bytes")
     try:
         reg = regdoc.decode(kv.value, memo=memo)
         if reg.cluster != cluster:
             raise RegistryError(f"registry names cluster {reg.cluster!r}, this gateway is in "
                                 f"{cluster!r}")
     except UnknownSchema as e:
-        return _reject(base, f"unknown schema: {e}")
+        return reject(f"unknown schema: {e}")
     except RegistryError as e:
-        return _reject(base, f"corrupt registry: {e}")
+        return reject(f"corrupt registry: {e}")
     back = went_back(state.registry, reg)
     if back is not None:
-        return _reject(base, f"registry refused: {back}")
-    skew = check_slots(reg)
+        return reject(f"registry refused: {back}")
+    skew = check_slots(reg, memo=memo)
     if skew is not None:
-        st, d = _reject(base, f"version skew, generation {reg.generation} not applied: {skew}")
+        st, d = reject(f"version skew, generation {reg.generation} not applied: {skew}")
         return replace(st, skew=st.skew + 1), d
-    applied = replace(base, registry=reg, applied_revision=kv.mod_revision, problem="")
+    applied = replace(state, seen_revision=seen, registry=reg, applied_revision=seen,
+                      problem="")
     detail = ""
     newer = ver.newer_note("registry", reg.schema_version)
     if newer and (state.registry is None

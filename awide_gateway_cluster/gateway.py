@@ -141,6 +141,7 @@ class ClusterGateway(RegistryPoll):
         self._builds = 0                          # views built (stats: view_builds)
         self._fingerprint_of: tuple[tuple[str | None, ...], int] | None = None
         self._fingerprint = ""
+        self._slot_memo = vw.SlotMemo()           # the last view's slot states (build)
         self._view = self._build()
         self.placement = Placement(self.snapshot)
 
@@ -427,7 +428,8 @@ class ClusterGateway(RegistryPoll):
         return vw.build(reg, self._cards.local, namespace=self._side.namespace_id,
                         placement=self.placement_name, fingerprint=fp,
                         layout_ok=self._side.ok, layout_problem=self._side.problem,
-                        saved_at=self._state.saved.saved_at if self._state.saved else None)
+                        saved_at=self._state.saved.saved_at if self._state.saved else None,
+                        memo=self._slot_memo)
 
     def _rebuild(self) -> None:
         old, new = self._view, self._build()
@@ -440,7 +442,8 @@ class ClusterGateway(RegistryPoll):
     def _publish(self, e: ev.ChangeEvent) -> None:
         level = logging.WARNING if e.kind in ("out", "moved", "stale", "refused",
                                               "layout_mismatch") else logging.INFO
-        log.log(level, "%s", e.line())
+        if log.isEnabledFor(level):         # the line is made only when it is logged
+            log.log(level, "%s", e.line())
         self._hub.publish(e)
 
 

@@ -127,26 +127,64 @@ def shown(local: CardPath) -> tuple[object, ...]:
             h.up, "" if h.up else h.reason, 0 if h.up else h.bad)
 
 
+_Made = tuple[CardEntry, CardPath | None, bool, str, int, SlotState]
+
+
+class SlotMemo:
+    """One gateway's slot states of its last view, each with what it was made from (the
+    card's registry entry and path, the layout's state, the slot): a view built again after
+    a change of one card makes that card's slot state only. The entries and paths are
+    compared by identity (both are immutable, and swapped, never changed, when they change),
+    so a state is reused only when it would be made from the same objects."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, _Made] = {}
+
+    def state(self, i: int, card: CardEntry, loc: CardPath | None, layout_ok: bool,
+              layout_problem: str) -> SlotState | None:
+        """The last view's state of ``card``'s slot if made from the same inputs, else None."""
+        hit = self._states.get(card.id)
+        if (hit is not None and hit[0] is card and hit[1] is loc and hit[2] == layout_ok
+                and hit[3] == layout_problem and hit[4] == i):
+            return hit[5]
+        return None
+
+    def keep(self, made: dict[str, _Made]) -> None:
+        self._states = made         # the last view's slots only
+
+
+_EMPTY_SLOTS = tuple(SlotState(i) for i in range(slotfn.SLOT_COUNT))
+
+
 def build(reg: Registry | None, local: Mapping[str, CardPath], *, namespace: str,
           placement: str, fingerprint: str, layout_ok: bool, layout_problem: str = "",
-          saved_at: float | None = None) -> SlotView:
-    """The view of ``reg`` (None: no registry applied yet) with the local card states."""
+          saved_at: float | None = None, memo: SlotMemo | None = None) -> SlotView:
+    """The view of ``reg`` (None: no registry applied yet) with the local card states.
+    ``memo``: the gateway's ``SlotMemo``, which changes no outcome, only what a build
+    costs."""
     if reg is None:
         return SlotView(namespace=namespace, placement=placement, fingerprint=fingerprint,
                         layout_ok=layout_ok, layout_problem=layout_problem, saved_at=saved_at)
     states = []
+    made: dict[str, _Made] = {}
     for i, cid in enumerate(reg.slots.slots):
         card = reg.card(cid) if cid is not None else None
         if card is None:
-            states.append(SlotState(i))
+            states.append(_EMPTY_SLOTS[i] if i < len(_EMPTY_SLOTS) else SlotState(i))
             continue
         loc = local.get(card.id)
-        why = why_out(card, loc, layout_ok, layout_problem)
-        states.append(SlotState(
-            slot=i, card_id=card.id, serial=card.serial, model=card.model, kind=card.kind,
-            host=card.host, name=card.name, device=loc.device if loc else None,
-            in_service=not why, why=why, registry_state=card.state,
-        ))
+        state = memo.state(i, card, loc, layout_ok, layout_problem) if memo else None
+        if state is None:
+            why = why_out(card, loc, layout_ok, layout_problem)
+            state = SlotState(
+                slot=i, card_id=card.id, serial=card.serial, model=card.model, kind=card.kind,
+                host=card.host, name=card.name, device=loc.device if loc else None,
+                in_service=not why, why=why, registry_state=card.state,
+            )
+        states.append(state)
+        made[card.id] = (card, loc, layout_ok, layout_problem, i, state)
+    if memo is not None:
+        memo.keep(made)
     return SlotView(
         generation=reg.generation, slots=tuple(states), table=reg.slots,
         unplaced=reg.slots.unplaced, namespace=namespace, placement=placement,

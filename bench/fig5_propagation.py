@@ -6,7 +6,8 @@ plays the leader: each round flips one card between ``in`` and ``drained`` in a 
 generation; every gateway reports the moment it published that generation's change event.
 Latency of a round = (last gateway's publish time) - (time the put was sent); per-gateway
 latencies are kept too. Fleets: with the registry watch (goal p99 <= 50 ms), and poll-only
-(goal <= the poll interval, which is also the floor of a poll-only design). Rounds are 1-1.5 s
+(floor: the poll interval, the last of 100 randomly phased gateways polls almost a whole
+interval after the write; goal: floor + 0.05 s, as figure 2's one-poll return). Rounds are 1-1.5 s
 apart (watch), so each change lands on a settled fleet. A reference row: one gateway alone,
 watch on (what propagation costs when the gateway has a core to itself).
 
@@ -44,6 +45,9 @@ from bench.common import (
 from bench.proc import Worker, WorkerError, close_all
 
 POLL = 1.0
+# the poll-only goal's margin over its floor (one poll interval): a read and an apply
+# after the last gateway's poll, as figure 2's "1 poll + 0.05 s"
+POLL_MARGIN = 0.05
 
 
 async def published(ctx: Context, endpoints: tuple[str, ...], cluster: str) -> RegistryWriter:
@@ -242,8 +246,9 @@ def run(ctx: Context) -> list[Row]:
                 rows.append(latency_row(5, "propagation, poll only, 100 gateways (write -> "
                                            "every gateway)",
                                         res["every"], floor_s=POLL,
-                                        goal=f"p99 <= poll interval ({POLL * 1000:.0f} ms)",
-                                        goal_s=POLL, note=note, **extra))
+                                        goal=f"p99 <= 1 poll + 0.05 s "
+                                             f"({(POLL + POLL_MARGIN) * 1000:.0f} ms)",
+                                        goal_s=POLL + POLL_MARGIN, note=note, **extra))
             if res["missing"]:
                 rows[-1].met = False
         head = next((r for r in rows if r.goal == "p99 <= 50 ms"), None)

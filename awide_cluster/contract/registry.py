@@ -183,9 +183,11 @@ def went_back(old: Registry | None, new: Registry) -> str | None:
     return None
 
 
-def check_slots(reg: Registry) -> str | None:
-    """None when the published table is what the slot function gives; else why not."""
-    mine = slot_table(reg.cards, reg.slots)
+def check_slots(reg: Registry, *, memo: CardMemo | None = None) -> str | None:
+    """None when the published table is what the slot function gives; else why not.
+    ``memo``: the reader's ``CardMemo``, which keeps the last table computed by what it was
+    computed from (the same outcome, computed once per change of its inputs)."""
+    mine = memo.slot_table(reg) if memo is not None else slot_table(reg.cards, reg.slots)
     if mine != reg.slots:
         return (
             f"published slot table of generation {reg.generation} differs from this "
@@ -353,11 +355,27 @@ class CardMemo:
     content gives the same ``CardEntry``, or the same refusal). The rest of the document is
     checked every time, and a document that fails any check is decoded again without the
     memo, so its error names the same field as it would without it. At most one document's
-    cards are kept (``REGISTRY_CARDS_MAX``)."""
+    cards are kept (``REGISTRY_CARDS_MAX``), and the last slot table computed for the slot
+    check (``slot_table``)."""
 
     def __init__(self) -> None:
         self._cards: dict[Any, CardEntry] = {}
         self.hits = 0
+        # the slot function's last input (the table held, and each card's id, admission and
+        # conflict: all ``claims`` reads of a card) and its output
+        self._slots: tuple[Any, slotfn.SlotTable] | None = None
+
+    def slot_table(self, reg: Registry) -> slotfn.SlotTable:
+        """``slot_table(reg.cards, reg.slots)``, computed again only when its input changed
+        (a registry change that moves no card, joins none and changes no conflict reuses the
+        last result)."""
+        key = (reg.slots, tuple([(c.id, c.admitted, c.conflict) for c in reg.cards]))
+        last = self._slots
+        if last is not None and last[0] == key:
+            return last[1]
+        table = slot_table(reg.cards, reg.slots)
+        self._slots = (key, table)
+        return table
 
     def decode(self, data: dict[str, Any], key: str) -> Registry | None:
         """The registry of ``data`` (the loaded document of the known schema) using the

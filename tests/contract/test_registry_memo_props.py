@@ -5,6 +5,7 @@ registry or the same error every time."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -113,3 +114,28 @@ def _one_card_registry() -> regdoc.Registry:
         changed_generation=1, path="/srv/cards/a")
     reg = regdoc.Registry(cluster="c1", generation=3, leader="h1", cards=(card,))
     return regdoc.with_slots(reg)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(registries(max_cards=4), min_size=1, max_size=4), st.data())
+def test_slot_check_with_the_memo_is_the_slot_check(regs, data) -> None:
+    """The memo's slot table (``check_slots(reg, memo=...)``) over a stream of registries,
+    each repeated, some with a published table shuffled (version skew) or a card's admission
+    or conflict changed: always what ``check_slots`` says without it."""
+    memo = CardMemo()
+    for _ in range(data.draw(st.integers(2, 8))):
+        reg = data.draw(st.sampled_from(regs))
+        how = data.draw(st.sampled_from(["same", "shuffled", "admitted", "conflict"]))
+        if how == "shuffled":
+            slots = list(reg.slots.slots)
+            data.draw(st.randoms(use_true_random=False)).shuffle(slots)
+            reg = replace(reg, slots=regdoc.slotfn.SlotTable(tuple(slots),
+                                                                    reg.slots.unplaced))
+        elif how in ("admitted", "conflict") and reg.cards:
+            i = data.draw(st.integers(0, len(reg.cards) - 1))
+            card = reg.cards[i]
+            card = (replace(card, admitted=data.draw(st.integers(0, 5)))
+                    if how == "admitted" else
+                    replace(card, conflict=data.draw(st.sampled_from([None, "dup"]))))
+            reg = replace(reg, cards=reg.cards[:i] + (card,) + reg.cards[i + 1:])
+        assert regdoc.check_slots(reg, memo=memo) == regdoc.check_slots(reg)

@@ -4,14 +4,16 @@ path already good (its good streak growing) leaves it equal, a card going out ch
 
 from __future__ import annotations
 
-from hypothesis import given
+from dataclasses import replace
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.health import Hysteresis
 from awide_gateway_cluster.cardpath import Probe, advance
-from awide_gateway_cluster.view import CardPath, build, shown
+from awide_gateway_cluster.view import CardPath, SlotMemo, build, shown
 from tests.gateway.support import make_card
 
 CARD = make_card(1)
@@ -60,3 +62,32 @@ def test_a_card_going_out_changes_what_the_view_shows(sick):
         path, before = advance(path, bad, sick_polls=sick, healthy_polls=1), path
     assert not path.health.up and shown(path) != shown(before)
     assert view(path, True) != view(before, True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_view_built_with_the_slot_memo_is_the_view_built_without(data) -> None:
+    """A gateway's builds over a stream of changes (a card's registry entry replaced, its
+    path probed, the layout's state, the registry itself): with the slot memo kept across
+    them, each view is the one built without it."""
+    cards = [make_card(i) for i in range(1, 4)]
+    local: dict[str, CardPath] = {}
+    memo = SlotMemo()
+    layout_ok, problem = True, ""
+    for _ in range(data.draw(st.integers(1, 10))):
+        how = data.draw(st.sampled_from(["card", "path", "layout", "drop", "same"]))
+        k = data.draw(st.integers(0, len(cards) - 1))
+        if how == "card":
+            cards[k] = replace(cards[k], state=data.draw(st.sampled_from(["in", "drained"])),
+                               reason=data.draw(texts))
+        elif how == "path":
+            local[cards[k].id] = replace(data.draw(paths), card_id=cards[k].id)
+        elif how == "layout":
+            layout_ok, problem = data.draw(st.booleans()), data.draw(texts)
+        elif how == "drop" and len(cards) > 1:
+            cards.pop(k)
+        reg = regdoc.Registry(cluster="c1", generation=1, leader="s1", cards=tuple(cards),
+                              slots=regdoc.slot_table(tuple(cards), slotfn.EMPTY))
+        kw = dict(namespace="n", placement="dialog", fingerprint="f", layout_ok=layout_ok,
+                  layout_problem=problem)
+        assert build(reg, local, memo=memo, **kw) == build(reg, local, **kw)  # type: ignore[arg-type]
