@@ -38,7 +38,16 @@ and etcd's CPU per start net of idle and of the started ones' steady cost (a sim
 as the library's: a connection, a linearizable read and a serializable one, the lease grant,
 the record put on the lease, the registry watch).
 
-Calibration in the same run: etcd idle CPU (no client), and etcd CPU with the 50 running.
+Calibration in the same run: etcd idle CPU (no client), and etcd CPU with the 50 running;
+from the built storm, the box's cores, the load generator's CPU per start net of the running
+gateways' share and per running gateway-second, and etcd's per running gateway-second (in
+each row's ``extra.storm_calibration``: the bench's run calibration takes
+``extra.calibration``). From these, one row per storm says how long the box needs for its
+starts beside the running load, against the spread + 5 s the goals allow, and whether the
+running load leaves room (under 90 % of the cores): when not, the goals cannot be met on this
+box whatever the library does, and the storm's figures measure its load generator's
+saturation (on 2 cores the 1,000-in-5 s storm: 1,050 real gateways in Python, many per
+process, need about the whole box just to run).
 """
 
 from __future__ import annotations
