@@ -41,7 +41,7 @@ class Backoff:
 
 
 # the longest bound of one etcd call of a loop whose calls ran out of time, in call timeouts
-STRETCH_MAX = 8.0
+STRETCH_MAX = 16.0
 
 
 def stretched(late: int, call_timeout: float, most: float) -> float:

@@ -1,8 +1,9 @@
-"""A registration never fails for good, counted in requests (no clock, no sleep): a gateway
-whose own event loop reads etcd's answers ``lag`` seconds late (a start storm on a busy host)
-sees every call with a shorter bound time out although etcd applied it. Its calls' bound
-doubles after each tick whose bound passed, up to a cap, so the record lands within a few
-ticks on the one lease, and the bound comes back to the call timeout after an answer.
+"""A gateway whose own event loop reads etcd's answers ``lag`` seconds late (a start storm on
+a busy host) sees every call with a shorter bound time out although etcd answered (and
+applied) it. Counted in requests (no clock, no sleep): its registration never fails for good
+(its calls' bound doubles after each tick whose bound passed, up to a cap, so the record lands
+within a few ticks on the one lease), its registry polls likewise, and each bound comes back
+to the call timeout after an answer.
 
 ``LateClient`` plays etcd (leases and keys applied as etcd would) and the client's lateness:
 a call whose bound is below ``lag`` is applied, then raises ``Timeout(maybe_applied=True)``.
@@ -11,20 +12,24 @@ a call whose bound is below ``lag`` is applied, then raises ``Timeout(maybe_appl
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from awide_cluster.contract import registry as regdoc
+from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord
 from awide_cluster.store.errors import LeaseExists, LeaseExpired, Timeout
-from awide_cluster.store.port import Store
-from awide_cluster.store.types import Lease
+from awide_cluster.store.port import Store, StoreReader
+from awide_cluster.store.types import KeyValue, Lease, RangeResult
 from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch, stretched
+from awide_gateway_cluster.follower import Follower
 from awide_gateway_cluster.registration import Registration
 
 CALL = 0.5
 TTL = 30
+MOST = min(STRETCH_MAX * CALL, TTL / 4)       # the longest bound of a registration call
 
 
 class LateClient:
@@ -121,7 +126,7 @@ async def test_a_lease_granted_long_before_its_answer_came_is_kept_alive_at_once
     assert [k for k, _ in client.sent] == ["grant", "grant", "keepalive", "put"]
 
 
-@given(st.floats(min_value=0.0, max_value=STRETCH_MAX * CALL))
+@given(st.floats(min_value=0.0, max_value=MOST))
 async def test_any_lag_within_the_cap_is_registered_on_one_lease(lag: float) -> None:
     client = LateClient(lag=lag)
     reg = registration(client)
@@ -130,17 +135,17 @@ async def test_any_lag_within_the_cap_is_registered_on_one_lease(lag: float) -> 
     late_ticks = max(0, math.ceil(math.log2(max(lag, CALL) / CALL)))
     assert await ticks_until_written(reg, 50) <= late_ticks + 3
     assert client.leases == {7} and client.keys == {reg.key: 7}
-    assert max(b for _, b in client.sent) <= STRETCH_MAX * CALL
+    assert max(b for _, b in client.sent) <= MOST
     assert client.count("grant") <= late_ticks + 2
 
 
-@given(st.floats(min_value=STRETCH_MAX * CALL * 1.01, max_value=1000.0))
+@given(st.floats(min_value=MOST * 1.01, max_value=1000.0))
 async def test_the_bound_stays_a_bound_whatever_the_lag(lag: float) -> None:
     client = LateClient(lag=lag)
     reg = registration(client)
     assert await ticks_until_written(reg, 30) == 31
-    assert max(b for _, b in client.sent) == STRETCH_MAX * CALL      # capped, reached
-    assert reg.tick_bound() == 3.5 * STRETCH_MAX * CALL
+    assert max(b for _, b in client.sent) == MOST      # capped, reached
+    assert reg.tick_bound() == 3.5 * MOST
     assert client.count("grant") == 2       # "already exists" from the second on: no new lease
     assert client.leases == {7}
 
@@ -165,3 +170,47 @@ def test_a_short_ttl_caps_the_bound_at_a_quarter_of_it() -> None:
     for _ in range(10):
         reg.timed_out()
     assert reg.bound() == 1.0 and reg.failures == 10
+
+
+class LatePolls:
+    """The registry read by a client that reads each answer ``lag`` seconds after it came:
+    a poll whose bound is below ``lag`` times out. Every poll's bound is counted."""
+
+    timeline_epoch = 0
+
+    def __init__(self, lag: float, registry: KeyValue) -> None:
+        self.lag, self.registry = lag, registry
+        self.bounds: list[float] = []
+
+    async def range(self, key: str, **kw: Any) -> RangeResult:
+        timeout = kw["timeout"]
+        self.bounds.append(timeout)
+        if timeout < self.lag:
+            raise Timeout(f"range {key!r}: no answer within {timeout} s")
+        return RangeResult(kvs=(self.registry,), count=1, revision=self.registry.mod_revision)
+
+
+def registry_kv() -> KeyValue:
+    reg = regdoc.Registry(cluster="c1", generation=1, leader="s1", cards=(),
+                          slots=regdoc.slot_table((), slotfn.EMPTY), lineage="L1")
+    return KeyValue("registry", regdoc.encode(reg), 5, 5, 1)
+
+
+async def test_polls_of_a_late_client_stretch_until_one_lands_then_come_back() -> None:
+    store = LatePolls(lag=2.5, registry=registry_kv())
+    clock = [0.0]
+    f = Follower(cast(StoreReader, store), cluster="c1", call_timeout=CALL,
+                 clock=lambda: clock[0])
+    outcomes = [(await f.poll()).outcome for _ in range(4)]
+    assert outcomes == ["failed", "failed", "failed", "applied"]
+    assert store.bounds == [0.5, 1.0, 2.0, 4.0]
+    assert f.state.registry is not None and not f.state.problem
+    store.lag = 0.0
+    await f.poll()
+    assert store.bounds[-1] == CALL          # answered: back to the call timeout
+    # the first failure of a fresh view still comes within the call timeout
+    store.lag = 100.0
+    assert (await f.poll()).outcome == "failed" and store.bounds[-1] == CALL
+    for _ in range(10):
+        await f.poll()
+    assert max(store.bounds) == STRETCH_MAX * CALL
