@@ -483,15 +483,19 @@ def generator_calibration(built: dict[str, Any], idle: float, running: int) -> d
             "generator_ms_per_gateway_second": built["generator_ms_per_gateway_second"],
             "etcd_ms_per_gateway_second": built["etcd_ms_per_gateway_second"] or 0.0,
             "etcd_cpu_per_start_ms": built["etcd_cpu_per_start_ms"],
-            "calibrated_on": f"{running} running + {built.get('storm_n', '?')} started"}
+            "calibrated_on": f"{running} running + {built.get('storm_n', '?')} started",
+            # a hold that kept the machine saturated did less than its steady work: the
+            # costs above are then lower bounds
+            "calibration_saturated": built["steady_busy_pct"] >= 95.0}
 
 
 def demand(cal: dict[str, Any], running: int, n: int) -> tuple[float, float, float | None]:
     """At the calibrated costs: (the core-seconds the ``n`` starts cost, generator and etcd;
     the cores every gateway needs once all run, etcd's idle included; the seconds of the
     whole box the starts take beside that running load, None when it leaves no core spare).
-    The goals ask every start fresh within ``FRESH_GOAL`` of it: a storm whose starts take
-    longer than its spread and that cannot be met on this box, whatever the library does."""
+    The goals ask every start fresh within ``FRESH_GOAL`` of it: when the box needs longer
+    than the spread and that for the starts, the goals cannot be met on it, whatever the
+    library does."""
     each = (cal["generator_ms_per_gateway_second"] + cal["etcd_ms_per_gateway_second"]) / 1000
     hold = cal["etcd_idle_cores"] + (running + n) * each
     work = n * (cal["generator_start_cpu_ms"] + cal["etcd_cpu_per_start_ms"]) / 1000
@@ -517,7 +521,9 @@ def _demand_note(cal: dict[str, Any], running: int, n: int, spread: float) -> st
             f"{cal['etcd_ms_per_gateway_second']} ms per gateway-second, {cal['cores']} "
             f"cores: the {n} starts cost {work:.1f} core-s, the {running + n} gateways need "
             f"{hold:.2f} cores once running, the starts take {took} of the box beside them "
-            f"(goal: within the {spread:g} s spread + {FRESH_GOAL:g} s): {verdict}")
+            f"(goal: within the {spread:g} s spread + {FRESH_GOAL:g} s): {verdict}"
+            + ("; the calibrating storm's hold was itself saturated: these costs are lower "
+               "bounds" if cal.get("calibration_saturated") else ""))
 
 
 def _demand_row(cal: dict[str, Any], running: int, n: int, spread: float,
