@@ -523,7 +523,10 @@ def _demand_note(cal: dict[str, Any], running: int, n: int, spread: float) -> st
             f"{hold:.2f} cores once running, the starts take {took} of the box beside them "
             f"(goal: within the {spread:g} s spread + {FRESH_GOAL:g} s): {verdict}"
             + ("; the calibrating storm's hold was itself saturated: these costs are lower "
-               "bounds" if cal.get("calibration_saturated") else ""))
+               "bounds" if cal.get("calibration_saturated") else "")
+            + ("; the generator's start cost is not separable from its running cost (the "
+               "storm window was saturated: it did less than the running gateways' steady "
+               "work), counted as 0" if not cal["generator_start_cpu_ms"] else ""))
 
 
 def _demand_row(cal: dict[str, Any], running: int, n: int, spread: float,
