@@ -38,3 +38,34 @@ class Backoff:
         """Note the outcome of a try; the wait before the next one."""
         self.failures = 0 if ok else self.failures + 1
         return delay(self.failures, self.interval, self.cap, self.rng.random())
+
+
+# the longest bound of one etcd call of a loop whose calls ran out of time, in call timeouts
+STRETCH_MAX = 16.0
+
+
+def stretched(late: int, call_timeout: float, most: float) -> float:
+    """The bound of a loop's next etcd call after ``late`` tries in a row whose bound passed:
+    ``call_timeout`` doubled each time, at most ``most`` (never below ``call_timeout``)."""
+    return max(call_timeout, min(most, call_timeout * 2.0 ** min(max(late, 0), 32)))
+
+
+@dataclass
+class Stretch:
+    """The bound of a loop's next etcd call. A client whose own event loop runs seconds late (a
+    start storm on a busy host) reads etcd's answer only after a fixed bound has passed: every
+    try would fail while etcd answered each in milliseconds, and each failed try is sent
+    again. After each try whose bound passed the next one gets twice the bound, up to
+    ``most``; an answered try (or any other failure) brings it back to ``call_timeout``.
+    The bound stays a bound: at most ``most``."""
+
+    call_timeout: float
+    most: float
+    late: int = 0
+
+    def bound(self) -> float:
+        return stretched(self.late, self.call_timeout, self.most)
+
+    def note(self, timed_out: bool) -> None:
+        """Note the outcome of a try: its bound passed (``timed_out``) or not."""
+        self.late = self.late + 1 if timed_out else 0

@@ -21,11 +21,11 @@ from dataclasses import replace
 
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
-from awide_cluster.store.errors import StoreError
+from awide_cluster.store.errors import StoreError, Timeout
 from awide_cluster.store.port import Store
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
-from awide_gateway_cluster.backoff import CAP_INTERVALS, Backoff
+from awide_gateway_cluster.backoff import CAP_INTERVALS, STRETCH_MAX, Backoff, Stretch
 from awide_gateway_cluster.registration import Registration, check_layout
 from awide_gateway_cluster.state_keeping import StateKeeping
 
@@ -58,6 +58,8 @@ class EtcdSide:
         self._publish, self._generation, self._failed = publish, generation, failed
         self._interval, self._call, self._clock, self._rng = interval, call_timeout, clock, rng
         self._backoff = Backoff(interval, CAP_INTERVALS * interval, rng)
+        # the layout check's call bound, stretched while its tries run out of time
+        self._layout_bound = Stretch(call_timeout, STRETCH_MAX * call_timeout)
         self.ok = self.mismatch = False
         self.unreadable = 0                      # layout records that did not decode
         self.problem = "key layout not verified yet (etcd not reached)"
@@ -80,13 +82,17 @@ class EtcdSide:
         the registry accepted; False when etcd did not answer. Raises LayoutMismatch."""
         reg = self._registry()
         mine = self.layout if reg is None else lay.with_cards(self.layout, lay.card_set(reg))
+        bound = self._layout_bound.bound()
         try:
-            async with asyncio.timeout(self._call * 3.5):
-                step = await check_layout(self._store(), mine, timeout=self._call,
+            async with asyncio.timeout(bound * 3.5):
+                step = await check_layout(self._store(), mine, timeout=bound,
                                           create=create, adopted=self._adopt)
         except (StoreError, TimeoutError) as e:
-            log.debug("layout of %s not checked yet: %s", self.layout.namespace, e)
+            self._layout_bound.note(isinstance(e, (Timeout, TimeoutError)))
+            log.debug("layout of %s not checked yet (calls bounded by %.2f s): %s",
+                      self.layout.namespace, bound, e)
             return False
+        self._layout_bound.note(False)
         if isinstance(step, lay.LayoutMismatch):
             self.ok, self.problem = False, str(step)
             self.mismatch = True
@@ -154,8 +160,9 @@ class EtcdSide:
                 and now - self.applied_at < SETTLE * self._interval)
         self._held = hold
         try:
-            async with asyncio.timeout(self._call * 3.5):
+            async with asyncio.timeout(self.registration.tick_bound()):
                 ok = await self.registration.tick(record, now, hold=hold) and ok
         except TimeoutError:
+            self.registration.timed_out()
             ok = False
         return ok

@@ -64,9 +64,10 @@ from awide_cluster.contract.registry import (
     check_slots,
     went_back,
 )
-from awide_cluster.store.errors import StoreError, ValueTooLarge
+from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge
 from awide_cluster.store.port import StoreReader
 from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
+from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
 
@@ -264,7 +265,9 @@ class Follower:
     failed, every poll is linearizable until one is answered: a member that answers
     serializable reads without a quorum behind it (cut off, or the quorum lost) cannot make the
     view look fresh. A turn is one poll interval: its poll is made, or left out (``skip``)
-    when ``skips`` says the watch proved the view fresh."""
+    when ``skips`` says the watch proved the view fresh. A poll is bounded by the call
+    timeout; after polls whose bound passed, by twice as much each time, up to
+    ``STRETCH_MAX`` call timeouts (``backoff.Stretch``), until one is answered."""
 
     def __init__(self, store: StoreReader, *, cluster: str, call_timeout: float,
                  clock: Callable[[], float], linearizable_every: int = 10) -> None:
@@ -279,6 +282,10 @@ class Follower:
         self.turns = 0                  # turns so far (polls made and polls left out)
         self.skipped = 0                # of which left out
         self._confirming = False        # a linearizable poll failed: the next ones are too
+        # the poll's bound: the call timeout, stretched after polls whose bound passed (a
+        # client whose own event loop runs late reads the answers after a fixed bound: no
+        # poll would ever land); the first failure still comes within the call timeout
+        self.stretch = Stretch(call_timeout, STRETCH_MAX * call_timeout)
 
     def serializable_next(self) -> bool:
         """Whether this turn's poll is a serializable read."""
@@ -317,14 +324,16 @@ class Follower:
         serializable = self.serializable_next()
         self.turns += 1
         answer: RangeResult | BaseException
+        bound = self.stretch.bound()
         try:
             # the store bounds the call; the outer bound is a second, independent fence
-            async with asyncio.timeout(self.call_timeout * 1.2 + 0.05):
+            async with asyncio.timeout(bound * 1.2 + 0.05):
                 answer = await self.store.range(
                     keys.REGISTRY, min_mod_revision=since, serializable=serializable,
-                    timeout=self.call_timeout, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+                    timeout=bound, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
+        self.stretch.note(isinstance(answer, (Timeout, TimeoutError)))
         if self.store.timeline_epoch != self.state.epoch:
             # adopted during this poll (asked again in the new history): its answer is of the
             # new history, the revisions remembered are not

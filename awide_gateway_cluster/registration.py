@@ -19,9 +19,10 @@ from awide_cluster.contract.records import (
     LayoutRecordError,
     decode_layout,
 )
-from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
+from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError, Timeout
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_cluster.store.types import Compare, Put
+from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
 from awide_gateway_cluster.layout import (
     LayoutMismatch,
     LayoutUnreadable,
@@ -130,8 +131,16 @@ class Registration:
 
     One lease, never two: every grant asks for the same lease ID (``lease_id``, chosen once
     per start). A grant whose answer was lost may have been applied; the next grant of the
-    same ID then answers "lease already exists", and that lease is taken as this one's (a
-    keepalive at once renews it). A lease that expired is granted again under the same ID.
+    same ID then answers "lease already exists", and that lease is taken as this one's (kept
+    alive as if granted when the first unanswered grant was sent: a keepalive at once only
+    when that is ttl/3 ago or more). A lease that expired is granted again under the same ID.
+
+    A tick never gives up for good: the etcd side's loop ticks again after its jittered
+    back-off until the record is written. Each call of a tick is bounded by ``bound()``: the
+    call timeout, doubled after each tick whose bound passed (``backoff.Stretch``), at most
+    ``STRETCH_MAX`` call timeouts and a quarter of the TTL: a gateway whose own event loop runs
+    late (a start storm on a busy host) reads etcd's answers seconds after they came, and
+    with a fixed bound no try of it would ever land.
     """
 
     def __init__(self, store: RegistrationStore, gateway_id: str, *, ttl: int,
@@ -143,19 +152,38 @@ class Registration:
         self.lease_id = lease_id or lease_id_for_start(rng or random.Random())
         self.lease: int | None = None
         self._grant_sent = False        # a grant of lease_id was sent since the last answer
+        self._grant_sent_at = 0.0      # tick time of the first grant sent since the last answer
         self._written: GatewayRecord | None = None
         self._last_keepalive = 0.0
         self.failures = 0
         self.grants = 0                 # grants sent (each of lease_id)
+        self.stretch = Stretch(call_timeout, max(call_timeout,
+                                                 min(STRETCH_MAX * call_timeout, ttl / 4)))
+
+    def bound(self) -> float:
+        """The bound of each call of the next tick (seconds)."""
+        return self.stretch.bound()
+
+    def tick_bound(self) -> float:
+        """The bound of a whole tick (its calls in a row: a grant, a keepalive, a put)."""
+        return self.bound() * 3.5
+
+    def timed_out(self) -> None:
+        """A tick was cut by its caller's fence (``tick_bound``): counted as a failure whose
+        bound passed."""
+        self.failures += 1
+        self.stretch.note(True)
 
     async def tick(self, record: GatewayRecord, now: float, *, hold: bool = False) -> bool:
         """One refresh; a lease found gone is granted again and the record written at once.
         ``hold``: a changed record waits for a later tick, unless none is written on the
         current lease (the key must exist). False when etcd did not answer (the caller backs
         off)."""
+        bound = self.bound()
         for _ in range(2):
             try:
-                await self._tick(record, now, hold)
+                await self._tick(record, now, hold, bound)
+                self.stretch.note(False)
                 return True
             except LeaseExpired:
                 log.warning("lease of %s expired: registering again", self.key)
@@ -163,16 +191,20 @@ class Registration:
                 self.failures += 1
             except StoreError as e:
                 self.failures += 1
-                log.debug("registration of %s not refreshed: %s", self.key, e)
+                self.stretch.note(isinstance(e, Timeout))
+                log.debug("registration of %s not refreshed (calls bounded by %.2f s): %s",
+                          self.key, bound, e)
                 return False
         return False
 
-    async def _grant(self, now: float) -> None:
+    async def _grant(self, now: float, bound: float) -> None:
         s = self.store
         self.grants += 1
         sent_before, self._grant_sent = self._grant_sent, True
+        if not sent_before:
+            self._grant_sent_at = now
         try:
-            lease = await s.grant(self.ttl, lease_id=self.lease_id, timeout=self.call_timeout)
+            lease = await s.grant(self.ttl, lease_id=self.lease_id, timeout=bound)
         except LeaseExists:
             if not sent_before:
                 # not ours: another client holds this ID; choose another for the next tick
@@ -181,23 +213,26 @@ class Registration:
             log.info("lease %x of %s was granted by an earlier try: kept", self.lease_id,
                      self.key)
             self.lease, self._written, self._grant_sent = self.lease_id, None, False
-            await s.keepalive(self.lease_id, timeout=self.call_timeout)
-            self._last_keepalive = now
+            # granted at the earliest when the first unanswered grant was sent: kept alive
+            # from then on (a keepalive now only when one is due by that reckoning)
+            self._last_keepalive = self._grant_sent_at
+            if now - self._last_keepalive >= self.ttl / 3:
+                await s.keepalive(self.lease_id, timeout=bound)
+                self._last_keepalive = now
             return
         self._grant_sent = False
         self.lease, self._written, self._last_keepalive = lease.id, None, now
 
-    async def _tick(self, record: GatewayRecord, now: float, hold: bool) -> None:
+    async def _tick(self, record: GatewayRecord, now: float, hold: bool, bound: float) -> None:
         s = self.store
         if self.lease is None:
-            await self._grant(now)
+            await self._grant(now, bound)
         elif now - self._last_keepalive >= self.ttl / 3:
-            await s.keepalive(self.lease, timeout=self.call_timeout)
+            await s.keepalive(self.lease, timeout=bound)
             self._last_keepalive = now
         if record != self._written and not (hold and self._written is not None):
             assert self.lease is not None
-            await s.put(self.key, record.encode(), lease=self.lease,
-                        timeout=self.call_timeout)
+            await s.put(self.key, record.encode(), lease=self.lease, timeout=bound)
             self._written = record
 
     def history_reset(self) -> None:
