@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -146,6 +147,14 @@ def etcd_cpu(cluster: EtcdCluster) -> float:
         except OSError:
             pass
     return total
+
+
+def etcd_idle_cores(cluster: EtcdCluster) -> float:
+    """A fresh etcd's idle CPU in cores: 2 s to settle, then a 3 s window with no client."""
+    time.sleep(2.0)             # not a wait: a settled etcd before its idle window
+    e0, t0 = etcd_cpu(cluster), time.monotonic()
+    time.sleep(3.0)             # not a wait: etcd's idle CPU window
+    return (etcd_cpu(cluster) - e0) / (time.monotonic() - t0)
 
 
 def machine() -> dict[str, Any]:

@@ -70,6 +70,7 @@ from bench.common import (
     cpu_seconds,
     cpu_ticks,
     etcd_cpu,
+    etcd_idle_cores,
     etcd_settings,
     make_dir_cards,
     registry_revision,
@@ -364,10 +365,7 @@ def run(ctx: Context) -> list[Row]:
     running_n, storm_n = (20, 100) if ctx.quick else (RUNNING, STORM)
     etcd = start_etcd(ctx, "etcd9")
     try:
-        time.sleep(2.0)             # not a wait: a settled etcd before its idle window
-        e0, t0 = etcd_cpu(etcd), time.monotonic()
-        time.sleep(3.0)             # not a wait: etcd's idle CPU window
-        idle = (etcd_cpu(etcd) - e0) / (time.monotonic() - t0)
+        idle = etcd_idle_cores(etcd)
         ctx.say(f"  etcd idle {idle:.4f} cores")
         built = _storm(ctx, etcd, naive=False, hold=hold, running_n=running_n,
                        storm_n=storm_n)

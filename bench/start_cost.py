@@ -45,6 +45,7 @@ from bench.common import (
     WRITTEN_AT,
     Context,
     etcd_cpu,
+    etcd_idle_cores,
     find_bench_etcd,
     make_dir_cards,
     registry_revision,
@@ -233,10 +234,7 @@ def main() -> None:
     ctx = Context(quick=True, work=work, etcd_binary=find_bench_etcd())
     etcd = start_etcd(ctx, "etcd-sc")
     try:
-        time.sleep(2.0)             # not a wait: a settled etcd before its idle window
-        e0, t0 = etcd_cpu(etcd), time.monotonic()
-        time.sleep(3.0)             # not a wait: etcd's idle CPU window
-        idle = (etcd_cpu(etcd) - e0) / (time.monotonic() - t0)
+        idle = etcd_idle_cores(etcd)
         lib_cluster, rep_cluster = (f"sc{x}{uuid.uuid4().hex[:6]}" for x in "lr")
         asyncio.run(_publish(etcd.endpoints, lib_cluster, work))
         asyncio.run(_publish(etcd.endpoints, rep_cluster, work))
