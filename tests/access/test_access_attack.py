@@ -145,10 +145,19 @@ async def test_a_compromised_host_cannot_steer_another_hosts_cards(tmp_path: Any
             cfg.write_text(yaml.safe_dump({"cluster": SPEC.cluster, "etcd": {
                 "endpoints": list(c.etcd.endpoints), "call_timeout": 3.0,
                 **(c.etcd_auth(reader_user(SPEC.cluster)) or {})}}))
-            status = subprocess.run(RUN + ["status", "-o", "json", "--config", str(cfg),
-                                           "--sample", "0"],     # one read: no age checked
-                                    capture_output=True, text=True, timeout=60)
-            doc = json.loads(status.stdout)
+
+            def status_naming_the_taker() -> tuple[Any, dict] | None:
+                """One status read (no age checked, so --sample 0) once s1's report names
+                who holds the key it lost (its next report after it reads the key)."""
+                status = subprocess.run(RUN + ["status", "-o", "json", "--config", str(cfg),
+                                               "--sample", "0"],
+                                        capture_output=True, text=True, timeout=60)
+                doc = json.loads(status.stdout)
+                taken = [p["message"] for p in doc["problems"] if p["code"] == "leader_taken"]
+                return (status, doc) if taken and "s2" in taken[0] else None
+
+            status, doc = await wait_until(status_naming_the_taker, 20.0,
+                                           what="status names s2 as the leader key's taker")
             problems = {(p["code"], p["subject"]): p["message"] for p in doc["problems"]}
             for gid in c.gateway_ids:
                 msg = problems.get(("registry_forged", gid), "")
