@@ -42,15 +42,19 @@ lint: venv
 # Two phases: first the tests that start no etcd and no daemon (the `fast` marker, as
 # `test-fast`) with the ansible tests that render to a temp dir (`beside_fast`, CPU-bound, no
 # tight bound; BESIDE_FAST in tests/conftest.py), spread over the cores (pytest-xdist, a file
-# per worker); then the others one at a time (their timings and the system test need the
-# machine). Together they are every test collected; both phases run whatever the first gave,
-# and `make test` fails if either failed (5, nothing selected, is no failure: PYTEST_ARGS may
-# name files of one phase only). --durations: each phase's slowest steps close its output.
+# per worker); then the others: first the files that mostly wait on their timers (`light`,
+# LIGHT in tests/conftest.py: at most 0.6 of a core each, measured), three files at a time,
+# then the rest one at a time (their timings and the system test need the machine).
+# Together they are every test collected; each step runs whatever the first gave, and
+# `make test` fails if any failed (5, nothing selected, is no failure: PYTEST_ARGS may name
+# files of one step only). --durations: each step's slowest steps close its output.
 test: deps venv lint
 	@rc=0; \
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "fast or beside_fast" -n auto --dist loadfile \
 	  --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "not fast and not beside_fast" \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "light and not fast and not beside_fast" \
+	  -n 3 --dist loadfile --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "not light and not fast and not beside_fast" \
 	  --durations=25 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
 	exit $$rc
 

@@ -138,6 +138,49 @@ BESIDE_FAST = frozenset({
 })
 
 
+# Files that start etcd or daemons but mostly wait on their timers (lease TTLs, polls,
+# progress notifications, a bench smoke's windows): measured at most 0.6 of a core over the
+# file (the machine's busy CPU over each test, setup and teardown included; see
+# docs/decisions.md, "make test's second phase: the waiting files three at a time"). Marked
+# ``light``: `make test` runs them three files at a time (`-n 3 --dist loadfile`) before the
+# others, which run one at a time. A file that grows a CPU-bound test leaves this set.
+LIGHT = frozenset({
+    "access/test_access_certs.py",
+    "bench/test_bench_smoke.py",
+    "bench/test_cgen.py",
+    "bench/test_grpcload.py",
+    "bench/test_mix_parts.py",
+    "daemon/test_daemon_etcd.py",
+    "daemon/test_history_reset.py",
+    "daemon/test_leader_watch_etcd.py",
+    "daemon/test_members_recheck.py",
+    "daemon/test_progress_notify_etcd.py",
+    "daemon/test_report_cycles_etcd.py",
+    "daemon/test_rotation.py",
+    "gateway/test_bounds.py",
+    "gateway/test_faults.py",
+    "gateway/test_loops.py",
+    "gateway/test_probe_round.py",
+    "gateway/test_sharing.py",
+    "gateway/test_start_storm.py",
+    "gateway/test_state_outage.py",
+    "gateway/test_vouch.py",
+    "gateway/test_watch_apply.py",
+    "operator/test_op_daemon.py",
+    "operator/test_op_faults.py",
+    "operator/test_op_lookup.py",
+    "store/test_auth.py",
+    "store/test_embedded_cluster.py",
+    "store/test_faults.py",
+    "store/test_ipv6.py",
+    "store/test_kv.py",
+    "store/test_lease.py",
+    "store/test_read_many.py",
+    "store/test_revision_guard.py",
+    "store/test_watch.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not _starts_clusters(item):
@@ -145,6 +188,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         where = item.path.relative_to(REPO / "tests").as_posix()
         if where in BESIDE_FAST:
             item.add_marker(pytest.mark.beside_fast)
+        if where in LIGHT and item.get_closest_marker("fast") is None:
+            item.add_marker(pytest.mark.light)
 
 
 # The check that keeps ``fast`` honest: the programs a fast test started (an audit hook sees
