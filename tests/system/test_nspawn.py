@@ -12,7 +12,7 @@ certificate without a restart and the cluster stays healthy;
 upgrade.yml upgrades one host at a time, the leader last, to a new version; a daemon
 killed with SIGKILL is restarted by systemd and the cluster is healthy again; upgrade.yml
 refuses an unhealthy cluster and changes nothing; a build that cannot start stops upgrade.yml
-at its first host; site.yml repairs that host.
+at its first host; site.yml limited to that host repairs it.
 A GPU host g1 (inventory group gateways) is deployed by site.yml's gateway play: its gateway
 (awide-gateway.service) is ready, in status at the registry's generation with its own etcd
 user, its slot table holds every card in its slot and every card is in service there (each
@@ -33,18 +33,18 @@ AWIDE_SYSTEM_LONG=1.
 
 In `make test` when root (as CI runs it) and debootstrap, systemd-nspawn, ip and ssh are
 installed (`make deps` installs them); skipped otherwise, with the reason. AWIDE_SYSTEM_TESTS=0
-opts out (`make system-test` runs it alone). About 8.5 minutes on a 2-core machine (12-13 while
-other runs load it). The root filesystem is built once with debootstrap (~2 min, ~310 MB) and
-cached in AWIDE_SYSTEST_CACHE (default /var/cache/awide-systest), keyed by its recipe (the
-package list); a recipe that cannot be built fails the test. Traffic goes only to these
-namespaces. The wheels' dependencies come from the package index once per dependency list and
-are cached beside the root filesystem (deps-<hash>, keyed by pyproject's dependencies and the
-Python version); every build (the new and the broken version's wheelhouses, site.yml's own from
-the source) runs offline from them, with the venv's setuptools. Containers, namespaces and the
-bridge are removed at the end, also when a step fails; those of an earlier run that died
-without its teardown are removed before a new lab starts. Each host's journal, each playbook's
-output and the card directories are kept in the test's temp directory; phase timings, with the
-CPU time spent in each, are printed (-s).
+opts out (`make system-test` runs it alone). About 4.5-5.5 minutes on a 2-core machine with the
+root filesystem cached (8 before the roles wrote several files per module call). The root
+filesystem is built once with debootstrap (~2 min, ~310 MB) and cached in AWIDE_SYSTEST_CACHE
+(default /var/cache/awide-systest), keyed by its recipe (the package list); a recipe that
+cannot be built fails the test. Traffic goes only to these namespaces. The wheels' dependencies
+come from the package index once per dependency list and are cached beside the root filesystem
+(deps-<hash>, keyed by pyproject's dependencies and the Python version); every build (the new
+and the broken version's wheelhouses, site.yml's own from the source) runs offline from them,
+with the venv's setuptools. Containers, namespaces and the bridge are removed at the end, also
+when a step fails; those of an earlier run that died without its teardown are removed before a
+new lab starts. Each host's journal, each playbook's output and the card directories are kept
+in the test's temp directory; phase timings, with the CPU time spent in each, are printed (-s).
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ GATEWAY = "gw1"                              # a gateway given its own etcd user
 NEW_VERSION = "0.2.0.post1"                  # what upgrade.yml rolls out
 BROKEN_VERSION = "0.2.0.post2"               # a build that cannot start
 
-# The whole test, root filesystem build included: a bound, not an estimate (seen: 7-9 minutes
-# on a shared 2-core machine, 13.5 once under heavy load with the debootstrap).
+# The whole test, root filesystem build included: a bound, not an estimate (seen: 4.5-5.5
+# minutes on a 2-core machine with the root filesystem cached; 7-9, and 13.5 once under heavy
+# load with the debootstrap, before the roles wrote several files per module call).
 pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.timeout(1500)]
 DEBOOTSTRAP_TIMEOUT = 600
 PLAYBOOK_TIMEOUT = 600
@@ -875,7 +876,8 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
     served = {h: _served_cert(lab, h) for h in HOSTS}
     restarts = {h: _unit(lab, h, "awide-etcd.service")["MainPID"] for h in HOSTS}
     rotated = _playbook(lab, inventory, "rotate-certs.yml", "rotate-certs")
-    assert _task_hosts(rotated.stdout, "Install this host's certificate") == list(HOSTS)
+    assert _task_hosts(rotated.stdout, "Install the cluster CA and this host's certificate") \
+        == list(HOSTS)
     for h in HOSTS:
         assert _served_cert(lab, h) != served[h], h
         assert _unit(lab, h, "awide-etcd.service")["MainPID"] == restarts[h], h
@@ -951,8 +953,11 @@ def test_rollout_upgrade_and_restart_under_systemd(lab, rollout: Rollout, tmp_pa
         (versions, broken.stdout[-4000:])
     t.lap(f"upgrade.yml with a broken build stopped after {first}")
 
-    # site.yml with the good wheels repairs it
-    _playbook(lab, inventory, "site.yml", "site-repair", "-e", f"awide_wheelhouse={wheels_new}")
+    # site.yml with the good wheels repairs it: limited to that host, as docs/deploy.md tells
+    # an operator to repair one host
+    repair = _playbook(lab, inventory, "site.yml", "site-repair", "--limit", first, "-e",
+                       f"awide_wheelhouse={wheels_new}")
+    assert set(_recap(repair.stdout)) == {first}, repair.stdout[-4000:]
     repaired = _healthy(lab, "h3", timeout=90)
     assert {h["host"]: h["version"] for h in repaired["hosts"]} == {h: NEW_VERSION for h in HOSTS}
     t.lap("site.yml repaired the broken host")

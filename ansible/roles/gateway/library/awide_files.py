@@ -1,0 +1,1 @@
+../../awide/library/awide_files.py
