@@ -14,8 +14,11 @@ not empty").
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from awide_gateway_cluster import ThreadedClusterGateway
@@ -104,26 +107,74 @@ def _one_frozen(ctx: Context, etcd: Any, cluster: str, *, which: str, count: int
     return row
 
 
-def _hot_path(gw: ThreadedClusterGateway, seconds: float
-              ) -> tuple[list[float], list[float], Any]:
+@dataclass
+class HotPath:
+    """The caller's calls of one window: wall and thread CPU time of each, and the cyclic GC
+    passes the interpreter ran in the caller's thread meanwhile (a pass runs in whichever
+    thread allocates when the counts cross a threshold, and a full one walks the whole
+    process's heap): (generation, seconds, index of the call it ran in, -1: between calls)."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    gc_passes: list[tuple[int, float, int]] = field(default_factory=list)
+    view: Any = None
+
+    def in_calls(self) -> set[int]:
+        return {i for _, _, i in self.gc_passes if i >= 0}
+
+    def summary(self) -> dict[str, Any]:
+        """What the GC passes did to the window (the row's extra)."""
+        hit = self.in_calls()
+        clean = [w for i, w in enumerate(self.wall) if i not in hit]
+        slowest = max(range(len(self.wall)), key=self.wall.__getitem__, default=-1)
+        during = [(g, s) for g, s, i in self.gc_passes if i == slowest]
+        return {
+            "gc_passes": len(self.gc_passes),
+            "gc_full_passes": sum(1 for g, _, _ in self.gc_passes if g == 2),
+            "gc_longest_ms": ms(max((s for _, s, _ in self.gc_passes), default=0.0)),
+            "calls_with_gc": len(hit),
+            "max_without_gc_ms": ms(max(clean, default=0.0)),
+            "slowest_call_gc": [{"generation": g, "ms": ms(s)} for g, s in during],
+        }
+
+
+def _hot_path(gw: ThreadedClusterGateway, seconds: float) -> HotPath:
     """snapshot() + placement.dialog() from this thread for ``seconds``: the wall time and the
-    thread CPU time of each call, and the last view."""
-    wall: list[float] = []
-    cpu: list[float] = []
+    thread CPU time of each call, the GC passes run in this thread, and the last view."""
+    out = HotPath()
+    me = threading.get_ident()
+    began: list[float] = []
+    in_call = [-1]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != me:
+            return
+        if phase == "start":
+            began[:] = [time.perf_counter()]
+        elif began:
+            out.gc_passes.append((int(info["generation"]), time.perf_counter() - began[0],
+                                  in_call[0]))
+
     t_end = time.monotonic() + seconds
     n = 0
-    view = gw.snapshot()
-    while time.monotonic() < t_end:
-        c = time.thread_time()
-        t = time.perf_counter()
-        view = gw.snapshot()
-        gw.placement.dialog(f"conversation-{n}")
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.thread_time() - c)
-        n += 1
-        if n % 16 == 0:
-            time.sleep(0.001)       # not a wait: yields the GIL to the gateway's thread
-    return wall, cpu, view
+    out.view = gw.snapshot()
+    gc.callbacks.append(on_gc)
+    try:
+        while time.monotonic() < t_end:
+            c = time.thread_time()
+            in_call[0] = n
+            t = time.perf_counter()
+            out.view = gw.snapshot()
+            gw.placement.dialog(f"conversation-{n}")
+            out.wall.append(time.perf_counter() - t)
+            in_call[0] = -1
+            out.cpu.append(time.thread_time() - c)
+            n += 1
+            if n % 16 == 0:
+                time.sleep(0.001)       # not a wait: yields the GIL to the gateway's thread
+    finally:
+        gc.callbacks.remove(on_gc)
+    return out
 
 
 def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
@@ -139,12 +190,13 @@ def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
             pass                        # measured with what is in service (``before``)
         before = len(gw.snapshot().in_service)
         time.sleep(1.0)             # not a wait: a quiet second before measuring
-        healthy, _, _ = _hot_path(gw, frozen_s)           # the same calls, etcd healthy
+        healthy = _hot_path(gw, frozen_s).wall            # the same calls, etcd healthy
         for i in range(etcd.size):
             etcd.freeze(i)
         try:
-            durations, cpu, view = _hot_path(gw, frozen_s)
-            during = len(view.in_service)
+            hot = _hot_path(gw, frozen_s)
+            durations, cpu = hot.wall, hot.cpu
+            during = len(hot.view.in_service)
             stale = gw.gateway.stats().stale
         finally:
             for i in range(etcd.size):
@@ -157,8 +209,10 @@ def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
                       note=f"{len(durations)} calls from the caller's thread over {frozen_s:g} s; "
                            f"max thread CPU of one call {ms(max(cpu, default=0.0))} ms; "
                            f"cards in service {before} before, {during} while frozen; "
-                           f"gateway {'reported stale' if stale else 'not yet stale'}",
-                      in_service_before=before, in_service_frozen=during, stale=stale,
+                           f"gateway {'reported stale' if stale else 'not yet stale'}; "
+                           + _gc_note(hot.summary()),
+                      **hot.summary(), in_service_before=before, in_service_frozen=during,
+                      stale=stale,
                       p999_ms=ms(pct(durations, 99.9)),
                       max_thread_cpu_ms=ms(max(cpu, default=0.0)),
                       healthy_calls=len(healthy), healthy_p99_ms=ms(pct(healthy, 99)))
@@ -167,6 +221,14 @@ def _all_frozen(ctx: Context, etcd: Any, cluster: str, frozen_s: float) -> Row:
         row.ratio, row.ratio_of = round(row.max / row.baseline, 2), "frozen max / healthy max"
     row.met = bool(durations) and max(durations) < 0.001 and during == before
     return row
+
+
+def _gc_note(g: dict[str, Any]) -> str:
+    slowest = ", ".join(f"a generation-{p['generation']} pass of {p['ms']} ms"
+                        for p in g["slowest_call_gc"]) or "no GC pass"
+    return (f"cyclic GC passes in the caller's thread {g['gc_passes']} ({g['gc_full_passes']} "
+            f"full, longest {g['gc_longest_ms']} ms), within {g['calls_with_gc']} calls; max of "
+            f"the calls without one {g['max_without_gc_ms']} ms; the slowest call ran {slowest}")
 
 
 def run(ctx: Context) -> list[Row]:

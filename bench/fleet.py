@@ -28,27 +28,11 @@ from typing import Any
 from awide_cluster.cards.worker import ProbeWorker
 from awide_gateway_cluster import ClusterGateway, parse_config
 from awide_harness.waits import WaitTimeout, wait_until
-from bench.proc import emit, stdin_lines
+from bench.childio import emit, gateway_doc, stdin_lines
 
 
 def gateway_config(spec: dict[str, Any], i: int) -> Any:
-    eps = list(spec["endpoints"])
-    if spec.get("rotate", True):
-        k = i % len(eps)
-        eps = eps[k:] + eps[:k]
-    call = float(spec.get("call_timeout", 0.5))
-    return parse_config({
-        "mode": "cluster", "cluster": spec["cluster"], "host": f"gpu{i // 8}",
-        "pod": f"pod{i}",
-        "etcd": {"endpoints": eps, "call_timeout": call,
-                 "hedge_after": float(spec.get("hedge_after", 0.05))},
-        "timing": {"poll_interval": float(spec.get("poll_interval", 1.0)),
-                   "sick_polls": 3, "healthy_polls": 1},
-        "model": {"name": "bench/model-8b", "num_layers": 32},
-        "watch": bool(spec.get("watch", True)),
-        "start_timeout": 5.0,
-        "vouch": False,         # the bench plays the leader: no daemon reports to vouch
-    })
+    return parse_config(gateway_doc(spec, i))
 
 
 # a generation's batch is sent at the latest this long after the first of its gateways applied

@@ -16,10 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.childio import emit, stdin_lines  # noqa: F401 - the children's helpers, here too
 from bench.common import REPO, bench_python_env
 
 
@@ -137,27 +138,6 @@ def close_all(workers: list[Worker], bound: float = 10.0) -> None:
 
 
 # ---------------------------------------------------------------- the child's side
-
-def emit(kind: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"kind": kind, **fields}) + "\n")
-    sys.stdout.flush()
-
-
-async def stdin_lines() -> AsyncIterator[dict[str, Any]]:
-    """Async iterator of JSON commands from stdin (ends at EOF)."""
-    import asyncio
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while True:
-        line = await reader.readline()
-        if not line:
-            return
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue
-
 
 def poll_window(records: list[tuple[float, float, bool, float]], t0: float, t1: float,
                 bound: float) -> tuple[dict[str, Any], list[tuple[float, float, bool, float]]]:
