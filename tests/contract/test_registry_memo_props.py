@@ -35,11 +35,19 @@ def outcome(raw: bytes, memo: CardMemo | None) -> tuple[str, Any]:
     return "decoded", (reg, repr(reg), [repr(c) for c in reg.cards])
 
 
+# built once, not on every draw (building a strategy costs its validation on each draw)
+_hows = st.sampled_from(["same", "card_field", "card_retype", "card_extra", "card_drop",
+                         "card_dup", "bytes", "slots", "top"])
+_numbers = st.sampled_from(["admitted", "changed_generation"])
+_slot_lists = st.lists(st.one_of(st.none(), st.just("c0")), min_size=8, max_size=8)
+_tops = st.sampled_from(["generation", "cluster", "cards", "hosts", "lineage"])
+_slot_hows = st.sampled_from(["same", "shuffled", "admitted", "conflict"])
+
+
 @st.composite
 def mutated(draw, doc: dict[str, Any]) -> bytes:
     """``doc`` as written, or changed the way a hostile or broken writer might."""
-    how = draw(st.sampled_from(["same", "card_field", "card_retype", "card_extra",
-                                "card_drop", "card_dup", "bytes", "slots", "top"]))
+    how = draw(_hows)
     cards = doc["cards"]
     if how == "card_field" and cards:
         card = draw(st.sampled_from(cards))
@@ -48,7 +56,7 @@ def mutated(draw, doc: dict[str, Any]) -> bytes:
     elif how == "card_retype" and cards:
         # the same number as another type: equal in Python, refused by the decoder
         card = draw(st.sampled_from(cards))
-        field = draw(st.sampled_from(["admitted", "changed_generation"]))
+        field = draw(_numbers)
         card[field] = draw(st.sampled_from([float(card[field])] + (
             [bool(card[field])] if card[field] in (0, 1) else [])))
     elif how == "card_extra" and cards:
@@ -60,10 +68,9 @@ def mutated(draw, doc: dict[str, Any]) -> bytes:
         cards.append(dict(draw(st.sampled_from(cards))))
     elif how == "slots":
         doc["slots"] = draw(st.one_of(st.just(doc["slots"][:-1]),
-                                      st.lists(st.one_of(st.none(), st.just("c0")),
-                                               min_size=8, max_size=8)))
+                                      _slot_lists))
     elif how == "top":
-        doc[draw(st.sampled_from(["generation", "cluster", "cards", "hosts", "lineage"]))] = \
+        doc[draw(_tops)] = \
             draw(odd_values)
     raw = bytearray(json.dumps(doc).encode())
     if how == "bytes":
@@ -125,7 +132,7 @@ def test_slot_check_with_the_memo_is_the_slot_check(regs, data) -> None:
     memo = CardMemo()
     for _ in range(data.draw(st.integers(2, 8))):
         reg = data.draw(st.sampled_from(regs))
-        how = data.draw(st.sampled_from(["same", "shuffled", "admitted", "conflict"]))
+        how = data.draw(_slot_hows)
         if how == "shuffled":
             slots = list(reg.slots.slots)
             data.draw(st.randoms(use_true_random=False)).shuffle(slots)
