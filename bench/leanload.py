@@ -61,7 +61,8 @@ import uvloop
 from awide_cluster.contract import keys
 from awide_gateway_cluster.config import TimingSection as GatewayTiming
 from awide_gateway_cluster.gateway import PROOF_WINDOW
-from bench.proc import emit, poll_window, stdin_lines
+from bench.childio import emit, stdin_lines
+from bench.proc import poll_window
 
 BOUND = 0.5          # a poll over this is "over the bound" and the connection is dropped
 SWEEP = 0.05

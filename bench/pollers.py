@@ -30,8 +30,9 @@ from typing import Any
 from awide_cluster.contract import keys
 from awide_cluster.contract.registry import decode
 from awide_gateway_cluster.follower import Follower
+from bench.childio import emit, stdin_lines
 from bench.common import store_for
-from bench.proc import emit, poll_window, stdin_lines
+from bench.proc import poll_window
 
 
 class Fleet:

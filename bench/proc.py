@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.childio import emit, stdin_lines  # noqa: F401 - the children's helpers, here too
 from bench.common import REPO, bench_python_env
 
 

@@ -35,8 +35,8 @@ from awide_cluster.store import EtcdStore
 from awide_cluster.store.build import store_from
 from awide_cluster.store.hedge import RetryBudget
 from awide_gateway_cluster import ClusterGateway
+from bench.childio import emit, stdin_lines
 from bench.fleet import gateway_config
-from bench.proc import emit, stdin_lines
 
 READ = "/v3/kv/range"
 
