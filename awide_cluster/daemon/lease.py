@@ -125,6 +125,7 @@ class Leadership:
         # of our term); ``taken_by`` the new holder as its key says, once seen
         self.taken: tuple[str, int] | None = None
         self.taken_by = ""
+        self.holder_revision = 0            # the create revision of the key taken_by names
         self.takings = 0
 
     @property
@@ -223,6 +224,7 @@ class Leadership:
         assert self.revision is not None
         self.takings += 1
         self.taken, self.taken_by = (self.clock.wall(), self.revision), ""
+        self.holder_revision = 0
         log.warning("%s: the leader key (revision %d) was deleted by another etcd identity "
                     "while this daemon's lease %x lives: leadership taken", self.host,
                     self.revision, self.lease.id or 0)
@@ -230,11 +232,13 @@ class Leadership:
 
     def seen_holder(self, kv: KeyValue | None) -> None:
         """The leader key as read after ours was taken: its value names who holds it now
-        (what the taker wrote: etcd records no writer)."""
-        if self.taken is None or self.taken_by or kv is None:
+        (what the taker wrote: etcd records no writer). A key created since (another
+        holder: a daemon campaigned between a taker's delete and its create) replaces it."""
+        if self.taken is None or kv is None:
             return
-        if kv.create_revision == self.taken[1]:
+        if kv.create_revision in (self.taken[1], self.holder_revision):
             return
+        self.holder_revision = kv.create_revision
         rec = LeaderRecord.decode(kv.value)
         who = f"{rec.host} (the key's value)" if rec is not None else "an unreadable key"
         self.taken_by = f"{who}, lease {kv.lease:x}, key revision {kv.create_revision}"

@@ -35,6 +35,20 @@ def test_a_key_deleted_while_the_lease_lives_is_taken_and_its_new_holder_named()
     assert "revision 10 deleted while the lease of s1 lived" in ld.taken_note
 
 
+def test_the_note_names_the_holder_now_when_the_key_changes_hands() -> None:
+    """A daemon campaigned between a taker's delete and its create, then the taker deleted
+    that key and created its own: the note names the key as it is now, not the first seen."""
+    clock = FakeClock()
+    _, ld = leading(clock)
+    ld.observe_key(None)
+    ld.seen_holder(key("s3", 14, 0x55))
+    assert "now held by s3" in ld.taken_note
+    ld.seen_holder(key("s3", 14, 0x55))     # the same key read again: unchanged
+    ld.seen_holder(key("s2", 16, 0x99))
+    assert "now held by s2 (the key's value), lease 99, key revision 16" in ld.taken_note
+    assert "s3" not in ld.taken_note and ld.takings == 1
+
+
 def test_another_key_seen_at_once_is_taken_too() -> None:
     clock = FakeClock()
     _, ld = leading(clock)
