@@ -29,12 +29,15 @@ What is applied, and what is kept (``step``):
   absent (polled, or deleted in a watch event): keeps the last good registry. Never empties
   it: "unreachable is not empty".
 
-A watch event makes the view newer, never the proof that it is fresh. What proves it fresh
-(``last_ok``, which the stale flag and ``staleness`` rest on) is a poll that was answered, or a
-progress notification of the watch (``Progress``): etcd sends one, every
+A watch event makes the view newer, never by itself the proof that it is fresh. What proves it
+fresh (``last_ok``, which the stale flag and ``staleness`` rest on) is a poll that was answered,
+or a progress notification of the watch (``Progress``): etcd sends one, every
 ``--experimental-watch-progress-notify-interval``, only to a watch that has been sent every
 event up to the revision it names, so it says what a serializable poll answering "nothing
-newer" says, from the same member (docs/gateway.md, "Consistency"). A progress notification
+newer" says, from the same member (docs/gateway.md, "Consistency"). etcd sends no
+notification to a watch that had an event in the interval; a message whose last event is at
+the message's own header revision (the member's revision when it sent it) proves the same,
+and is folded as a ``Progress`` too (``by_event``). A progress notification
 never clears a problem (a failed read, an absent or refused document): only a poll does, and
 while there is one the gateway polls every turn. ``Follower.skips`` says when a turn's
 serializable poll may be left out because the watch proved the view fresh meanwhile; the
@@ -75,8 +78,11 @@ StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
 @dataclass(frozen=True, slots=True)
 class Progress:
     """A progress notification of the registry watch: every change of ``registry`` up to
-    ``revision`` has been delivered to this gateway."""
+    ``revision`` has been delivered to this gateway. ``by_event``: not a notification but a
+    watch message whose events end at its own header revision (``registry_watch.proves``),
+    which proves the same and is not counted as a notification."""
     revision: int
+    by_event: bool = False
 
 
 Answer = RangeResult | WatchEvent | Progress | BaseException
@@ -190,7 +196,7 @@ def _event(state: FollowState, event: WatchEvent, cluster: str,
 def _progress(state: FollowState, p: Progress, now: float) -> tuple[FollowState, FollowStep]:
     """Every change up to ``p.revision`` delivered: the view is proven fresh as by a poll that
     found nothing newer, unless it has a problem (which only a poll clears)."""
-    base = replace(state, progress=state.progress + 1,
+    base = replace(state, progress=state.progress + (0 if p.by_event else 1),
                    known_revision=max(state.known_revision, p.revision))
     if state.problem or state.registry is None:
         return base, FollowStep("unchanged")
@@ -303,12 +309,13 @@ class Follower:
         self.turns += 1
         self.skipped += 1
 
-    def progress(self, revision: int) -> FollowStep:
-        """Fold one progress notification of the watch (no I/O). Ignored while a linearizable
-        poll is being confirmed: it says no more than a serializable answer."""
+    def progress(self, revision: int, *, by_event: bool = False) -> FollowStep:
+        """Fold one progress notification of the watch, or a message of events that proves
+        the same (``by_event``) (no I/O). Ignored while a linearizable poll is being
+        confirmed: it says no more than a serializable answer."""
         if self._confirming:
             return FollowStep("unchanged", problem_before=self.state.problem)
-        self.state, taken = step(self.state, Progress(revision), self.clock(),
+        self.state, taken = step(self.state, Progress(revision, by_event), self.clock(),
                                  cluster=self.cluster)
         return taken
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from awide_cluster.contract import keys
 from awide_cluster.store.errors import TimelineChanged, WatchCompacted, WatchMessageTooLarge
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import WatchBatch
 from awide_cluster.store.watch import Watch
 from awide_gateway_cluster.follower import WATCH_MESSAGE_BYTES, Follower, FollowStep
 
@@ -35,6 +36,16 @@ PROOF_WINDOW = 1.5
 # interval (configured, or the longest gap seen between two messages of one stream when that
 # is longer) times this margin (the deploy's 1.4 s notifications arrive 1.40-1.54 s apart)
 NOTIFY_MARGIN = 1.25
+
+
+def proves(batch: WatchBatch) -> bool:
+    """Whether a watch message of events proves the view fresh as a progress notification
+    does: its last ``registry`` event is at the message's header revision, the member's own
+    revision when it sent it, so the member had nothing newer (etcd sends a watch in sync the
+    events of each write with that write's revision; a watch catching up gets a later header,
+    which proves nothing here). Pure."""
+    last = [e for e in batch.events if e.kv.key == keys.REGISTRY][-1:]
+    return bool(last) and last[0].kv.mod_revision == batch.revision
 
 
 def proof_window(poll_interval: float, notify_interval: float, measured: float = 0.0) -> float:
@@ -143,3 +154,7 @@ class RegistryWatch:
             for event in batch.events:
                 if event.kv.key == keys.REGISTRY:
                     self._take(follower.on_event(event))
+            if not batch.progress and proves(batch):
+                # etcd notifies no watch that had an event in its interval: while the
+                # registry changes, its own messages stand in for the notifications
+                self._take(follower.progress(batch.revision, by_event=True))

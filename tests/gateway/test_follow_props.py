@@ -21,8 +21,9 @@ from awide_cluster.contract import bounds
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.store.errors import Timeout, ValueTooLarge
-from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
+from awide_cluster.store.types import KeyValue, RangeResult, WatchBatch, WatchEvent
 from awide_gateway_cluster.follower import Answer, FollowState, Progress, step
+from awide_gateway_cluster.registry_watch import proves
 from tests.gateway.support import make_card
 
 CARDS = tuple(make_card(n, admitted=n) for n in range(1, 4))
@@ -262,3 +263,26 @@ def test_a_progress_notification_clears_no_problem_and_proves_only_a_sound_view(
     after, _ = step(failed, Progress(writes[1].revision), 7.0, cluster="c1")
     assert "frozen" in after.problem and after.last_ok == 5.0    # only a poll clears it
     assert after.known_revision == writes[1].revision
+
+
+def test_a_message_of_events_at_its_own_header_revision_proves_like_a_notification():
+    """etcd notifies no watch that had an event in its interval: a message whose last
+    ``registry`` event is at the message's header revision (the member's revision when it
+    sent it) proves the view fresh instead, and is not counted as a notification; a message
+    with a later header (a watch catching up: other keys were written since) proves nothing."""
+    writes = history(["good"], [1])
+    ev = as_event(writes[0])
+    rev = ev.kv.mod_revision
+    assert proves(WatchBatch(revision=rev, events=(ev,)))
+    assert not proves(WatchBatch(revision=rev + 1, events=(ev,)))
+    assert not proves(WatchBatch(revision=rev, events=()))
+    other = WatchEvent("put", replace(ev.kv, key="gateways/g1", mod_revision=rev + 1))
+    assert not proves(WatchBatch(revision=rev + 1, events=(ev, other)))   # ours is older
+    assert not proves(WatchBatch(revision=rev + 1, events=(other,)))
+    applied, _ = step(FollowState(), ev, 1.0, cluster="c1")
+    assert applied.last_progress is None and applied.last_ok is None  # an event alone: no
+    proved, _ = step(applied, Progress(rev, by_event=True), 2.0, cluster="c1")
+    assert proved.last_ok == proved.last_progress == 2.0 and proved.progress == 0
+    failed, _ = step(proved, Timeout("frozen"), 3.0, cluster="c1")
+    after, _ = step(failed, Progress(rev, by_event=True), 4.0, cluster="c1")
+    assert "frozen" in after.problem and after.last_ok == 2.0        # only a poll clears it

@@ -8,6 +8,7 @@ the end of a long interval) gets a registry change only through its watch.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -277,6 +278,48 @@ async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tm
         finally:
             await gw.stop()
             await store.close()
+
+
+async def test_while_the_registry_changes_its_messages_stand_in_for_the_notifications(
+        etcd_binaries, tmp_path, world, cluster_name):
+    """etcd sends no progress notification to a watch that had an event in its interval (and
+    these members notify a minute apart): while the registry changes, each watch message
+    whose event is at its own header revision proves the view fresh instead, so serializable
+    polls are left out without any notification, and the view stays fresh."""
+    binary = next(iter(etcd_binaries.values()))
+    with EtcdCluster(tmp_path / "etcd", binary=binary, stop_timeout=0.5,
+                     progress_notify_interval=60) as quiet:
+        boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
+                                     prefix=keys.prefix(cluster_name)))
+        [a] = served(world, 1)
+        writer = RegistryWriter(boot, cluster_name)
+        await writer.publish([a])
+        store = counting_store(quiet, cluster_name)
+        cfg = config(cluster_name, quiet.endpoints, world, watch=True,
+                     timing={"poll_interval": 0.4, "linearizable_every": 3})
+        gw = gateway(cfg, world, store=store)
+        stop = asyncio.Event()
+
+        async def changes() -> None:        # the leader: a new generation every 0.2 s
+            while not stop.is_set():
+                await writer.publish([a])
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.2):    # pacing, not a wait for a condition
+                        await stop.wait()
+        await gw.start()
+        task = asyncio.create_task(changes())
+        try:
+            await wait_until(lambda: gw.stats().polls_skipped >= 2, timeout=20.0,
+                             what="two polls left out")
+            st = gw.stats()
+            assert st.watch_progress == 0 and not st.stale and st.problem == ""
+            assert st.generation >= 2 and st.watch_events >= 1
+        finally:
+            stop.set()
+            await task
+            await gw.stop()
+            await store.close()
+            await boot.close()
 
 
 async def test_a_watch_on_a_frozen_member_moves_to_another_within_the_proof_window(
