@@ -67,11 +67,10 @@ from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.state_keeping import StateKeeping
 from awide_gateway_cluster.stats import GatewayStats
 from awide_gateway_cluster.subscribe import Hub, Subscription
-from awide_gateway_cluster.vouch_loop import VouchLoop
-from awide_gateway_cluster.vouching import Vouching
 
 if TYPE_CHECKING:
     from awide_cluster.store.etcd import EtcdStore
+    from awide_gateway_cluster.vouch_loop import VouchLoop
 
 log = logging.getLogger("awide_gateway_cluster")
 
@@ -126,10 +125,7 @@ class ClusterGateway(RegistryPoll):
             failed=self._loop_failed, interval=self._interval, call_timeout=self._call,
             clock=self._clock, rng=self._rng)
         # what the gateway uses of the registry: the entries the hosts' reports vouch for
-        self._vouch = VouchLoop(
-            Vouching(config.allowed()), source=self._followed, store=self._started_store,
-            changed=self._vouched, failed=self._loop_failed, interval=self._interval,
-            call_timeout=self._call) if config.vouch else None
+        self._vouch = self._vouch_loop(config) if config.vouch else None
         self._cards = CardWorkers(config, rng=self._rng, registry=self._registry,
                                   view=self.snapshot, changed=self._rebuild,
                                   publish=self._publish)
@@ -381,6 +377,17 @@ class ClusterGateway(RegistryPoll):
     def _followed(self) -> Registry | None:
         """The registry the follower holds (None: none read yet, or not started)."""
         return self._follower.state.registry if self._follower else None
+
+    def _vouch_loop(self, config: GatewayConfig) -> VouchLoop:
+        """The vouching's loop. Imported here: only a vouching gateway reads the hosts'
+        reports, and their decoder (``contract.report``, its pydantic models) is not loaded
+        in one that does not (``vouch: false``)."""
+        from awide_gateway_cluster.vouch_loop import VouchLoop  # noqa: PLC0415 - vouch only
+        from awide_gateway_cluster.vouching import Vouching  # noqa: PLC0415 - vouch only
+        return VouchLoop(
+            Vouching(config.allowed()), source=self._followed, store=self._started_store,
+            changed=self._vouched, failed=self._loop_failed, interval=self._interval,
+            call_timeout=self._call)
 
     def _vouched(self, old: Registry | None, used: Registry) -> None:
         """The hosts' reports changed what the gateway uses of the registry."""

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
@@ -24,7 +25,9 @@ from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.registration import Registration
 from awide_gateway_cluster.registry_watch import RegistryWatch
 from awide_gateway_cluster.state_keeping import StateKeeping
-from awide_gateway_cluster.vouch_loop import VouchLoop
+
+if TYPE_CHECKING:     # imported by the gateway only when it vouches (it reads host reports)
+    from awide_gateway_cluster.vouch_loop import VouchLoop
 
 log = logging.getLogger("awide_gateway_cluster")
 

@@ -91,3 +91,28 @@ def test_a_yaml_file_is_still_read_with_the_bounded_loader(tmp_path: Path) -> No
     f.write_text("a: 1\na: 2\n")
     with pytest.raises(ConfigError, match="given twice"):
         read_yaml(f)
+
+
+VOUCH = """
+import json, sys
+from awide_gateway_cluster import ClusterGateway, parse_config
+doc = {"mode": "cluster", "cluster": "c1", "pod": "p0", "host": "gpu0",
+       "etcd": {"endpoints": ["http://127.0.0.1:2379"]},
+       "model": {"name": "m/8b", "num_layers": 32}, "vouch": json.loads(sys.argv[1])}
+gw = ClusterGateway(parse_config(doc))
+print(json.dumps({"vouching": gw._vouch is not None, "modules": sorted(sys.modules)}))
+"""
+REPORTS = ("awide_cluster.contract.report", "awide_gateway_cluster.vouching",
+           "awide_gateway_cluster.vouch_loop")
+
+
+def test_a_gateway_that_does_not_vouch_loads_no_report_decoder() -> None:
+    """The hosts' reports are read only by a vouching gateway: ``vouch: false`` (a test rig
+    playing the leader, the bench's footprint gateway) loads neither their decoder (its
+    pydantic models) nor the vouching's loop; ``vouch: true`` (the default) has both."""
+    out, modules = imported(VOUCH, "false")
+    assert out["vouching"] is False
+    assert loaded(modules, REPORTS) == []
+    out, modules = imported(VOUCH, "true")
+    assert out["vouching"] is True
+    assert loaded(modules, REPORTS) == sorted(REPORTS)

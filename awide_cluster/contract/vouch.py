@@ -23,10 +23,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from awide_cluster.contract.registry import CardEntry, card_id
-from awide_cluster.contract.report import HostReport, ReportedCard
+
+if TYPE_CHECKING:     # types only: a gateway that does not vouch loads no report decoder
+    from awide_cluster.contract.report import HostReport, ReportedCard
 
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Allowed: TypeAlias = Mapping[str, tuple[Network, ...]]
