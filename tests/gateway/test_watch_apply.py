@@ -251,20 +251,29 @@ async def test_progress_notifications_stand_in_for_the_serializable_polls(etcd, 
         await store.close()
 
 
-async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tmp_path, world,
-                                                                cluster_name):
-    """Members that notify a minute apart (etcd's own default is ten minutes): no proof
-    comes, so every turn's poll is made, serializable but every third, as without a watch."""
+@contextlib.asynccontextmanager
+async def quiet_members(etcd_binaries: Any, tmp_path: Any, cluster_name: str
+                        ) -> AsyncIterator[tuple[EtcdCluster, EtcdStore]]:
+    """A 3-member etcd whose members notify a watch a minute apart (etcd's own default is ten
+    minutes), and a store on it for the cluster's keys."""
     binary = next(iter(etcd_binaries.values()))
     with EtcdCluster(tmp_path / "etcd", binary=binary, stop_timeout=0.5,
                      progress_notify_interval=60) as quiet:
         boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
                                      prefix=keys.prefix(cluster_name)))
-        [a] = served(world, 1)
         try:
-            await RegistryWriter(boot, cluster_name).publish([a])
+            yield quiet, boot
         finally:
             await boot.close()
+
+
+async def test_without_progress_notifications_every_turn_polls(etcd_binaries, tmp_path, world,
+                                                                cluster_name):
+    """Members that notify a minute apart (etcd's own default is ten minutes): no proof
+    comes, so every turn's poll is made, serializable but every third, as without a watch."""
+    async with quiet_members(etcd_binaries, tmp_path, cluster_name) as (quiet, boot):
+        [a] = served(world, 1)
+        await RegistryWriter(boot, cluster_name).publish([a])
         store = counting_store(quiet, cluster_name)
         cfg = config(cluster_name, quiet.endpoints, world, watch=True,
                      timing={"poll_interval": 0.4, "linearizable_every": 3})
@@ -286,11 +295,7 @@ async def test_while_the_registry_changes_its_messages_stand_in_for_the_notifica
     these members notify a minute apart): while the registry changes, each watch message
     whose event is at its own header revision proves the view fresh instead, so serializable
     polls are left out without any notification, and the view stays fresh."""
-    binary = next(iter(etcd_binaries.values()))
-    with EtcdCluster(tmp_path / "etcd", binary=binary, stop_timeout=0.5,
-                     progress_notify_interval=60) as quiet:
-        boot = EtcdStore(StoreConfig(endpoints=quiet.endpoints, call_timeout=2.0,
-                                     prefix=keys.prefix(cluster_name)))
+    async with quiet_members(etcd_binaries, tmp_path, cluster_name) as (quiet, boot):
         [a] = served(world, 1)
         writer = RegistryWriter(boot, cluster_name)
         await writer.publish([a])
@@ -319,7 +324,6 @@ async def test_while_the_registry_changes_its_messages_stand_in_for_the_notifica
             await task
             await gw.stop()
             await store.close()
-            await boot.close()
 
 
 async def test_a_watch_on_a_frozen_member_moves_to_another_within_the_proof_window(
