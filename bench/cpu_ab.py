@@ -9,7 +9,8 @@ started from that tree (``PYTHONPATH``). Then ``--windows`` windows of ``--windo
 measure both leaders at once (``/proc``: user and system CPU, reaped children included), so
 the machine's load is the same for both. A tree is a directory holding ``awide_cluster``, e.g.
 ``git archive <commit> awide_cluster | tar -x -C /tmp/base``. No gateway runs (figure 8's
-gateway does not talk to the daemon).
+gateway does not talk to the daemon). ``--calibrate`` measures the host's speed
+(``bench/calibrate.py``) before the daemons start and after they stop, and prints it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import IO, Any
 
 import yaml
 
+from bench import calibrate
 from bench.common import CLK_TCK, Context, find_bench_etcd, make_dir_cards, start_etcd
 from bench.fig8_footprint import Listeners, _leader_and_cards, _wait, daemon_config
 
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=30.0, help="seconds")
     ap.add_argument("--settle", type=float, default=8.0, help="seconds before the windows")
     ap.add_argument("--out", type=Path, help="the windows' figures as JSON")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="the host's calibration before and after the windows")
     args = ap.parse_args(argv)
     for tree in (args.a, args.b):
         if not (tree / "awide_cluster" / "__init__.py").is_file():
@@ -70,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="awide-cpu-ab-"))
     ctx = Context(quick=False, work=work, etcd_binary=find_bench_etcd(),
                   log=lambda s: print(s, file=sys.stderr, flush=True))
+    cals: dict[str, dict[str, Any]] = {}
+    if args.calibrate:
+        cals["before"] = calibrate.measure(ctx)
+        print(f"calibration (before): {calibrate.brief(cals['before'])}", flush=True)
     etcd = start_etcd(ctx, "etcd")
     eps = etcd.endpoints
     procs: list[subprocess.Popen[bytes]] = []
@@ -115,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(f'{v:.2f}' for v in pcts)}", flush=True)
         if args.out:
             args.out.write_text(json.dumps({"a": str(args.a), "b": str(args.b),
-                                            "window_s": args.window, "windows": res},
-                                           indent=1) + "\n")
+                                            "window_s": args.window, "windows": res,
+                                            "calibration": cals}, indent=1) + "\n")
         gone = [p.pid for p in procs if p.poll() is not None]
         if gone:
             print(f"daemons that exited during the run: {gone} (logs in {work})")
@@ -137,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         for ls in listeners:
             ls.close()
         etcd.stop()
+        if args.calibrate:
+            cals["after"] = calibrate.measure(ctx)
+            print(f"calibration (after): {calibrate.brief(cals['after'])}", flush=True)
+            if args.out and args.out.exists():
+                doc = json.loads(args.out.read_text())
+                doc["calibration"] = cals
+                args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -74,11 +74,17 @@ class CardObservation:
                 "healthy": self.healthy, "reason": self.reason}
 
 
+_ORDER = {name: i for i, name in enumerate(PROBE_ORDER)}
+
+
+def _rank(p: ProbeResult) -> int:
+    return _ORDER.get(p.probe, len(_ORDER))
+
+
 def summarize(spec_name: str, card: LocalCard | None,
               probes: tuple[ProbeResult, ...] | list[ProbeResult]) -> CardObservation:
     """Pure: order the probes, healthy = a card was found and every probe is ok."""
-    order = {name: i for i, name in enumerate(PROBE_ORDER)}
-    ordered = tuple(sorted(probes, key=lambda p: order.get(p.probe, len(order))))
+    ordered = tuple(sorted(probes, key=_rank))
     failing = [p for p in ordered if not p.ok]
     if card is None and not any(p.probe == DISCOVERY for p in failing):
         failing.insert(0, ProbeResult(DISCOVERY, False, f"card not found: {spec_name}", 0.0))

@@ -81,7 +81,7 @@ async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: floa
         check = lambda: _http(url, timeout)  # noqa: E731
     elif kind == "tcp":
         assert spec.tcp is not None
-        host, port = _host_port(spec.tcp)
+        host, port = host_port(spec.tcp)
         check = lambda: _tcp(host, port, "store")  # noqa: E731
     else:
         assert spec.command is not None
@@ -90,7 +90,7 @@ async def probe_store(spec: StoreProbeSpec, runner: CommandRunner, timeout: floa
     return await timed(STORE, timeout, clock, check)
 
 
-_host_port = functools.lru_cache(maxsize=256)(parse_host_port)     # the same text each poll
+host_port = functools.lru_cache(maxsize=256)(parse_host_port)     # the same text each poll
 
 
 async def _systemd(units: UnitStates, unit: str, timeout: float) -> tuple[bool, str]:
@@ -111,9 +111,16 @@ async def _http(url: str, timeout: float) -> tuple[bool, str]:
     return False, f"store {url} answered {status}"
 
 
-async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
+def tcp_said(what: str, host: str, port: int, error: OSError | None) -> tuple[bool, str]:
+    """A TCP probe's verdict and words: ``error`` None when the connect succeeded. Pure."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    family = _literal_family(host)
+    if error is not None:
+        return False, f"{what} {shown}: {_why(error)}"
+    return True, f"{what} {shown} accepts connections"
+
+
+async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
+    family = literal_family(host)
     try:
         if family is not None:
             await _connect_close(family, host, port)
@@ -125,12 +132,12 @@ async def _tcp(host: str, port: int, what: str) -> tuple[bool, str]:
             except OSError:
                 pass
     except OSError as exc:
-        return False, f"{what} {shown}: {_why(exc)}"
-    return True, f"{what} {shown} accepts connections"
+        return tcp_said(what, host, port, exc)
+    return tcp_said(what, host, port, None)
 
 
 @functools.lru_cache(maxsize=256)
-def _literal_family(host: str) -> int | None:
+def literal_family(host: str) -> int | None:
     """The address family of an IP literal, None for a name."""
     try:
         addr = ipaddress.ip_address(host)
@@ -141,7 +148,21 @@ def _literal_family(host: str) -> int | None:
 
 # a socket made non-blocking by its creation (Linux): no system call to make it so after
 _NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
-_IN_PROGRESS = (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+IN_PROGRESS = (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+
+
+def start_connect(family: int, host: str, port: int) -> tuple[socket.socket, int]:
+    """A bare non-blocking socket connecting to an IP literal, and ``connect_ex``'s errno
+    (0: connected; one of ``IN_PROGRESS``: wait until it is writable, then read ``SO_ERROR``).
+    Raises OSError when no socket can be made; the caller closes the socket."""
+    sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCK)
+    try:
+        if not _NONBLOCK:
+            sock.setblocking(False)
+        return sock, sock.connect_ex((host, port))
+    except BaseException:
+        sock.close()
+        raise
 
 
 async def _connect_close(family: int, host: str, port: int) -> None:
@@ -149,12 +170,9 @@ async def _connect_close(family: int, host: str, port: int) -> None:
     an IP literal needs no resolution; the connect is waited for as ``loop.sock_connect``
     does, without its resolution and callbacks). Raises OSError (its errno: the connect's);
     closed on cancellation too."""
-    sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCK)
+    sock, err = start_connect(family, host, port)
     try:
-        if not _NONBLOCK:
-            sock.setblocking(False)
-        err = sock.connect_ex((host, port))
-        if err in _IN_PROGRESS:
+        if err in IN_PROGRESS:
             loop = asyncio.get_running_loop()
             writable = loop.create_future()
             fd = sock.fileno()
@@ -324,24 +342,46 @@ async def probe_writable(path: Path | str, timeout: float, clock: Clock, *,
     work = worker if worker is not None else shared_worker()
 
     async def check() -> tuple[bool, str]:
-        with _inflight_lock:
-            if key in _inflight:
-                return False, f"directory {key}: previous write probe still stuck"
-            _inflight.add(key)
-        try:
-            started = work.run(_write_probe, key, bound=timeout)
-        except BaseException:
-            with _inflight_lock:
-                _inflight.discard(key)
-            raise
+        started = start_write(work, key, timeout)
+        if started is None:
+            return False, write_stuck_said(key)
         try:
             await started
         except OSError as exc:
-            return False, f"directory {key} not writable: {_why(exc)}"
-        return True, f"directory {key} writable"
+            return writable_said(key, exc)
+        return writable_said(key, None)
 
     result = await timed(WRITABLE, timeout, clock, check)
     if not result.ok and "no answer within" in result.reason:
-        return ProbeResult(WRITABLE, False, f"directory {key}: write+fdatasync did not finish "
-                           f"within {timeout:g} s", result.elapsed)
+        return ProbeResult(WRITABLE, False, write_timeout_said(key, timeout), result.elapsed)
     return result
+
+
+def start_write(worker: ProbeWorker, key: str, timeout: float) -> asyncio.Future[None] | None:
+    """The write probe of the directory ``key`` handed to ``worker`` (its future), or None
+    when the last one is still running there (it hung): no second one queues behind it."""
+    with _inflight_lock:
+        if key in _inflight:
+            return None
+        _inflight.add(key)
+    try:
+        return worker.run(_write_probe, key, bound=timeout)
+    except BaseException:
+        with _inflight_lock:
+            _inflight.discard(key)
+        raise
+
+
+def writable_said(key: str, error: OSError | None) -> tuple[bool, str]:
+    """The write probe's verdict and words: ``error`` None when it succeeded. Pure."""
+    if error is not None:
+        return False, f"directory {key} not writable: {_why(error)}"
+    return True, f"directory {key} writable"
+
+
+def write_stuck_said(key: str) -> str:
+    return f"directory {key}: previous write probe still stuck"
+
+
+def write_timeout_said(key: str, timeout: float) -> str:
+    return f"directory {key}: write+fdatasync did not finish within {timeout:g} s"

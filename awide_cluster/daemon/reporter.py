@@ -56,11 +56,26 @@ class LocalObserver:
                              self.clock.monotonic, nvme_program=self.nvme_program,
                              worker=self.worker, units=self.units)
 
+    async def observe_cards(self, cards: tuple[tuple[CardSpec, str | None], ...]
+                            ) -> list[CardObservation]:
+        """Every card in one round (``cards.observe.observe_cards``: one timer, no task per
+        probe; each card bounded by its ``probe_timeout``, with the same net as
+        ``observe_all``'s)."""
+        from awide_cluster.cards.observe import observe_cards
+        return await observe_cards(cards, self.runner, self.sysfs, self.clock.monotonic,
+                                   nvme_program=self.nvme_program, worker=self.worker,
+                                   units=self.units)
+
 
 async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
                       known: dict[str, str]) -> list[CardObservation]:
     """Every card concurrently, each bounded (its probes are bounded by ``probe_timeout``;
-    this is the net under them). ``known`` (name -> identity first seen) is updated."""
+    this is the net under them; the local observer's round has the same net of its own).
+    ``known`` (name -> identity first seen) is updated."""
+    if isinstance(observer, LocalObserver):
+        results = await observer.observe_cards(tuple((s, known.get(s.name)) for s in specs))
+        _learn(specs, results, known)
+        return results
 
     async def one(spec: CardSpec) -> CardObservation:
         try:
@@ -72,11 +87,17 @@ async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
             why = f"card not found: observation failed: {type(e).__name__}: {e}"
         return summarize(spec.name, None, [ProbeResult(DISCOVERY, False, why, 0.0)])
 
-    results = await asyncio.gather(*(one(s) for s in specs))
+    gathered = list(await asyncio.gather(*(one(s) for s in specs)))
+    _learn(specs, gathered, known)
+    return gathered
+
+
+def _learn(specs: tuple[CardSpec, ...], results: list[CardObservation],
+           known: dict[str, str]) -> None:
+    """The identities seen for the first time remembered in ``known``."""
     for spec, obs in zip(specs, results, strict=True):
         if obs.card is not None and obs.card.identity and spec.name not in known:
             known[spec.name] = obs.card.identity
-    return list(results)
 
 
 # this host's cards' ids, asked every turn for the same few cards (a hash each): kept

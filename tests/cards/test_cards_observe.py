@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import os
 import shutil
 import socket
 import time
@@ -11,12 +14,12 @@ import pytest
 from awide_cluster.cards.directory import write_label
 from awide_cluster.cards.model import LocalCard, ProbeResult, summarize
 from awide_cluster.cards.nvme import choose
-from awide_cluster.cards.observe import observe_card
+from awide_cluster.cards.observe import observe_card, observe_cards
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
 from awide_harness.fakes import FakeNs, FakeNvmeWorld, pid_alive
-from tests.timing import wait_until
+from tests.timing import bound, wait_until
 
 NQN = "nqn.2024-01.io.awide:card0"
 SERIAL = "AWIDE0000SN0001"
@@ -231,6 +234,71 @@ async def test_dir_with_store_probe(tmp_path, world, runner):
     spec = dir_spec(card_dir, store={"command": ["store-check", "3"]})
     obs = await observe_card(spec, runner, Sysfs(tmp_path / "sys"), None, clock)
     assert not obs.healthy and "exited 3" in obs.reason
+
+
+# ------------------------------------------------------------------ a round of cards
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def full_port():
+    """A listener whose queue is full: a connect to it stays under way (its SYN dropped)."""
+    with socket.socket() as s, \
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK) as filler:
+        s.bind(("127.0.0.1", 0))
+        s.listen(0)
+        filler.connect_ex(s.getsockname())
+        yield s.getsockname()[1]
+
+
+def labelled(tmp_path, name: str, **over) -> CardSpec:
+    d = tmp_path / name
+    d.mkdir()
+    write_label(d, f"SN-{name}", "m")
+    return dir_spec(d, name=name, **over)
+
+
+async def test_a_round_reads_each_card_s_connect_and_bounds_one_under_way(tmp_path, runner,
+                                                                          listener, full_port):
+    """Three cards in one round: a store that accepts, one that refuses, one whose connect is
+    still under way at the card's deadline (its own timeout words, within its bound, its
+    socket closed); the others are not held up by it and each reports its own."""
+    refused = closed_port()
+    cards = [labelled(tmp_path, "up", store={"tcp": f"127.0.0.1:{listener}"}),
+             labelled(tmp_path, "refused", store={"tcp": f"127.0.0.1:{refused}"}),
+             labelled(tmp_path, "stuck", probe_timeout=0.3,
+                      store={"tcp": f"127.0.0.1:{full_port}"})]
+    before = _open_fds()
+    start = time.monotonic()
+    up, down, stuck = await observe_cards([(c, None) for c in cards], runner,
+                                          Sysfs(tmp_path / "sys"), clock)
+    assert time.monotonic() - start < bound(0.3 + 0.5)
+    assert up.healthy and up.probe("store").reason == \
+        f"store 127.0.0.1:{listener} accepts connections"
+    assert names(up) == ["discovery", "identity", "writable", "store"]
+    assert not down.healthy and down.reason == \
+        f"store 127.0.0.1:{refused}: {os.strerror(errno.ECONNREFUSED)}"
+    assert stuck.card is not None and stuck.probe("writable").ok
+    assert not stuck.healthy and stuck.reason == "store: no answer within 0.3 s"
+    assert stuck.probe("store").elapsed >= 0.29
+    assert _open_fds() <= before
+
+
+async def test_a_round_given_up_by_its_caller_leaves_no_socket_open(tmp_path, runner,
+                                                                      full_port):
+    card = labelled(tmp_path, "stuck", probe_timeout=5.0,
+                    store={"tcp": f"127.0.0.1:{full_port}"})
+    before = _open_fds()
+    task = asyncio.ensure_future(observe_cards([(card, None)], runner, Sysfs(tmp_path / "sys"),
+                                               clock))
+    await wait_until(lambda: _open_fds() > before, 5, "the round's connect started")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # the socket is closed by the cancellation; the worker's label read and write end alone
+    await wait_until(lambda: _open_fds() <= before, 5, "nothing of the round left open")
 
 
 # ------------------------------------------------------------------ pure parts
