@@ -150,6 +150,9 @@ def append(h: History, new: Sequence[Entry], *, ring: str = "",
     numbered = [replace(e, seq=seq + i) for i, e in enumerate(new)]
     last = seq + len(numbered) - 1
     entries = (*h.entries, *numbered)[-max_entries:] if max_entries > 0 else ()
+    whole = History(ring=h.ring or ring, entries=entries, seq=last)
+    if len(encode(whole)) <= max_bytes:
+        return whole                # all fit: the loop below would keep every entry
     head = len(encode(History(ring=h.ring or ring, seq=last)))
     kept: list[Entry] = []
     size = head

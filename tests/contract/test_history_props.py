@@ -5,6 +5,7 @@ nothing and repeats nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -55,6 +56,26 @@ def test_the_ring_stays_within_its_bounds_keeps_the_newest_and_reads_back(batche
         kept = [(e.kind, e.generation) for e in ring.entries]
         assert kept == [(e.kind, e.generation) for e in added[len(added) - len(kept):]]
         assert ring.entries[-1].seq == len(added)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=batches, max_entries=st.integers(0, 20), max_bytes=st.integers(100, 6000))
+def test_the_ring_keeps_as_many_of_the_newest_as_its_bounds_allow(batches, max_entries,
+                                                                  max_bytes):
+    """Not only within the bounds: one more of the entries offered (the newest one dropped)
+    would break one of them."""
+    ring = h.EMPTY
+    for batch in batches:
+        offered = (*ring.entries, *batch)
+        ring = h.append(ring, batch, ring="r1", max_entries=max_entries, max_bytes=max_bytes)
+        dropped = len(offered) - len(ring.entries)
+        if dropped and len(ring.entries) < max_entries:
+            one_more = (offered[dropped - 1], *ring.entries)
+            numbered = tuple(e if i else replace(e, seq=ring.entries[0].seq - 1 if ring.entries
+                                                  else ring.seq)
+                             for i, e in enumerate(one_more))
+            bigger = History(ring=ring.ring, entries=numbered, seq=ring.seq)
+            assert len(h.encode(bigger)) > max_bytes
 
 
 def test_500_realistic_entries_fit_the_byte_bound() -> None:
