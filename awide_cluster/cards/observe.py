@@ -17,7 +17,7 @@ watched on the loop), and the probes that are coroutines (NVMe discovery, a syst
 HTTP or command store, a TCP probe of a host name) run as tasks bounded by their own timeouts.
 A card's probes still open at its deadline (start + ``probe_timeout``) fail with their own
 timeout words; a card whose coroutines are still running half a second after that fails as a
-whole ("observation did not finish"), as ``daemon.reporter.observe_all``'s net says.
+whole ("observation did not finish"), as ``daemon.reporter.each_card``'s net says.
 
 ``observe_cards`` never raises for a card's trouble: every failure is a probe with a reason.
 """

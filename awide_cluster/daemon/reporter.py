@@ -1,7 +1,8 @@
 """The host report: this host's cards observed, turned into ``members/<host>``.
 
-``CardObserver`` is what the daemon asks about one configured card each poll;
-``LocalObserver`` is the real one (``cards.observe`` with the runner and sysfs passed in).
+``CardObserver`` is what the daemon asks about its configured cards each turn;
+``LocalObserver`` is the real one (``cards.observe`` with the runner and sysfs passed in), an
+observer that looks at one card at a time goes through ``each_card``.
 Tests pass their own observer or a runner with fake programs; nothing here is patched.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -33,9 +35,14 @@ from awide_cluster.daemon.clock import Clock
 from awide_cluster.nvme.runner import CommandRunner
 from awide_cluster.nvme.sysfs import Sysfs
 
+Cards = tuple[tuple[CardSpec, str | None], ...]   # each card's spec, the identity first seen
+
 
 class CardObserver(Protocol):
-    async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation: ...
+    async def observe_cards(self, cards: Cards) -> list[CardObservation]:
+        """Every card's observation, in the order of ``cards``, each bounded by its
+        ``probe_timeout`` and half a second more; a card's trouble is its observation's."""
+        ...
 
 
 class LocalObserver:
@@ -50,17 +57,10 @@ class LocalObserver:
         self.worker = ProbeWorker()     # every card's blocking probes of a turn, one thread
         self.units = UnitStates(runner)  # every card's store unit of a turn, one systemctl
 
-    async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
-        from awide_cluster.cards.observe import observe_card
-        return await observe_card(spec, self.runner, self.sysfs, known_identity,
-                             self.clock.monotonic, nvme_program=self.nvme_program,
-                             worker=self.worker, units=self.units)
-
-    async def observe_cards(self, cards: tuple[tuple[CardSpec, str | None], ...]
-                            ) -> list[CardObservation]:
+    async def observe_cards(self, cards: Cards) -> list[CardObservation]:
         """Every card in one round (``cards.observe.observe_cards``: one timer, no task per
         probe; each card bounded by its ``probe_timeout``, with the same net as
-        ``observe_all``'s)."""
+        ``each_card``'s)."""
         from awide_cluster.cards.observe import observe_cards
         return await observe_cards(cards, self.runner, self.sysfs, self.clock.monotonic,
                                    nvme_program=self.nvme_program, worker=self.worker,
@@ -69,27 +69,30 @@ class LocalObserver:
 
 async def observe_all(observer: CardObserver, specs: tuple[CardSpec, ...],
                       known: dict[str, str]) -> list[CardObservation]:
-    """Every card concurrently, each bounded (its probes are bounded by ``probe_timeout``;
-    this is the net under them; the local observer's round has the same net of its own).
-    ``known`` (name -> identity first seen) is updated."""
-    if isinstance(observer, LocalObserver):
-        results = await observer.observe_cards(tuple((s, known.get(s.name)) for s in specs))
-        _learn(specs, results, known)
-        return results
+    """Every card observed (``observer.observe_cards``); ``known`` (name -> identity first
+    seen) is updated."""
+    results = await observer.observe_cards(tuple((s, known.get(s.name)) for s in specs))
+    _learn(specs, results, known)
+    return results
 
-    async def one(spec: CardSpec) -> CardObservation:
+
+async def each_card(observe: Callable[[CardSpec, str | None], Awaitable[CardObservation]],
+                    cards: Cards) -> list[CardObservation]:
+    """``CardObserver.observe_cards`` for an observer that looks at one card at a time
+    (``observe``): every card concurrently, each bounded (its probes are bounded by
+    ``probe_timeout``; this is the net under them)."""
+
+    async def one(spec: CardSpec, known: str | None) -> CardObservation:
         try:
             async with asyncio.timeout(spec.probe_timeout + 0.5):
-                return await observer.observe_card(spec, known.get(spec.name))
+                return await observe(spec, known)
         except TimeoutError:
             why = f"card not found: observation did not finish within {spec.probe_timeout:g} s"
         except Exception as e:  # noqa: BLE001 - one card's trouble never stops the report
             why = f"card not found: observation failed: {type(e).__name__}: {e}"
         return summarize(spec.name, None, [ProbeResult(DISCOVERY, False, why, 0.0)])
 
-    gathered = list(await asyncio.gather(*(one(s) for s in specs)))
-    _learn(specs, gathered, known)
-    return gathered
+    return list(await asyncio.gather(*(one(spec, known) for spec, known in cards)))
 
 
 def _learn(specs: tuple[CardSpec, ...], results: list[CardObservation],

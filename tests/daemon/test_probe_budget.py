@@ -21,7 +21,7 @@ from awide_cluster.config import daemon as daemon_config
 from awide_cluster.contract import report as reportdoc
 from awide_cluster.daemon.clock import SystemClock
 from awide_cluster.daemon.probes import PROBE_FD_RESERVE, CardProbes, probe_note, starved
-from awide_cluster.daemon.reporter import build_report
+from awide_cluster.daemon.reporter import Cards, build_report, each_card
 from awide_cluster.operator.judge.daemons import judge_report
 from awide_cluster.operator.snapshot import StatusPolicy
 from awide_cluster.store.types import KeyValue
@@ -55,7 +55,10 @@ class Scripted:
     def __init__(self, *script: CardObservation) -> None:
         self.script = list(script)
 
-    async def observe_card(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
+    async def observe_cards(self, cards: Cards) -> list[CardObservation]:
+        return await each_card(self._next, cards)
+
+    async def _next(self, spec: CardSpec, known_identity: str | None) -> CardObservation:
         return self.script.pop(0)
 
 
