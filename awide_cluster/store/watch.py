@@ -86,6 +86,7 @@ class Watch:
         self._resp: aiohttp.ClientResponse | None = None
         self._reader: LineReader | None = None
         self._endpoint: str | None = None
+        self._created = False   # the current stream said ``created``
         self._closed = False
         self._epoch = session.timeline_epoch
         self.reconnects = 0   # streams re-opened after a stall or a broken stream
@@ -94,8 +95,15 @@ class Watch:
 
     @property
     def endpoint(self) -> str | None:
-        """The member the current stream comes from (None between streams)."""
+        """The member the current stream comes from, or is being opened on; after a stream
+        is dropped, the member it came from (the next one opens after it). None before the
+        first."""
         return self._endpoint
+
+    @property
+    def streaming(self) -> bool:
+        """A stream is open and etcd said ``created``: every later change is delivered."""
+        return self._created and self._reader is not None
 
     @property
     def stall_after(self) -> float:
@@ -302,6 +310,7 @@ class Watch:
                                    f"revision {delivered} already delivered")
         if self._next_rev is None:
             self._next_rev = frame.revision + 1
+        self._created = True
 
     def _drop(self) -> None:
         """Close the current stream; ``_endpoint`` stays: the next one starts after it."""
@@ -309,3 +318,4 @@ class Watch:
             self._resp.close()
         self._resp = None
         self._reader = None
+        self._created = False

@@ -117,7 +117,10 @@ async def test_the_leaders_members_watch_leaves_a_frozen_member_within_its_bound
     frozen: int | None = None
     try:
         await d.start()
+        # created, not only being opened: a first open on a frozen member waits the whole
+        # call timeout (a start storm must not multiply its opens) and is no stall
         member = await wait_until(lambda: d.is_leader and d.reports_watch.watch is not None
+                                  and d.reports_watch.watch.streaming
                                   and d.reports_watch.watch.endpoint,
                                   what="the leader's members/ watch streaming")
         stall = d.config.timing.reports_watch_stall

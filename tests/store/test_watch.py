@@ -147,3 +147,30 @@ async def test_the_stall_bound_of_an_open_watch_can_be_changed(store):
             with pytest.raises(ValueError, match="stall_after must be > 0"):
                 watch.stall_after = bad
         assert watch.stall_after == 30.0
+
+
+async def test_streaming_only_once_a_stream_is_created(cluster, make_store):
+    """``endpoint`` names the member a stream is being opened on; ``streaming`` waits for
+    etcd's ``created``: a first open on a frozen member is not a stream (it gives up after the
+    call timeout and opens on the next member)."""
+    leader, followers = await leader_and_followers(cluster, make_store)
+    frozen = followers[0]
+    watched = make_store([frozen, followers[1], leader], call_timeout=1.0)
+    writer = make_store([leader], prefix=watched.config.prefix)
+    cluster.freeze(cluster.endpoints.index(frozen))
+    try:
+        async with watched.watch("s/", prefix=True, stall_after=5.0) as watch:
+            assert not watch.streaming
+            task = asyncio.create_task(collect(watch, 1))
+            await wait_until(lambda: watch.endpoint == frozen, 2, "the open on the frozen one")
+            assert not watch.streaming
+            await wait_until(lambda: watch.streaming, 3, "a stream created on the next member")
+            assert watch.endpoint == followers[1]
+            rev = await writer.put("s/a", b"a")
+            got = await asyncio.wait_for(task, bound(3))
+            assert got == [("put", "s/a", b"a", rev)]
+            await watch.close()
+            assert not watch.streaming
+    finally:
+        cluster.thaw(cluster.endpoints.index(frozen))
+        cluster.wait_healthy()
