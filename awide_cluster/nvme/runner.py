@@ -138,8 +138,9 @@ class Runner:
             finished = True
         finally:
             if not finished:
-                await _kill_group(proc, argv)
-                await _drain(proc, readers)
+                _kill_group(proc)
+                await _drain(proc, readers)     # asyncio reaps a child once its pipes close
+                await _reap(proc, argv)
         return Completed(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          public(argv))
 
@@ -178,18 +179,37 @@ async def _drain(proc: asyncio.subprocess.Process,
                  readers: Sequence[asyncio.Future[bytes]]) -> None:
     """After a kill: let the readers see EOF (every holder of the pipes is dead), so the
     transport closes; cut them after a short bound if something else still holds a pipe."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 1.0
     _done, pending = await asyncio.wait(readers, timeout=1.0)
     for reader in pending:
         reader.cancel()
     await asyncio.gather(*readers, return_exceptions=True)   # nothing left unretrieved
-    if pending:
+    cut = bool(pending)
+    # a reader that gave up (over the cap) left its pipe unread, paused, short of EOF: the
+    # transport would never close (and warns when collected); read what is left, discarded
+    rest = [s for s in (proc.stdout, proc.stderr) if s is not None and not s.at_eof()]
+    if rest and not cut:
+        left = max(0.0, until - loop.time())
+        tasks = [asyncio.ensure_future(_discard(s)) for s in rest]
+        _gone, unread = await asyncio.wait(tasks, timeout=left)
+        for task in unread:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        cut = bool(unread)
+    if cut:
         transport = getattr(proc, "_transport", None)
         if transport is not None:
             transport.close()
 
 
-async def _kill_group(proc: asyncio.subprocess.Process, argv: Sequence[str]) -> None:
-    """SIGKILL the child's process group (it leads its own session) and reap the child."""
+async def _discard(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the child's process group (it leads its own session)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -199,6 +219,10 @@ async def _kill_group(proc: asyncio.subprocess.Process, argv: Sequence[str]) -> 
             proc.kill()
         except ProcessLookupError:
             pass
+
+
+async def _reap(proc: asyncio.subprocess.Process, argv: Sequence[str]) -> None:
+    """Wait (bounded) for the killed child's exit status."""
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_BOUND)
     except TimeoutError:  # pragma: no cover - kernel stuck on the process

@@ -163,3 +163,24 @@ async def test_a_secret_argument_reaches_the_program_but_is_shown_as_its_mask(tm
     with pytest.raises(ProgramNotFound) as missing:
         await Runner().run([str(tmp_path / "nothing"), secret], 10.0)
     assert "s3cr3t" not in str(missing.value) and "s3cr3t" not in repr(missing.value.argv)
+
+
+
+async def test_output_cap_reaps_the_child_and_leaves_no_transport_open(tmp_path, monkeypatch,
+                                                                     caplog):
+    """A program killed over the cap leaves its stdout unread short of EOF, and asyncio
+    reports a child's exit only once its pipes close: the runner reads the rest (discarded)
+    before it waits for the exit. Before, that wait ran out its bound (5 s, "not reaped")
+    every time and the transport was left for the collector to report open."""
+    import gc
+
+    install_python_program(tmp_path, "flood",
+                           "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    leaked: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: leaked.append(repr(u.object)))
+    for _ in range(8):     # the unread pipe is a race: one run in two or three met it
+        with pytest.raises(OutputTooLarge):
+            await Runner(env=_env(tmp_path), max_output=100_000).run(["flood"], timeout=20)
+    gc.collect()
+    assert not [r.getMessage() for r in caplog.records if "not reaped" in r.getMessage()]
+    assert leaked == []
