@@ -40,6 +40,27 @@ log = logging.getLogger("awide_gateway_cluster")
 SETTLE = 0.25
 
 
+def record_hold(written: GatewayRecord | None, record: GatewayRecord, now: float,
+                applied_at: float | None, held: int, interval: float) -> bool:
+    """Whether a tick holds the changed record back for a later tick (``held``: how many
+    ticks in a row before this one did). Never a record not written on the current lease.
+
+    Right after a registry change every gateway applies it at once and etcd fans the event
+    out to all of them: no record is written less than ``SETTLE`` after an apply if a tick
+    can wait. A record whose only change is the registry generation it applied (every
+    gateway's, at every registry change) also waits one tick: written at the second tick
+    that sees it (the third when the second is within ``SETTLE`` of a later apply), so the
+    changes of a poll interval go in one write. Any other change (stale, fingerprint, the
+    refusals) is held only by ``SETTLE``, one tick at most. A record is written within two
+    poll intervals of the apply, three when changes keep landing just before its ticks."""
+    if written is None or record == written or held >= 2:
+        return False
+    settling = applied_at is not None and now - applied_at < SETTLE * interval
+    if replace(record, generation=written.generation) == written:
+        return held == 0 or settling
+    return held == 0 and settling
+
+
 class EtcdSide:
     def __init__(self, layout: LayoutRecord, *, store: Callable[[], Store],
                  state: StateKeeping, record: Callable[[], GatewayRecord],
@@ -65,7 +86,7 @@ class EtcdSide:
         self.problem = "key layout not verified yet (etcd not reached)"
         self.registration: Registration | None = None
         self.applied_at: float | None = None     # clock time the last registry was applied
-        self._held = False                       # the last tick held the record back
+        self._held = 0                           # ticks in a row that held the record back
 
     def taken_from_file(self) -> None:
         """The state file's layout is served as verified (etcd did not answer at start)."""
@@ -153,12 +174,10 @@ class EtcdSide:
         assert self.registration is not None
         record = self._record()
         now = self._clock()
-        # a record changed by a registry applied less than SETTLE ago waits for the next tick
-        # (the keepalive does not), never two ticks in a row: written within a poll interval
-        # and SETTLE of the apply, within two intervals however often the registry changes
-        hold = (not self._held and self.applied_at is not None
-                and now - self.applied_at < SETTLE * self._interval)
-        self._held = hold
+        # when a changed record is written (the keepalive is never held): record_hold
+        hold = record_hold(self.registration.written, record, now, self.applied_at,
+                           self._held, self._interval)
+        self._held = self._held + 1 if hold else 0
         try:
             async with asyncio.timeout(self.registration.tick_bound()):
                 ok = await self.registration.tick(record, now, hold=hold) and ok

@@ -160,6 +160,11 @@ class Registration:
         self.stretch = Stretch(call_timeout, max(call_timeout,
                                                  min(STRETCH_MAX * call_timeout, ttl / 4)))
 
+    @property
+    def written(self) -> GatewayRecord | None:
+        """The record written on the current lease (None: none yet)."""
+        return self._written
+
     def bound(self) -> float:
         """The bound of each call of the next tick (seconds)."""
         return self.stretch.bound()

@@ -7,10 +7,14 @@ Once every gateway is ready: an idle window of ``--window`` seconds, then a wind
 length in which the bench, as the leader, flips one card every ``--gap`` seconds and waits
 for every gateway to publish each generation. From /proc: the fleet's CPU and the three
 members' CPU in each window; a change's cost is the changes window's CPU net of the idle
-window's, per change (and per gateway for the fleet). Also printed: the last and the first
-gateway's latency per change (median, p90, max; too few changes for a p99: figure 5 is the
-figure, this is the tool to compare two trees by their CPU). Run two checkouts alternately
-with ``PYTHONPATH=<checkout>``; the calibration line says how fast the host was.
+window's, per change (and per gateway for the fleet). From etcd's own /metrics: the gRPC
+calls started per change by method, and raft proposals committed, net of the idle window
+(each gateway's ``gateways/<id>`` rewrite with the new generation is a Put). Also printed:
+the last and the first gateway's latency per change (median, p90, max; too few changes for a
+p99: figure 5 is the figure, this is the tool to compare two trees by their CPU). Run two
+checkouts alternately, each from its own directory (``cd <checkout>``: ``python -m`` puts the
+current directory first on the path, before ``PYTHONPATH``); the calibration line says how
+fast the host was.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from bench import calibrate
 from bench.common import Context, cpu_seconds, etcd_pids, find_bench_etcd, start_etcd
 from bench.fig5_propagation import fleet_on
+from bench.start_cost import diff, metrics
 
 
 def _members_cpu(etcd: Any) -> float:
@@ -46,6 +51,7 @@ async def _windows(ctx: Context, etcd: Any, gateways: int, procs: int, window: f
         out: dict[str, Any] = {}
         lats: list[list[float]] = []
         for label, changes in (("idle", False), ("changes", True)):
+            m0 = metrics(tuple(etcd.endpoints))
             f0, e0, t0 = sum(cpu_seconds(p) for p in pids), _members_cpu(etcd), time.monotonic()
             n = 0
             while time.monotonic() < t0 + window:
@@ -68,6 +74,7 @@ async def _windows(ctx: Context, etcd: Any, gateways: int, procs: int, window: f
                     sink.get_nowait()
             span = time.monotonic() - t0
             out[label] = {"span": span, "changes": n,
+                          "requests": diff(m0, metrics(tuple(etcd.endpoints))),
                           "fleet": sum(cpu_seconds(p) for p in pids) - f0,
                           "etcd": _members_cpu(etcd) - e0}
         out["latencies"] = lats
@@ -113,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{busy['fleet'] / busy['span'] * 100:.1f} %)")
     print(f"etcd CPU per change: {net('etcd') / n * 1000:.1f} ms (three members; idle "
           f"{idle['etcd'] / idle['span'] * 100:.1f} % of a core)")
+    per = {k: (v - idle["requests"].get(k, 0.0) / idle["span"] * busy["span"]) / n
+           for k, v in busy["requests"].items()}
+    print("etcd requests per change, net of the idle window: " + ", ".join(
+        f"{k} {v:.1f}" for k, v in sorted(per.items()) if abs(v) >= 0.05))
     lats = res["latencies"]
     if lats:
         last, first = [x[-1] for x in lats], [x[0] for x in lats]

@@ -16,7 +16,8 @@ Printed: the event loop thread's CPU per change (``time.thread_time``; the media
 least of ``--reps`` repetitions of ``--changes`` changes) and its split into the message,
 the follower's step and the apply. ``--profile``: a cProfile of the same loop (own CPU and
 cumulative), which inflates small functions. Run it from any checkout
-(``PYTHONPATH=<checkout>``) to compare two on the same host.
+(each from its own directory: ``python -m`` puts the current directory first on the path,
+before ``PYTHONPATH``) to compare two on the same host.
 """
 
 from __future__ import annotations
