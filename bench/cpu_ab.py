@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
                 doc = json.loads(args.out.read_text())
                 doc["calibration"] = cals
                 args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        # the scratch directory goes (etcd's data is hundreds of MB a run); the daemons'
+        # logs stay when one of them exited
+        if any(p.poll() is not None and p.returncode not in (0, -15) for p in procs):
+            for d in work.glob("etcd*"):
+                shutil.rmtree(d, ignore_errors=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import asyncio
 import glob
 import queue
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -154,6 +155,7 @@ def main() -> None:
                         args.processes))
     finally:
         etcd.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

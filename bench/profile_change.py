@@ -29,6 +29,7 @@ import cProfile
 import json
 import logging
 import pstats
+import shutil
 import statistics
 import sys
 import tempfile
@@ -86,6 +87,13 @@ def messages(root: Path, count: int) -> list[bytes]:
 
 async def run(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="awide-profile-change-"))
+    try:
+        await _run(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _run(args: argparse.Namespace, root: Path) -> None:
     lines = messages(root, args.changes * args.reps)
     cdc = codec.Codec(keys.prefix(CLUSTER))
     spec = {"endpoints": ["http://127.0.0.1:9"], "cluster": CLUSTER, "watch": True,

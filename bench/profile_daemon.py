@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(shm, ignore_errors=True)
         if args.out is None:
             shutil.rmtree(work, ignore_errors=True)
+        else:       # the profiles are in --out; etcd's data and the cards go
+            for d in (work / "etcdp", work / "cards"):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def _profile(fleet: Fleet, args: argparse.Namespace, out: Path) -> int:
