@@ -9,7 +9,10 @@ for every gateway to publish each generation. From /proc: the fleet's CPU and th
 members' CPU in each window; a change's cost is the changes window's CPU net of the idle
 window's, per change (and per gateway for the fleet). From etcd's own /metrics: the gRPC
 calls started per change by method, and raft proposals committed, net of the idle window
-(each gateway's ``gateways/<id>`` rewrite with the new generation is a Put). Also printed:
+(each gateway's ``gateways/<id>`` rewrite with the new generation is a Put; calls with a
+period near the window's length, the keepalives every 10 s and the one linearizable poll in
+ten, fall unevenly into the two windows and show a few per change: compare them between
+trees, not with zero). Also printed:
 the last and the first gateway's latency per change (median, p90, max; too few changes for a
 p99: figure 5 is the figure, this is the tool to compare two trees by their CPU). Run two
 checkouts alternately, each from its own directory (``cd <checkout>``: ``python -m`` puts the

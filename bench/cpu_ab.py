@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     logs: list[IO[bytes]] = []
     listeners: list[Listeners] = []
     leaders: dict[str, int] = {}
+    keep_logs = True            # until the run ends with every daemon still running
     try:
         for label, tree in (("a", args.a), ("b", args.b)):
             cluster = f"ab{label}{uuid.uuid4().hex[:6]}"
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "window_s": args.window, "windows": res,
                                             "calibration": cals}, indent=1) + "\n")
         gone = [p.pid for p in procs if p.poll() is not None]
+        keep_logs = bool(gone)
         if gone:
             print(f"daemons that exited during the run: {gone} (logs in {work})")
             return 1
@@ -154,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                 doc["calibration"] = cals
                 args.out.write_text(json.dumps(doc, indent=1) + "\n")
         # the scratch directory goes (etcd's data is hundreds of MB a run); the daemons'
-        # logs stay when one of them exited
-        if any(p.poll() is not None and p.returncode not in (0, -15) for p in procs):
+        # logs stay when one of them exited or the run failed
+        if keep_logs:
             for d in work.glob("etcd*"):
                 shutil.rmtree(d, ignore_errors=True)
         else:

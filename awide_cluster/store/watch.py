@@ -86,7 +86,7 @@ class Watch:
         self._resp: aiohttp.ClientResponse | None = None
         self._reader: LineReader | None = None
         self._endpoint: str | None = None
-        self._created = False   # the current stream said ``created``
+        self._created = False   # the current stream said ``created`` (reset by _drop)
         self._closed = False
         self._epoch = session.timeline_epoch
         self.reconnects = 0   # streams re-opened after a stall or a broken stream
@@ -103,7 +103,7 @@ class Watch:
     @property
     def streaming(self) -> bool:
         """A stream is open and etcd said ``created``: every later change is delivered."""
-        return self._created and self._reader is not None
+        return self._created
 
     @property
     def stall_after(self) -> float:
