@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--tmpfs", action="store_true",
                     help="the cards' directories on /dev/shm (no disk under the write probe)")
+    ap.add_argument("--strace", action="store_true",
+                    help="then a third window under `strace -f -c`: system calls a second")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="awide-prof-"))
     out = Path(args.out) if args.out else work
@@ -152,7 +155,34 @@ def _profile(fleet: Fleet, args: argparse.Namespace, out: Path) -> int:
     print("by part (the first of PARTS on the stack):")
     for f, k in by_part:
         print(f"  {100.0 * k / total:5.1f} %  {f}")
+    if args.strace:
+        _syscalls(pid, args.window)
     return 0
+
+
+def _syscalls(pid: int, window: float, n: int = 15) -> None:
+    """The daemon's system calls a second over ``window``, every thread (``strace -f -c``,
+    which slows each call: counts, not times, are the finding)."""
+    st = shutil.which("strace")
+    if st is None:
+        print("strace not on PATH: no system call count")
+        return
+    p = subprocess.Popen([st, "-f", "-c", "-q", "-p", str(pid)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(window)          # not a wait: the counted window
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    rows = []
+    for line in err.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[3].isdigit() and not f[-1].startswith("-"):
+            rows.append((int(f[3]), f[-1]))
+    rows.sort(reverse=True)
+    total = sum(k for k, name in rows if name != "total")
+    print(f"strace: {total / window:.0f} system calls a second over {window:g} s")
+    for k, name in rows[:n]:
+        if name != "total":
+            print(f"  {k / window:7.1f}/s  {name}")
 
 
 if __name__ == "__main__":
