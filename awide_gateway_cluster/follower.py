@@ -266,23 +266,28 @@ class Follower:
     ``state`` is swapped, never mutated (the poll folds its answer into the state as it is
     when the answer arrives, so a watch event taken meanwhile is never lost).
 
-    ``linearizable_every``: the poll of every Nth turn (the first one included) is
-    linearizable, the others serializable; 1 = all linearizable. After a linearizable poll that
-    failed, every poll is linearizable until one is answered: a member that answers
-    serializable reads without a quorum behind it (cut off, or the quorum lost) cannot make the
-    view look fresh. A turn is one poll interval: its poll is made, or left out (``skip``)
-    when ``skips`` says the watch proved the view fresh. A poll is bounded by the call
-    timeout; after polls whose bound passed, by twice as much each time, up to
+    ``linearizable_every``: the poll of the first turn and of every Nth turn after it is
+    linearizable, the others serializable; 1 = all linearizable. ``phase`` (0 to N - 1) moves
+    the periodic ones: the turns ``t`` with ``(t + phase) % N == 0``. Gateways started
+    together and given random phases do not send their linearizable reads in step. After a
+    linearizable poll that failed, every poll is linearizable until one is answered: a member
+    that answers serializable reads without a quorum behind it (cut off, or the quorum lost)
+    cannot make the view look fresh. A turn is one poll interval: its poll is made, or left
+    out (``skip``) when ``skips`` says the watch proved the view fresh. A poll is bounded by
+    the call timeout; after polls whose bound passed, by twice as much each time, up to
     ``STRETCH_MAX`` call timeouts (``backoff.Stretch``), until one is answered."""
 
     def __init__(self, store: StoreReader, *, cluster: str, call_timeout: float,
-                 clock: Callable[[], float], linearizable_every: int = 10) -> None:
+                 clock: Callable[[], float], linearizable_every: int = 10,
+                 phase: int = 0) -> None:
         if linearizable_every < 1:
             raise ValueError("linearizable_every must be >= 1")
+        if not 0 <= phase < linearizable_every:
+            raise ValueError("phase must be in 0 .. linearizable_every - 1")
         self.store, self.cluster = store, cluster
         self.call_timeout = call_timeout
         self.clock = clock
-        self.linearizable_every = linearizable_every
+        self.linearizable_every, self.phase = linearizable_every, phase
         self.state = FollowState()
         self.memo = regdoc.CardMemo()   # the last registry's card entries, by their content
         self.turns = 0                  # turns so far (polls made and polls left out)
@@ -295,7 +300,8 @@ class Follower:
 
     def serializable_next(self) -> bool:
         """Whether this turn's poll is a serializable read."""
-        return not self._confirming and self.turns % self.linearizable_every != 0
+        return not self._confirming and self.turns != 0 and (
+            self.turns + self.phase) % self.linearizable_every != 0
 
     def skips(self, window: float) -> bool:
         """Whether this turn's poll may be left out: it would be serializable, the view has no

@@ -235,9 +235,13 @@ class ClusterGateway(RegistryPoll):
         self._cards.connector = connector.for_config(
             self.config, nvme=self._nvme, sysfs=self._sysfs, read_label=self._read_label,
             worker=self._probe_worker)
+        every = self.config.timing.linearizable_every
+        # the periodic linearizable poll at a random turn of its cycle: gateways started
+        # together (a rollout) do not send theirs in step for ever after
         self._follower = Follower(store, cluster=self.config.cluster,
                                   call_timeout=self._call, clock=self._clock,
-                                  linearizable_every=self.config.timing.linearizable_every)
+                                  linearizable_every=every,
+                                  phase=min(every - 1, int(self._rng.random() * every)))
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call, rng=self._rng)
         self._side.registration = self._registration

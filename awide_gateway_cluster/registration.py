@@ -127,7 +127,9 @@ class Registration:
     """Keeps ``gateways/<id>`` written on this gateway's own lease.
 
     ``tick(record, now)`` grants a lease when there is none (or it expired), rewrites the key
-    when the record changed or the lease is new, and sends a keepalive every ttl/3.
+    when the record changed or the lease is new, and sends a keepalive every ttl/3; the first
+    after a grant comes at a random share of that (a tenth to all of it), so that gateways
+    started together (a rollout) do not keep their leases alive in step for ever after.
 
     One lease, never two: every grant asks for the same lease ID (``lease_id``, chosen once
     per start). A grant whose answer was lost may have been applied; the next grant of the
@@ -149,7 +151,8 @@ class Registration:
         self.store = store
         self.key = keys.gateway(gateway_id)
         self.ttl, self.call_timeout = ttl, call_timeout
-        self.lease_id = lease_id or lease_id_for_start(rng or random.Random())
+        self._rng = rng or random.Random()
+        self.lease_id = lease_id or lease_id_for_start(self._rng)
         self.lease: int | None = None
         self._grant_sent = False        # a grant of lease_id was sent since the last answer
         self._grant_sent_at = 0.0      # tick time of the first grant sent since the last answer
@@ -164,6 +167,12 @@ class Registration:
     def written(self) -> GatewayRecord | None:
         """The record written on the current lease (None: none yet)."""
         return self._written
+
+    @property
+    def keepalive_due(self) -> float:
+        """The tick time from which the next keepalive is sent (meaningless without a
+        lease)."""
+        return self._last_keepalive + self.ttl / 3
 
     def bound(self) -> float:
         """The bound of each call of the next tick (seconds)."""
@@ -226,7 +235,10 @@ class Registration:
                 self._last_keepalive = now
             return
         self._grant_sent = False
-        self.lease, self._written, self._last_keepalive = lease.id, None, now
+        self.lease, self._written = lease.id, None
+        # the first keepalive after ttl/3 times a random share from a tenth to the whole
+        # (counted as if one had been sent up to 0.9 of ttl/3 before the grant)
+        self._last_keepalive = now - self._rng.uniform(0.0, 0.9) * self.ttl / 3
 
     async def _tick(self, record: GatewayRecord, now: float, hold: bool, bound: float) -> None:
         s = self.store

@@ -12,6 +12,7 @@ a call whose bound is below ``lag`` is applied, then raises ``Timeout(maybe_appl
 from __future__ import annotations
 
 import math
+import random
 from typing import Any, cast
 
 from hypothesis import given
@@ -84,7 +85,8 @@ RECORD = GatewayRecord(id="gw-1", host="h", pod="p", namespace="ns", placement="
 
 
 def registration(client: LateClient) -> Registration:
-    return Registration(cast(Store, client), "gw-1", ttl=TTL, call_timeout=CALL, lease_id=7)
+    return Registration(cast(Store, client), "gw-1", ttl=TTL, call_timeout=CALL, lease_id=7,
+                        rng=random.Random(0))
 
 
 async def ticks_until_written(reg: Registration, most: int, *, every: float = 1.0) -> int:

@@ -1,9 +1,11 @@
 """The registration lease at the gateway's defaults, against real etcd: ``gateways/<id>`` on a
 lease of ``lease_ttl`` (30 s) that the gateway keeps alive every ``lease_ttl``/3 of its own
-clock (10 s), and revokes at a clean stop. The clock is passed in: no waiting."""
+clock (10 s; the first after a random share of that), and revokes at a clean stop. The clock
+is passed in: no waiting."""
 
 from __future__ import annotations
 
+import random
 from typing import Any, cast
 
 import pytest
@@ -42,7 +44,8 @@ async def test_the_default_lease_is_kept_alive_every_third_of_its_ttl(etcd, stor
     ttl = cfg.timing.registration_ttl
     assert ttl == 30
     counted = CountedKeepalives(store)
-    reg = Registration(cast(Store, counted), cfg.id, ttl=ttl, call_timeout=bound(1.0))
+    reg = Registration(cast(Store, counted), cfg.id, ttl=ttl, call_timeout=bound(1.0),
+                       rng=random.Random(3))
     record = GatewayRecord(id=cfg.id, host="gpu1", pod="p1", namespace="ns", placement="dialog",
                            fingerprint="f", generation=1, engine=None, version="t")
     t0 = 1000.0
@@ -51,10 +54,15 @@ async def test_the_default_lease_is_kept_alive_every_third_of_its_ttl(etcd, stor
         kv = await store.get(keys.gateway(cfg.id))
         assert kv is not None and reg.lease is not None and kv.lease == reg.lease
         assert ttl - 5 < await store.time_to_live(reg.lease) <= ttl
-        for now, sent in ((t0 + 1.0, 0), (t0 + ttl / 3 - 0.01, 0), (t0 + ttl / 3, 1),
-                          (t0 + ttl / 3 + 5.0, 1), (t0 + 2 * ttl / 3, 2), (t0 + ttl, 3)):
+        # the first keepalive at a random share of ttl/3 after the grant, then every ttl/3
+        first = reg.keepalive_due - t0
+        assert ttl / 30 - 1e-9 <= first <= ttl / 3
+        for now, sent in ((t0 + first - 0.01, 0), (t0 + first, 1), (t0 + first + 5.0, 1),
+                          (t0 + first + ttl / 3 - 0.01, 1), (t0 + first + ttl / 3, 2),
+                          (t0 + first + 2 * ttl / 3, 3)):
             await reg.tick(record, now)
             assert counted.keepalives == sent, now - t0
+        assert ttl - 5 < await store.time_to_live(reg.lease) <= ttl
         assert reg.failures == 0
     finally:
         await reg.close()
