@@ -1,8 +1,8 @@
 """Gateways started together (a rollout restarts every inference pod) do not do their
 periodic etcd work in step for ever after: each keeps its lease alive every ttl/3 from a
 first keepalive at a random share of that, and sends its linearizable poll at a random turn
-of its cycle. Counted in requests and turns (no clock, no sleep); ``LateClient`` plays
-etcd's leases and keys with no lateness."""
+of its cycle. Leases against real etcd, counted in requests on the tick clock passed in (no
+waiting); the poll's turns counted without I/O."""
 
 from __future__ import annotations
 
@@ -14,43 +14,42 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from awide_cluster.contract.records import GatewayRecord
+from awide_cluster.store import EtcdStore
 from awide_cluster.store.port import Store
 from awide_gateway_cluster.follower import Follower, StoreReader
 from awide_gateway_cluster.registration import Registration
-from tests.gateway.test_late_client import CALL, RECORD, TTL, LateClient
+from tests.gateway.test_registration_lease import CountedKeepalives
+from tests.timing import bound
 
+pytestmark = pytest.mark.timeout(60)
+
+CALL = 0.5
+TTL = 30
 GATEWAYS = 60
 STEP = 0.5          # the gateways' ticks, every half second of the tick clock
+RECORD = GatewayRecord(id="gw", host="h", pod="p", namespace="ns", placement="dialog",
+                       fingerprint="f", generation=1, engine=None, version="t")
 
 
-class _Counted(LateClient):
-    """Keepalives counted by the tick time they were sent at."""
-
-    def __init__(self) -> None:
-        super().__init__(lag=0.0)
-        self.now = 0.0
-        self.keepalive_at: list[float] = []
-
-    async def keepalive(self, lease_id: int, *, timeout: float | None = None) -> int:
-        self.keepalive_at.append(self.now)
-        return await super().keepalive(lease_id, timeout=timeout)
-
-
-async def test_leases_granted_together_are_kept_alive_out_of_step() -> None:
-    etcd = _Counted()
-    regs = [Registration(cast(Store, etcd), f"gw-{i}", ttl=TTL, call_timeout=CALL,
+async def test_leases_granted_together_are_kept_alive_out_of_step(store: EtcdStore) -> None:
+    counted = CountedKeepalives(store)
+    regs = [Registration(cast(Store, counted), f"gw-{i}", ttl=TTL, call_timeout=bound(1.0),
                          rng=random.Random(i)) for i in range(GATEWAYS)]
     sent: dict[int, list[float]] = collections.defaultdict(list)   # gateway -> keepalive times
-    t = 0.0
-    while t <= 3 * TTL:
-        etcd.now = t
-        for i, reg in enumerate(regs):
-            before = len(etcd.keepalive_at)
-            assert await reg.tick(RECORD, t)
-            if len(etcd.keepalive_at) > before:
-                sent[i].append(t)
-        t += STEP
-    assert len(etcd.leases) == GATEWAYS and all(r.failures == 0 for r in regs)
+    try:
+        t = 0.0
+        while t <= 3 * TTL:
+            for i, reg in enumerate(regs):
+                before = counted.keepalives
+                assert await reg.tick(RECORD, t)
+                if counted.keepalives > before:
+                    sent[i].append(t)
+            t += STEP
+        assert len({r.lease for r in regs}) == GATEWAYS and all(r.failures == 0 for r in regs)
+    finally:
+        for reg in regs:
+            await reg.close()
     for i in range(GATEWAYS):
         # never a lease at risk: the first keepalive within ttl/3 of the grant (at t = 0),
         # then every ttl/3 (to the tick)
@@ -62,19 +61,23 @@ async def test_leases_granted_together_are_kept_alive_out_of_step() -> None:
     # quarter of them (in step, as before, all 60 fell in one tick at ttl/3)
     firsts = [sent[i][0] for i in range(GATEWAYS)]
     assert max(firsts) - min(firsts) >= 0.6 * (0.9 * TTL / 3)
-    per_second = collections.Counter(int(x) for x in etcd.keepalive_at)
+    per_second = collections.Counter(int(x) for xs in sent.values() for x in xs)
     assert max(per_second.values()) < GATEWAYS / 4, per_second.most_common(3)
 
 
-async def test_without_jitter_the_first_keepalive_comes_a_full_third_of_the_ttl_late() -> None:
+async def test_without_jitter_the_first_keepalive_comes_a_full_third_of_the_ttl_late(
+        store: EtcdStore) -> None:
     class Low(random.Random):       # every random share at its low end (figure 9's naive arm)
         def uniform(self, a: float, b: float) -> float:
             return a
 
-    etcd = _Counted()
-    reg = Registration(cast(Store, etcd), "gw-low", ttl=TTL, call_timeout=CALL, rng=Low(1))
-    assert await reg.tick(RECORD, 0.0)
-    assert reg.keepalive_due == pytest.approx(TTL / 3)
+    reg = Registration(cast(Store, store), "gw-low", ttl=TTL, call_timeout=bound(1.0),
+                       rng=Low(1))
+    try:
+        assert await reg.tick(RECORD, 0.0)
+        assert reg.keepalive_due == pytest.approx(TTL / 3)
+    finally:
+        await reg.close()
 
 
 def _follower(every: int, phase: int) -> Follower:
