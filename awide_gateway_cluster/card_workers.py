@@ -196,7 +196,7 @@ class CardWorkers:
                 view = self._view()
                 self._publish(ev.ChangeEvent("refused", card_id, view.table.slot_of(card_id),
                                              generation=view.generation, detail=new.refused))
-            if new != local:
+            if new is not local and new != local:
                 self.local[card_id] = new
                 # the view is built again only when what it shows of the card changed (a
                 # good streak growing changes nothing it shows), once for the cards of a round

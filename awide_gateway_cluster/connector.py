@@ -35,7 +35,6 @@ identity); a directory that holds another label (different storage mounted there
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -112,13 +111,13 @@ class Connector:
         self.discovery, self.discovery_port = discovery, discovery_port
 
     async def _off_loop(self, fn: Callable[[], T], card: CardEntry, what: str) -> T:
-        """A sysfs/file read off the event loop, on the probe worker, bounded. A read of the
-        same card and kind still stuck from an earlier probe is a timeout too (nothing queues
-        behind it)."""
+        """A sysfs/file read off the event loop, on the probe worker, bounded (the worker
+        fails it at ``sysfs_timeout``: one timer for every card's reads of a round, none per
+        read). A read of the same card and kind still stuck from an earlier probe is a
+        timeout too (nothing queues behind it)."""
         try:
-            async with asyncio.timeout(self.sysfs_timeout):
-                return await self.worker.run(fn, bound=self.sysfs_timeout,
-                                             key=f"{self._key}:{card.id}:{what}")
+            return await self.worker.run(fn, bound=self.sysfs_timeout,
+                                         key=f"{self._key}:{card.id}:{what}", expire=True)
         except StillStuck as e:
             raise TimeoutError(str(e)) from e
 
@@ -273,9 +272,8 @@ class Connector:
         if not self.hostnqn or not subnqns:
             return 0
         try:
-            async with asyncio.timeout(self.sysfs_timeout):
-                ctrls = await self.worker.run(self.sysfs.controllers, bound=self.sysfs_timeout,
-                                              key=f"{self._key}:sweep")
+            ctrls = await self.worker.run(self.sysfs.controllers, bound=self.sysfs_timeout,
+                                          key=f"{self._key}:sweep", expire=True)
         except (StillStuck, TimeoutError):
             return 0
         found = strays(ctrls, hostnqn=self.hostnqn, subnqns=subnqns, cards=cards)

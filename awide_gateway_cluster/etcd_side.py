@@ -178,6 +178,8 @@ class EtcdSide:
         hold = record_hold(self.registration.written, record, now, self.applied_at,
                            self._held, self._interval)
         self._held = self._held + 1 if hold else 0
+        if self.registration.quiet(record, now, hold=hold):
+            return ok           # nothing to send: no call, no bound to set
         try:
             async with asyncio.timeout(self.registration.tick_bound()):
                 ok = await self.registration.tick(record, now, hold=hold) and ok

@@ -174,6 +174,15 @@ class Registration:
         lease)."""
         return self._last_keepalive + self.ttl / 3
 
+    def _put_due(self, record: GatewayRecord, hold: bool) -> bool:
+        return record != self._written and not (hold and self._written is not None)
+
+    def quiet(self, record: GatewayRecord, now: float, *, hold: bool = False) -> bool:
+        """Whether a tick at ``now`` would send nothing to etcd: a lease held, no keepalive
+        due, the record written (or held back). Most ticks: the caller then sets no bound."""
+        return (self.lease is not None and now < self.keepalive_due
+                and not self._put_due(record, hold))
+
     def bound(self) -> float:
         """The bound of each call of the next tick (seconds)."""
         return self.stretch.bound()
@@ -244,10 +253,10 @@ class Registration:
         s = self.store
         if self.lease is None:
             await self._grant(now, bound)
-        elif now - self._last_keepalive >= self.ttl / 3:
+        elif now >= self.keepalive_due:
             await s.keepalive(self.lease, timeout=bound)
             self._last_keepalive = now
-        if record != self._written and not (hold and self._written is not None):
+        if self._put_due(record, hold):
             assert self.lease is not None
             await s.put(self.key, record.encode(), lease=self.lease, timeout=bound)
             self._written = record

@@ -8,7 +8,10 @@ thread is given up (it ends after its job) and a new one takes the queue, so a h
 costs only its own card. Results go back to the loop once the worker's queue is empty (one
 wake-up of the loop per submission, not one per job: a loop woken while the worker still runs
 makes the two threads trade the GIL for every system call of the jobs left), and at the
-latest at the next patience check while a job runs long. A worker serves the event loop of its
+latest at the next patience check while a job runs long. A job asked for with ``expire`` fails
+with ``TimeoutError`` once its bound has passed, by one timer for the jobs of a submission (not
+one ``asyncio.timeout`` per job: a caller that awaits several reads a turn, as a gateway's
+card probes do, would set and cancel a timer for each). A worker serves the event loop of its
 callers (one loop: the daemon's, or one gateway's). Used by the daemon's probes
 (``cards.probes``, ``cards.observe``) and the gateway's card probes
 (``awide_gateway_cluster.connector``).
@@ -44,6 +47,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     bound: float
     key: str
+    deadline: float | None = None       # loop time it fails at (``expire``), else None
 
 
 _Ended = tuple[_Job, Any, BaseException | None]     # a job, its result, its error
@@ -78,11 +82,14 @@ class ProbeWorker:
         self._done: dict[asyncio.AbstractEventLoop, list[_Ended]] = {}
         self._waking: set[asyncio.AbstractEventLoop] = set()
         self.wakeups = 0                # hand-backs of results to a loop (about one per turn)
+        self.expiry_timers = 0          # timers set to fail expiring jobs (about one per turn)
 
     def run(self, fn: Callable[..., T], *args: Any, bound: float,
-            key: str = "") -> asyncio.Future[T]:
+            key: str = "", expire: bool = False) -> asyncio.Future[T]:
         """``fn(*args)`` on the worker; its result (or exception) in the future. ``bound``
-        is what the caller waits at most (it decides when a hung job is left behind)."""
+        is what the caller waits at most (it decides when a hung job is left behind).
+        ``expire``: the future fails with ``TimeoutError`` once ``bound`` has passed (the job
+        runs on to its end; its result is dropped), so the caller needs no timer of its own."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._cond:
@@ -91,7 +98,8 @@ class ProbeWorker:
                 return fut
             if key:
                 self._running.add(key)
-        self._batch.append(_Job(fn, args, fut, loop, bound, key))
+        self._batch.append(_Job(fn, args, fut, loop, bound, key,
+                                loop.time() + bound if expire else None))
         if self._flush_at is not loop:
             self._flush_at = loop
             loop.call_soon(self._flush)
@@ -108,8 +116,35 @@ class ProbeWorker:
                 self._start()
             else:
                 self._cond.notify()
+        loop = batch[0].loop
         patience = SPILL_SHARE * min(j.bound for j in batch)
-        batch[0].loop.call_later(patience, self._check, patience)
+        loop.call_later(patience, self._check, patience)
+        expiring = [j for j in batch if j.deadline is not None]
+        if expiring:
+            self._expire_later(loop, expiring)
+
+    def _expire_later(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        """One timer, at the earliest deadline of ``jobs``."""
+        self.expiry_timers += 1
+        loop.call_at(min(j.deadline for j in jobs if j.deadline is not None), self._expire,
+                     loop, jobs)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        """Fail the jobs of ``jobs`` whose deadline has passed and that have no result yet;
+        a timer again for those whose deadline is later."""
+        now = loop.time()
+        left = []
+        for job in jobs:
+            if job.future.done() or job.deadline is None:
+                continue
+            if now >= job.deadline:
+                job.future.set_exception(TimeoutError(
+                    f"{job.key or getattr(job.fn, '__name__', 'probe')}: no answer within "
+                    f"{job.bound:g} s"))
+            else:
+                left.append(job)
+        if left:
+            self._expire_later(loop, left)
 
     def _start(self) -> None:
         """A new active thread (called with the lock held)."""

@@ -142,3 +142,46 @@ async def test_cards_observed_together_share_one_submission_and_a_hung_label_cos
             except OSError:
                 return False
         await wait_until(writer_opened, 2.0, "the hung label read released")
+
+
+async def test_expiring_jobs_fail_at_their_bound_by_one_timer_a_turn_and_the_rest_answer():
+    """``expire``: a job with no answer at its bound fails with TimeoutError (the caller sets
+    no timer of its own); the jobs of one turn share one timer; the ones that answered keep
+    their results, and the hung one's key stays stuck until its thread is done with it."""
+    worker = ProbeWorker()
+    release = threading.Event()
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        hung = worker.run(release.wait, 60.0, bound=0.3, key="label /hung", expire=True)
+        others = [worker.run(square, n, bound=0.3, key=f"label /c{n}", expire=True)
+                  for n in range(7)]
+        assert await asyncio.wait_for(asyncio.gather(*others), bound(0.5)) == [
+            n * n for n in range(7)]
+        with pytest.raises(TimeoutError, match=r"label /hung: no answer within 0.3 s"):
+            await asyncio.wait_for(hung, bound(1.0))
+        assert loop.time() - start >= 0.3             # not before its bound
+        assert worker.expiry_timers == 1              # one timer for the turn's 8 jobs
+        with pytest.raises(StillStuck):
+            await worker.run(square, 1, bound=0.3, key="label /hung", expire=True)
+    finally:
+        release.set()
+
+
+async def test_expiring_jobs_of_one_turn_with_different_bounds_each_fail_at_their_own():
+    worker = ProbeWorker()
+    release = threading.Event()
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        short = worker.run(release.wait, 60.0, bound=0.1, key="short", expire=True)
+        long = worker.run(release.wait, 60.0, bound=0.4, key="long", expire=True)
+        with pytest.raises(TimeoutError, match="short"):
+            await asyncio.wait_for(short, bound(1.0))
+        assert loop.time() - start >= 0.1 and not long.done()
+        with pytest.raises(TimeoutError, match="long"):
+            await asyncio.wait_for(long, bound(1.0))
+        assert loop.time() - start >= 0.4
+        assert worker.expiry_timers == 2            # the first, then again for the later one
+    finally:
+        release.set()

@@ -33,9 +33,10 @@ class CountingWorker(ProbeWorker):
         super().__init__(name="test-probes")
         self.jobs = 0
 
-    def run(self, fn: Any, *args: Any, bound: float, key: str = "") -> Any:
+    def run(self, fn: Any, *args: Any, bound: float, key: str = "",
+            expire: bool = False) -> Any:
         self.jobs += 1
-        return super().run(fn, *args, bound=bound, key=key)
+        return super().run(fn, *args, bound=bound, key=key, expire=expire)
 
 
 def dir_card(root: Path, n: int) -> CardEntry:
@@ -72,13 +73,16 @@ async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
         etcd, leader, world, cluster_name):
     cards, worker, gw = await four_cards_in(etcd, leader, world, cluster_name)
     try:
-        jobs0, subs0 = worker.jobs, worker.submissions
+        jobs0, subs0, timers0 = worker.jobs, worker.submissions, worker.expiry_timers
         await wait_until(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
         jobs, subs = worker.jobs - jobs0, worker.submissions - subs0
+        timers = worker.expiry_timers - timers0
         # each round's four sysfs reads in one batch (a card woken alone, by a change, would
         # make a batch of one; nothing changes here). One job per card per batch before the
         # round loop: a ratio of about 1.
         assert jobs >= 3 * subs, (jobs, subs)
+        # the reads' bound: one timer a round (the worker's), not one per read
+        assert 1 <= timers <= subs + 1, (timers, subs)
         assert all(in_service(gw, c.id) for c in cards)
     finally:
         await gw.stop()

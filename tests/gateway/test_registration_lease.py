@@ -67,3 +67,59 @@ async def test_the_default_lease_is_kept_alive_every_third_of_its_ttl(etcd, stor
     finally:
         await reg.close()
     assert await store.get(keys.gateway(cfg.id)) is None       # revoked at a clean stop
+
+
+class CountedCalls:
+    """The real store, every call a tick can make through it counted."""
+
+    def __init__(self, inner: EtcdStore) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in ("grant", "keepalive", "put"):
+            return attr
+
+        async def counted(*args: Any, **kw: Any) -> Any:
+            self.calls += 1
+            return await attr(*args, **kw)
+        return counted
+
+
+async def test_a_tick_is_quiet_exactly_when_it_sends_nothing(etcd, store, cluster_name) -> None:
+    """``quiet`` (the etcd side then sets no bound for the tick) says beforehand whether a
+    tick sends anything: the grant, a keepalive due, a changed record not held back."""
+    counted = CountedCalls(store)
+    reg = Registration(cast(Store, counted), "gw-quiet", ttl=30, call_timeout=bound(1.0),
+                       rng=random.Random(5))
+    a = GatewayRecord(id="gw-quiet", host="gpu1", pod="p1", namespace="ns",
+                      placement="dialog", fingerprint="f", generation=1, engine=None,
+                      version="t")
+    b = GatewayRecord(id="gw-quiet", host="gpu1", pod="p1", namespace="ns",
+                      placement="dialog", fingerprint="f", generation=2, engine=None,
+                      version="t")
+    t0 = 1000.0
+    steps: list[tuple[float, GatewayRecord, bool, bool]] = [
+        (t0, a, True, False),            # no lease: granted and written, hold or not
+        (t0 + 0.5, a, False, True),      # the same record, no keepalive due
+        (t0 + 0.6, b, True, True),       # changed but held back
+        (t0 + 0.7, b, False, False),     # changed: written
+        (t0 + 0.8, b, False, True),
+    ]
+    try:
+        for now, record, hold, quiet in steps:
+            assert reg.quiet(record, now, hold=hold) is quiet, now - t0
+            before = counted.calls
+            assert await reg.tick(record, now, hold=hold)
+            assert (counted.calls == before) is quiet, now - t0
+        due = reg.keepalive_due
+        for now, quiet in ((due - 0.01, True), (due, False), (due + 0.01, True)):
+            assert reg.quiet(b, now) is quiet
+            before = counted.calls
+            await reg.tick(b, now)
+            assert (counted.calls == before) is quiet
+        reg.history_reset()              # a new etcd history: written again at once
+        assert not reg.quiet(b, due + 1.0, hold=True)
+    finally:
+        await reg.close()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
-from awide_cluster.contract.health import Hysteresis
+from awide_cluster.contract.health import Hysteresis, tally
 from awide_gateway_cluster.cardpath import Probe, advance
 from awide_gateway_cluster.view import CardPath, SlotMemo, build, shown
 from tests.gateway.support import make_card
@@ -46,11 +46,41 @@ def test_a_steady_good_path_shows_the_same_at_every_probe(healthy, sick, probes)
     good = Probe(device="/dev/x", verified=True, good=True)
     path = advance(CardPath(CARD.id), good, sick_polls=sick, healthy_polls=healthy)
     first = shown(path)
-    for _ in range(probes):
+    for n in range(probes):
         nxt = advance(path, good, sick_polls=sick, healthy_polls=healthy)
-        assert nxt != path                          # the streak grows: the path changes
-        assert shown(nxt) == first                  # what the view shows does not
+        # the streak grows until it reaches healthy_polls; from then on the path is kept as
+        # it is (nothing built for a healthy card's probe)
+        assert (nxt is path) == (n + 1 >= healthy)
+        assert shown(nxt) == first                  # what the view shows does not change
         path = nxt
+
+
+probes = st.builds(Probe, device=st.sampled_from([None, "/dev/x", "/dev/y"]),
+                   verified=st.booleans(), refused=texts, note=texts,
+                   good=st.sampled_from([None, True, False]), reason=texts)
+
+
+@settings(max_examples=400)
+@given(paths, st.lists(probes, max_size=12), st.integers(1, 4), st.integers(1, 3))
+@example(CardPath(CARD.id, device="/dev/x", verified=True, note="",     # a reason kept: no
+                  health=Hysteresis(up=True, good=2, reason="a")),      # shortcut for it
+         [Probe(device="/dev/x", verified=True, note="", good=True)], 1, 1)
+def test_advance_decides_as_the_plain_tally_with_the_good_streak_stopped_at_healthy_polls(
+        start, seen, healthy, sick) -> None:
+    """The kept path of a good probe (``advance``'s shortcut) changes no decision: over any
+    probes, every field is the plain fold's (``tally`` and the probe's fields), the good
+    streak at most ``healthy_polls`` where the plain one went past it."""
+    ours = plain = start
+    for p in seen:
+        ours = advance(ours, p, sick_polls=sick, healthy_polls=healthy)
+        plain = replace(plain, device=p.device, verified=p.verified, refused=p.refused,
+                        note=p.note, health=tally(plain.health, p.good, sick_polls=sick,
+                                                  healthy_polls=healthy, reason=p.reason))
+        assert replace(ours, health=replace(ours.health, good=0)) == replace(
+            plain, health=replace(plain.health, good=0))
+        assert ours.health.good == plain.health.good or (
+            ours.health.good >= healthy and plain.health.good > ours.health.good)
+        assert shown(ours) == shown(plain)
 
 
 @given(st.integers(1, 3))
