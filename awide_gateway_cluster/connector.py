@@ -121,6 +121,17 @@ class Connector:
         except StillStuck as e:
             raise TimeoutError(str(e)) from e
 
+    async def _controllers(self) -> tuple[Controller, ...]:
+        """Every NVMe controller sysfs shows, read off the event loop on the probe worker and
+        bounded like any read (``_off_loop``). One read for the cards probed together: a
+        read still queued or running is joined (the cards of a probe round and the round's
+        stray sweep share one; before, each card read the whole tree)."""
+        try:
+            return await self.worker.run(self.sysfs.controllers, bound=self.sysfs_timeout,
+                                         key=f"{self._key}:sysfs", expire=True, share=True)
+        except StillStuck as e:
+            raise TimeoutError(str(e)) from e
+
     async def probe(self, card: CardEntry, local: CardPath, io_errors: int = 0) -> Probe:
         try:
             if card.kind == "dir":
@@ -140,7 +151,7 @@ class Connector:
         except InvalidTarget as e:
             log.error("card %s: hostile target refused, nothing run: %s", card.id, e)
             return Probe(refused=f"target refused: {e}", hostile=True)
-        ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
+        ctrls = await self._controllers()
         await self._let_go_elsewhere(card, target, ctrls)
         mine = [c for c in ctrls if c.serial == card.serial and _at_target(c, target)]
         if not mine:
@@ -202,6 +213,7 @@ class Connector:
                 reconnect_delay=t.reconnect_delay if t else None,
                 keep_alive_tmo=t.keep_alive_tmo if t else None)
         except AlreadyConnected:
+            # a read of its own, begun after the connect (not one joined, begun before it)
             ctrls = await self._off_loop(self.sysfs.controllers, card, "sysfs")
             found = [c for c in ctrls if _at_target(c, target)]
             if not found:
@@ -272,9 +284,8 @@ class Connector:
         if not self.hostnqn or not subnqns:
             return 0
         try:
-            ctrls = await self.worker.run(self.sysfs.controllers, bound=self.sysfs_timeout,
-                                          key=f"{self._key}:sweep", expire=True)
-        except (StillStuck, TimeoutError):
+            ctrls = await self._controllers()
+        except TimeoutError:
             return 0
         found = strays(ctrls, hostnqn=self.hostnqn, subnqns=subnqns, cards=cards)
         done = 0

@@ -271,6 +271,7 @@ def run(ctx: Context) -> list[Row]:
                              f"(one with 8 cards, two witnesses) and 1 gateway",
                         extra={**common, "revisions": r1 - r0, "hosts": hosts}))
     rows.append(unit_probe_row(ctx))
+    rows.extend(nvme_round_rows(ctx))
     return rows
 
 
@@ -332,3 +333,58 @@ def unit_probe_row(ctx: Context, cards: int = 8) -> Row:
                     f"core against {med_each / 10:.2f} %",
                extra={"per_turn_ms": [round(v, 3) for v in one],
                       "per_card_ms": [round(v, 3) for v in each], "systemctl": real})
+
+
+def nvme_round_rows(ctx: Context, cards: int = 8) -> list[Row]:
+    """A probe round of ``cards`` healthy NVMe cards on a fake sysfs tree (``bench.nvme_round``),
+    the gateway's and the daemon's: CPU per round, the cards sharing one read of the tree
+    against each card reading it alone, interleaved in the same run."""
+    from awide_cluster.cards.worker import ProbeWorker
+    from awide_cluster.nvme.cli import NvmeCli
+    from awide_cluster.nvme.runner import Runner
+    from awide_gateway_cluster.connector import Connector
+    from bench.nvme_round import CountedScans, EachCard, daemon_rounds, gateway_rounds, world
+
+    root = ctx.work / "nvme-round"
+    card_list, paths, specs = world(root / "sys", cards)
+    sysfs = CountedScans(root / "sys")
+    batches, per_batch = (10, 5) if ctx.quick else (30, 5)
+    rows = []
+    for side in ("gateway", "daemon"):
+        arms: dict[str, list[float]] = {"shared": [], "each": []}
+        scans: dict[str, float] = {}
+        workers = {"shared": ProbeWorker(name="nvme-round"), "each": EachCard()}
+
+        def batch(arm: str, side: str = side, workers: dict[str, Any] = workers) -> Any:
+            async def run() -> None:
+                w = workers[arm]
+                if side == "gateway":
+                    conn = Connector(NvmeCli(Runner(), program="nvme", timeout=3.0), sysfs,
+                                     worker=w)
+                    await gateway_rounds(conn, card_list, paths, per_batch)
+                else:
+                    await daemon_rounds(specs, sysfs, w, per_batch)
+            return run
+
+        for _ in range(batches):                # interleaved: the same machine state for both
+            for arm in ("shared", "each"):
+                s0 = sysfs.scans
+                arms[arm].append(_turn_cpu(batch(arm)) * 1000 / per_batch)
+                scans[arm] = (sysfs.scans - s0) / per_batch
+        one, each = pct(arms["shared"], 50), pct(arms["each"], 50)
+        assert one is not None and each is not None
+        rows.append(Row(
+            8, f"NVMe probe round, {cards} cards, {side}: CPU per round (one sysfs read a "
+               "round vs one per card)", round(one, 2), "ms", batches, stat="median",
+            median=round(one, 2), p99=round(pct(arms["shared"], 99) or 0.0, 2),
+            max=round(max(arms["shared"]), 2), baseline=round(each, 2),
+            ratio=round(each / one, 2) if one else None, ratio_of="one per card / one a round",
+            note=f"this process, per round of {cards} healthy cards on a fake sysfs tree "
+                 f"(median of {batches} batches of {per_batch} rounds); whole-tree reads a "
+                 f"round {scans['shared']:g} against {scans['each']:g}; at one round a "
+                 f"second, {one / 10:.2f} % of a core against {each / 10:.2f} %",
+            extra={"per_round_ms": [round(v, 3) for v in arms["shared"]],
+                   "per_card_ms": [round(v, 3) for v in arms["each"]],
+                   "scans_per_round": scans}))
+        ctx.say(f"  {rows[-1].name}: {rows[-1].value} ms against {rows[-1].baseline} ms")
+    return rows

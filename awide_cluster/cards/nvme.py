@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from awide_cluster.cards.model import LocalCard
+from awide_cluster.cards.worker import ProbeWorker, StillStuck
 from awide_cluster.contract.target import InvalidTarget, NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.errors import NvmeError
 from awide_cluster.nvme.runner import RunnerError
-from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs
+from awide_cluster.nvme.sysfs import Controller, Namespace, Sysfs, with_serial
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +43,21 @@ def choose(controllers: Sequence[Controller], nsid: int | None
 
 
 async def discover_nvme(name: str, serial: str, nsid: int | None, target: NvmeTarget | None,
-                        sysfs: Sysfs, cli: NvmeCli, *, timeout: float) -> NvmeDiscovery:
-    """Find the card by serial (sysfs read off the event loop) and read its identity."""
-    controllers = await asyncio.to_thread(sysfs.find_by_serial, serial)
+                        sysfs: Sysfs, cli: NvmeCli, *, timeout: float,
+                        worker: ProbeWorker | None = None) -> NvmeDiscovery:
+    """Find the card by serial and read its identity. sysfs is read off the event loop: on
+    ``worker``, where the NVMe cards of one round share one read of the controllers (a read
+    still queued or running is joined; one still stuck past its bound is a TimeoutError),
+    else in a thread of its own."""
+    if worker is None:
+        controllers = await asyncio.to_thread(sysfs.find_by_serial, serial)
+    else:
+        try:
+            every = await worker.run(sysfs.controllers, bound=timeout,
+                                     key=f"sysfs {sysfs.class_dir}", expire=True, share=True)
+        except StillStuck as exc:
+            raise TimeoutError(str(exc)) from exc
+        controllers = with_serial(every, serial)
     picked = choose(controllers, nsid)
     if picked is None:
         return NvmeDiscovery(None, f"card not found: no NVMe controller with serial {serial!r}")

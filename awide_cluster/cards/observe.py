@@ -124,7 +124,8 @@ def _start(card: _Card, runner: CommandRunner, sysfs: Sysfs, nvme_program: str,
         _Job(card, worker.run(discover_dir, spec.name, spec.path, spec.target, bound=bound,
                               key=f"label {spec.path}"), _label_read, _label_late)
     else:
-        card.task(_discover_nvme(spec, sysfs, card.known, rnd.clock, runner, nvme_program))
+        card.task(_discover_nvme(spec, sysfs, card.known, rnd.clock, runner, nvme_program,
+                                 worker))
     store = spec.store
     if store is not None:
         family = None
@@ -461,7 +462,8 @@ async def _one(probe: Awaitable[ProbeResult]) -> tuple[None, list[ProbeResult]]:
 
 
 async def _discover_nvme(spec: CardSpec, sysfs: Sysfs, known_identity: str | None,
-                         clock: Clock, runner: CommandRunner, nvme_program: str
+                         clock: Clock, runner: CommandRunner, nvme_program: str,
+                         worker: ProbeWorker | None = None
                          ) -> tuple[LocalCard | None, list[ProbeResult]]:
     bound = spec.probe_timeout
     start = clock()
@@ -476,7 +478,7 @@ async def _discover_nvme(spec: CardSpec, sysfs: Sysfs, known_identity: str | Non
             # hung command is reported as such, not as a card that was not found
             cli = NvmeCli(runner, program=nvme_program, timeout=bound)
             d = await discover_nvme(spec.name, spec.serial, spec.nsid, spec.target, sysfs, cli,
-                                    timeout=bound * 0.8)
+                                    timeout=bound * 0.8, worker=worker)
             if d.card is None:
                 return None, [found(False, d.reason)]
             return d.card, [

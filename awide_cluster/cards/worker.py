@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,10 @@ class _Job:
     bound: float
     key: str
     deadline: float | None = None       # loop time it fails at (``expire``), else None
+    joined: list[asyncio.Future[Any]] = field(default_factory=list)   # callers sharing it
+
+    def futures(self) -> list[asyncio.Future[Any]]:
+        return [self.future, *self.joined]
 
 
 _Ended = tuple[_Job, Any, BaseException | None]     # a job, its result, its error
@@ -75,7 +79,7 @@ class ProbeWorker:
         self._cond = threading.Condition()
         self._queue: collections.deque[_Job] = collections.deque()
         self._active: _Thread | None = None     # the thread that takes the queue
-        self._running: set[str] = set()         # keys of jobs queued or running
+        self._running: dict[str, _Job] = {}     # jobs queued or running, by key
         self._batch: list[_Job] = []
         self._flush_at: asyncio.AbstractEventLoop | None = None
         # results not yet handed back, per loop; loops already told to take theirs
@@ -83,23 +87,35 @@ class ProbeWorker:
         self._waking: set[asyncio.AbstractEventLoop] = set()
         self.wakeups = 0                # hand-backs of results to a loop (about one per turn)
         self.expiry_timers = 0          # timers set to fail expiring jobs (about one per turn)
+        self.joins = 0                  # callers that joined a queued or running job (``share``)
 
     def run(self, fn: Callable[..., T], *args: Any, bound: float,
-            key: str = "", expire: bool = False) -> asyncio.Future[T]:
+            key: str = "", expire: bool = False, share: bool = False) -> asyncio.Future[T]:
         """``fn(*args)`` on the worker; its result (or exception) in the future. ``bound``
         is what the caller waits at most (it decides when a hung job is left behind).
         ``expire``: the future fails with ``TimeoutError`` once ``bound`` has passed (the job
-        runs on to its end; its result is dropped), so the caller needs no timer of its own."""
+        runs on to its end; its result is dropped), so the caller needs no timer of its own.
+        ``share`` (with a ``key``): a job of that key still queued or running (asked for
+        earlier in this turn, or running now) is joined instead of run again: one run, its
+        result (the same object) in each caller's future, each future cancelled on its own;
+        a joiner takes the job's bound (an expiring job whose bound has passed is not joined:
+        ``StillStuck``, as for any key still stuck)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._cond:
-            if key and key in self._running:
+            same = self._running.get(key) if key else None
+            if same is not None:
+                if share and same.loop is loop and (same.deadline is None
+                                                    or loop.time() < same.deadline):
+                    same.joined.append(fut)
+                    self.joins += 1
+                    return fut
                 fut.set_exception(StillStuck(f"{key}: previous probe still stuck"))
                 return fut
+            job = _Job(fn, args, fut, loop, bound, key, loop.time() + bound if expire else None)
             if key:
-                self._running.add(key)
-        self._batch.append(_Job(fn, args, fut, loop, bound, key,
-                                loop.time() + bound if expire else None))
+                self._running[key] = job
+        self._batch.append(job)
         if self._flush_at is not loop:
             self._flush_at = loop
             loop.call_soon(self._flush)
@@ -135,12 +151,14 @@ class ProbeWorker:
         now = loop.time()
         left = []
         for job in jobs:
-            if job.future.done() or job.deadline is None:
+            waiting = [f for f in job.futures() if not f.done()]
+            if not waiting or job.deadline is None:
                 continue
             if now >= job.deadline:
-                job.future.set_exception(TimeoutError(
-                    f"{job.key or getattr(job.fn, '__name__', 'probe')}: no answer within "
-                    f"{job.bound:g} s"))
+                for f in waiting:
+                    f.set_exception(TimeoutError(
+                        f"{job.key or getattr(job.fn, '__name__', 'probe')}: no answer "
+                        f"within {job.bound:g} s"))
             else:
                 left.append(job)
         if left:
@@ -193,7 +211,8 @@ class ProbeWorker:
                 result, error = None, exc
             with self._cond:
                 me.job = None
-                self._running.discard(job.key)
+                if self._running.get(job.key) is job:
+                    del self._running[job.key]
                 self._done.setdefault(job.loop, []).append((job, result, error))
                 # hand back once the queue is empty; a thread given up hands back its own
                 if self._queue and not me.given_up:
@@ -220,12 +239,13 @@ class ProbeWorker:
             return
         self.wakeups += 1
         for job, result, error in done:
-            if job.future.done():
-                continue
-            if error is None:
-                job.future.set_result(result)
-            else:
-                job.future.set_exception(error)
+            for fut in job.futures():
+                if fut.done():
+                    continue
+                if error is None:
+                    fut.set_result(result)
+                else:
+                    fut.set_exception(error)
 
 
 _shared = ProbeWorker()

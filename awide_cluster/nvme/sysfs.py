@@ -9,7 +9,7 @@ Layout read (``root`` is normally ``/sys``)::
 
 The API is synchronous on purpose: every call is a few dozen reads of small kernel attributes,
 each read capped at 4 KiB, entries capped at 1024 per directory. Async callers must run it
-off the event loop with ``asyncio.to_thread`` under a timeout (``cards.nvme`` does).
+off the event loop under a timeout (``cards.nvme`` does, on the probe worker).
 A controller that vanishes while being read is skipped; an attribute that is missing reads as
 empty (``""``) or None.
 """
@@ -150,8 +150,7 @@ class Sysfs:
 
     def find_by_serial(self, serial: str) -> tuple[Controller, ...]:
         """Every controller reporting ``serial`` (several with multipath), by controller number."""
-        wanted = serial.strip()
-        return tuple(c for c in self.controllers() if wanted and c.serial == wanted)
+        return with_serial(self.controllers(), serial)
 
     def _namespaces(self, base: Path) -> tuple[Namespace, ...]:
         out = []
@@ -189,6 +188,12 @@ def _listdir(path: Path) -> list[str]:
         return []
     except OSError:
         return []
+
+
+def with_serial(controllers: tuple[Controller, ...], serial: str) -> tuple[Controller, ...]:
+    """The controllers of ``controllers`` reporting ``serial``, in their order. Pure."""
+    wanted = serial.strip()
+    return tuple(c for c in controllers if wanted and c.serial == wanted)
 
 
 def _read(path: Path) -> str | None:

@@ -327,3 +327,35 @@ def test_choose_prefers_namespace_then_live(tmp_path):
     ctrl, ns = choose(ctrls, None)
     assert ctrl.name == live and ns.nsid == 1
     assert choose((), None) is None
+
+
+class CountedScans(Sysfs):
+    """The real sysfs reader over the fake tree, its whole-tree reads counted."""
+
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.scans = 0
+
+    def controllers(self):
+        self.scans += 1
+        return super().controllers()
+
+
+async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(world, runner, listener):
+    """Each NVMe card is found by its serial among every controller sysfs shows: a round of
+    four reads the tree once (before: once per card), and each finds its own."""
+    specs = []
+    for n in range(4):
+        serial = f"AWIDE0000SN010{n}"
+        world.sysfs.add_controller(subsysnqn=f"{NQN}{n}", serial=serial, transport="pcie",
+                                   traddr=f"0000:0{n + 1}:00.0",
+                                   namespaces=[FakeNs(nsid=1, nguid=f"{n:02d}" + NGUID[2:])])
+        specs.append(nvme_spec(listener, name=f"card{n}", serial=serial))
+    sysfs = CountedScans(world.sysfs_root)
+    obs = await observe_cards([(s, None) for s in specs], runner, sysfs, clock)
+    assert [o.card.serial for o in obs] == [s.serial for s in specs]
+    assert all(o.healthy for o in obs), [o.reason for o in obs]
+    assert sysfs.scans == 1
+    again = await observe_cards([(s, o.card.identity) for s, o in zip(specs, obs, strict=True)],
+                                runner, sysfs, clock)
+    assert all(o.healthy for o in again) and sysfs.scans == 2    # the next round reads again

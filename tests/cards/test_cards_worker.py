@@ -185,3 +185,47 @@ async def test_expiring_jobs_of_one_turn_with_different_bounds_each_fail_at_thei
         assert worker.expiry_timers == 2            # the first, then again for the later one
     finally:
         release.set()
+
+
+async def test_shared_jobs_run_once_for_their_turn_and_for_a_caller_while_running():
+    """``share``: callers of the same key in one turn join the first one's job (one run,
+    each its own future: one cancelled leaves the others); a caller while it runs joins it
+    too; a caller once it ended runs it again; past an expiring job's bound it is not
+    joined (StillStuck, as any key still stuck)."""
+    worker = ProbeWorker()
+    runs: list[int] = []
+    gate = threading.Event()
+
+    def scan() -> tuple[int, ...]:
+        runs.append(1)
+        gate.wait(bound(5.0))
+        return (len(runs),)
+
+    try:
+        a = worker.run(scan, bound=2.0, key="sysfs", expire=True, share=True)
+        b = worker.run(scan, bound=2.0, key="sysfs", expire=True, share=True)
+        c = worker.run(scan, bound=2.0, key="sysfs", expire=True, share=True)
+        c.cancel()
+        await wait_until(lambda: bool(runs), 2.0, "the scan running")
+        d = worker.run(scan, bound=2.0, key="sysfs", expire=True, share=True)  # while running
+        assert not d.done()
+        gate.set()
+        got = await asyncio.wait_for(asyncio.gather(a, b, d), bound(2.0))
+        assert got[0] is got[1] is got[2] and got[0] == (1,) and runs == [1]
+        assert worker.joins == 3 and worker.submissions == 1
+        # ended: the next caller runs it again
+        assert await asyncio.wait_for(
+            worker.run(scan, bound=2.0, key="sysfs", expire=True, share=True),
+            bound(2.0)) == (2,)
+    finally:
+        gate.set()
+    # an expiring job past its bound is not joined: a caller fails at once
+    hang = threading.Event()
+    try:
+        first = worker.run(hang.wait, 60.0, bound=0.1, key="stuck", expire=True, share=True)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(first, bound(1.0))
+        with pytest.raises(StillStuck):
+            await worker.run(hang.wait, 60.0, bound=0.1, key="stuck", expire=True, share=True)
+    finally:
+        hang.set()

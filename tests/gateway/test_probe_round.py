@@ -17,6 +17,7 @@ from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
+from awide_cluster.nvme.sysfs import Sysfs
 from awide_gateway_cluster import ClusterGateway
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
@@ -33,10 +34,9 @@ class CountingWorker(ProbeWorker):
         super().__init__(name="test-probes")
         self.jobs = 0
 
-    def run(self, fn: Any, *args: Any, bound: float, key: str = "",
-            expire: bool = False) -> Any:
+    def run(self, fn: Any, *args: Any, bound: float, **kw: Any) -> Any:
         self.jobs += 1
-        return super().run(fn, *args, bound=bound, key=key, expire=expire)
+        return super().run(fn, *args, bound=bound, **kw)
 
 
 def dir_card(root: Path, n: int) -> CardEntry:
@@ -83,6 +83,43 @@ async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
         assert jobs >= 3 * subs, (jobs, subs)
         # the reads' bound: one timer a round (the worker's), not one per read
         assert 1 <= timers <= subs + 1, (timers, subs)
+        assert all(in_service(gw, c.id) for c in cards)
+    finally:
+        await gw.stop()
+
+
+class CountedScans(Sysfs):
+    """The real sysfs reader over the fake tree, its whole-tree reads counted."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.scans = 0
+
+    def controllers(self) -> Any:
+        self.scans += 1
+        return super().controllers()
+
+
+async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(
+        etcd, leader, world, cluster_name):
+    """Each card's probe needs every controller sysfs shows; the cards probed together (a
+    round) read the tree once, not once each."""
+    cards = [make_card(n, admitted=n) for n in range(1, 5)]
+    for c in cards:
+        serve(world, c)
+    await leader.publish(cards)
+    sysfs = CountedScans(world.sysfs_root)
+    worker = CountingWorker()
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker,
+                 sysfs=sysfs)
+    await gw.start()
+    try:
+        await wait_until(lambda: all(in_service(gw, c.id) for c in cards), what="4 cards in")
+        scans0, subs0, joins0 = sysfs.scans, worker.submissions, worker.joins
+        await wait_until(lambda: worker.submissions >= subs0 + 4, what="four more probe rounds")
+        scans, subs = sysfs.scans - scans0, worker.submissions - subs0
+        assert scans <= subs + 1, (scans, subs)         # before: four a round
+        assert worker.joins - joins0 >= 3 * (subs - 1), (worker.joins - joins0, subs)
         assert all(in_service(gw, c.id) for c in cards)
     finally:
         await gw.stop()
