@@ -343,11 +343,12 @@ def nvme_round_rows(ctx: Context, cards: int = 8) -> list[Row]:
     from awide_cluster.nvme.cli import NvmeCli
     from awide_cluster.nvme.runner import Runner
     from awide_gateway_cluster.connector import Connector
-    from bench.nvme_round import CountedScans, EachCard, daemon_rounds, gateway_rounds, world
+    from awide_harness.fakes.counted import CountedSysfs
+    from bench.nvme_round import EachCard, daemon_rounds, gateway_rounds, world
 
     root = ctx.work / "nvme-round"
     card_list, paths, specs = world(root / "sys", cards)
-    sysfs = CountedScans(root / "sys")
+    sysfs = CountedSysfs(root / "sys")
     batches, per_batch = (10, 5) if ctx.quick else (30, 5)
     rows = []
     for side in ("gateway", "daemon"):

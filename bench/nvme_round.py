@@ -10,8 +10,10 @@ rounds, each run ``--rounds`` times per rep:
 - daemon: ``observe_cards`` of the same cards (discovery by serial; no store or target probe).
 
 Prints the process's CPU per round (``getrusage``: every thread) and how many whole-tree
-reads of sysfs a round made. Self-contained (the project's packages only), so that two trees
-can be compared: ``PYTHONPATH=<tree> python bench/nvme_round.py``, each run alternately.
+reads of sysfs a round made. It imports the project's packages only, so that two trees can be
+compared: ``PYTHONPATH=<tree> python bench/nvme_round.py``, each run alternately (a tree
+whose harness has no ``CountedSysfs``, from before the round's shared read, was compared with
+this tool's first version, commit 39aeb5e, which defined its own).
 """
 
 from __future__ import annotations
@@ -37,19 +39,10 @@ from awide_cluster.nvme.sysfs import Sysfs
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
 from awide_harness.fakes import FakeNs
+from awide_harness.fakes.counted import CountedSysfs
 from awide_harness.fakes.sysfs import FakeSysfs
 
 MODEL = "AWIDE Fake NVMe Ctrl"
-
-
-class CountedScans(Sysfs):
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.scans = 0
-
-    def controllers(self) -> Any:
-        self.scans += 1
-        return super().controllers()
 
 
 class EachCard(ProbeWorker):
@@ -117,7 +110,7 @@ async def daemon_rounds(specs: list[CardSpec], sysfs: Sysfs, worker: ProbeWorker
 
 async def main_async(args: argparse.Namespace, root: Path) -> None:
     cards, paths, specs = world(root / "sys", args.cards)
-    sysfs = CountedScans(root / "sys")
+    sysfs = CountedSysfs(root / "sys")
     worker = ProbeWorker(name="nvme-round")
     conn = Connector(NvmeCli(Runner(), program="nvme", timeout=3.0), sysfs, worker=worker)
     for name, run in (("gateway", lambda: gateway_rounds(conn, cards, paths, args.rounds)),

@@ -4,9 +4,11 @@
   on PATH, its JSON world file, its argv log and a fake sysfs tree.
 - ``awide_harness.fakes.sysfs.FakeSysfs`` / ``FakeNs``: a builder for fake sysfs NVMe trees.
 - ``awide_harness/fakes/fake_nvme.py``: the fake program itself.
+- ``awide_harness.fakes.counted.CountedSysfs``: the real sysfs reader, its tree reads counted.
 
 Nothing here needs pytest.
 """
 
+from awide_harness.fakes.counted import CountedSysfs  # noqa: F401
 from awide_harness.fakes.sysfs import FakeNs, FakeSysfs  # noqa: F401
 from awide_harness.fakes.world import FakeNvmeWorld, install_python_program, pid_alive  # noqa: F401

@@ -18,7 +18,7 @@ from awide_cluster.cards.observe import observe_card, observe_cards
 from awide_cluster.cards.spec import CardSpec
 from awide_cluster.nvme.runner import Runner
 from awide_cluster.nvme.sysfs import Sysfs
-from awide_harness.fakes import FakeNs, FakeNvmeWorld, pid_alive
+from awide_harness.fakes import CountedSysfs, FakeNs, FakeNvmeWorld, pid_alive
 from tests.timing import bound, wait_until
 
 NQN = "nqn.2024-01.io.awide:card0"
@@ -329,18 +329,6 @@ def test_choose_prefers_namespace_then_live(tmp_path):
     assert choose((), None) is None
 
 
-class CountedScans(Sysfs):
-    """The real sysfs reader over the fake tree, its whole-tree reads counted."""
-
-    def __init__(self, root) -> None:
-        super().__init__(root)
-        self.scans = 0
-
-    def controllers(self):
-        self.scans += 1
-        return super().controllers()
-
-
 async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(world, runner, listener):
     """Each NVMe card is found by its serial among every controller sysfs shows: a round of
     four reads the tree once (before: once per card), and each finds its own."""
@@ -351,7 +339,7 @@ async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(world, runner, 
                                    traddr=f"0000:0{n + 1}:00.0",
                                    namespaces=[FakeNs(nsid=1, nguid=f"{n:02d}" + NGUID[2:])])
         specs.append(nvme_spec(listener, name=f"card{n}", serial=serial))
-    sysfs = CountedScans(world.sysfs_root)
+    sysfs = CountedSysfs(world.sysfs_root)
     obs = await observe_cards([(s, None) for s in specs], runner, sysfs, clock)
     assert [o.card.serial for o in obs] == [s.serial for s in specs]
     assert all(o.healthy for o in obs), [o.reason for o in obs]

@@ -17,10 +17,10 @@ from awide_cluster.contract.registry import CardEntry, card_id
 from awide_cluster.contract.target import NvmeTarget
 from awide_cluster.nvme.cli import NvmeCli
 from awide_cluster.nvme.runner import Runner
-from awide_cluster.nvme.sysfs import Sysfs
 from awide_gateway_cluster import ClusterGateway
 from awide_gateway_cluster.connector import Connector
 from awide_gateway_cluster.view import CardPath
+from awide_harness.fakes import CountedSysfs
 from tests.gateway.support import config, gateway, in_service, make_card, serve
 from tests.timing import bound, wait_until
 
@@ -88,18 +88,6 @@ async def test_every_card_of_a_round_goes_to_the_worker_in_one_submission(
         await gw.stop()
 
 
-class CountedScans(Sysfs):
-    """The real sysfs reader over the fake tree, its whole-tree reads counted."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.scans = 0
-
-    def controllers(self) -> Any:
-        self.scans += 1
-        return super().controllers()
-
-
 async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(
         etcd, leader, world, cluster_name):
     """Each card's probe needs every controller sysfs shows; the cards probed together (a
@@ -108,7 +96,7 @@ async def test_the_nvme_cards_of_a_round_share_one_read_of_sysfs(
     for c in cards:
         serve(world, c)
     await leader.publish(cards)
-    sysfs = CountedScans(world.sysfs_root)
+    sysfs = CountedSysfs(world.sysfs_root)
     worker = CountingWorker()
     gw = gateway(config(cluster_name, etcd.endpoints, world), world, probe_worker=worker,
                  sysfs=sysfs)
