@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from awide_cluster.nvme.sysfs import READ_CAP, Sysfs
@@ -75,6 +77,18 @@ def test_missing_attributes_read_as_empty(fs):
     ctrl = Sysfs(fs.root).controller(name)
     assert (ctrl.serial, ctrl.model, ctrl.state, ctrl.cntlid) == ("", "", "", None)
     assert Sysfs(fs.root).find_by_serial("SN1") == ()
+
+
+def test_an_attribute_that_is_not_a_file_reads_as_missing(fs):
+    """A directory (or anything unreadable) where an attribute should be: read as missing,
+    the controller still found, no descriptor left open."""
+    name = fs.add_controller(subsysnqn=NQN, serial="SN1")
+    (fs.class_dir / name / "state").unlink()
+    (fs.class_dir / name / "state").mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    ctrl = Sysfs(fs.root).controller(name)
+    assert ctrl is not None and ctrl.state == "" and ctrl.serial == "SN1"
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_junk_attributes_do_not_break_discovery(fs):
