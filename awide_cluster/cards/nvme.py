@@ -6,7 +6,6 @@ sysfs has none of them, ``nvme id-ns`` is asked (bounded, through the runner).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,20 +43,16 @@ def choose(controllers: Sequence[Controller], nsid: int | None
 
 async def discover_nvme(name: str, serial: str, nsid: int | None, target: NvmeTarget | None,
                         sysfs: Sysfs, cli: NvmeCli, *, timeout: float,
-                        worker: ProbeWorker | None = None) -> NvmeDiscovery:
-    """Find the card by serial and read its identity. sysfs is read off the event loop: on
+                        worker: ProbeWorker) -> NvmeDiscovery:
+    """Find the card by serial and read its identity. sysfs is read off the event loop on
     ``worker``, where the NVMe cards of one round share one read of the controllers (a read
-    still queued or running is joined; one still stuck past its bound is a TimeoutError),
-    else in a thread of its own."""
-    if worker is None:
-        controllers = await asyncio.to_thread(sysfs.find_by_serial, serial)
-    else:
-        try:
-            every = await worker.run(sysfs.controllers, bound=timeout,
-                                     key=f"sysfs {sysfs.class_dir}", expire=True, share=True)
-        except StillStuck as exc:
-            raise TimeoutError(str(exc)) from exc
-        controllers = with_serial(every, serial)
+    still queued or running is joined; one still stuck past its bound is a TimeoutError)."""
+    try:
+        every = await worker.run(sysfs.controllers, bound=timeout,
+                                 key=f"sysfs {sysfs.class_dir}", expire=True, share=True)
+    except StillStuck as exc:
+        raise TimeoutError(str(exc)) from exc
+    controllers = with_serial(every, serial)
     picked = choose(controllers, nsid)
     if picked is None:
         return NvmeDiscovery(None, f"card not found: no NVMe controller with serial {serial!r}")

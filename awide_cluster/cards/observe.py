@@ -463,8 +463,7 @@ async def _one(probe: Awaitable[ProbeResult]) -> tuple[None, list[ProbeResult]]:
 
 async def _discover_nvme(spec: CardSpec, sysfs: Sysfs, known_identity: str | None,
                          clock: Clock, runner: CommandRunner, nvme_program: str,
-                         worker: ProbeWorker | None = None
-                         ) -> tuple[LocalCard | None, list[ProbeResult]]:
+                         worker: ProbeWorker) -> tuple[LocalCard | None, list[ProbeResult]]:
     bound = spec.probe_timeout
     start = clock()
 
