@@ -5,8 +5,8 @@ The label ``<dir>/.awide-card.json`` is ``{"awide_card_label": 1, "serial": …,
 the same card; a different label, or none (e.g. other storage mounted there, or nothing
 mounted), is not. The identity is ``label:<uuid>``.
 
-Everything here is synchronous file I/O; async callers run it with ``asyncio.to_thread`` under
-a timeout (``observe`` does).
+Everything here is synchronous file I/O; async callers run it off the event loop on the probe
+worker, bounded (``observe`` does, ``cards.worker``).
 """
 
 from __future__ import annotations
