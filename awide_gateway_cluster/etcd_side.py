@@ -1,7 +1,9 @@
 """The gateway's etcd side: the key layout check (until it is done), then ``gateways/<id>``.
 
 ``EtcdSide`` runs one loop on the gateway's event loop. Its first tick waits a random delay
-of up to one poll interval (the writes of a start storm spread over it); each tick checks the
+of up to one poll interval (the writes of a start storm spread over it), and the first
+registration waits while the view is stale (at most ``FIRST_RECORD_WAIT`` poll intervals from
+the start); each tick checks the
 key layout of the namespace while it is not verified (``registration.check_layout``), then
 refreshes the registration (``registration.Registration``). While its calls fail it backs
 off with jitter (``backoff``), the last known state served meanwhile. It holds what the
@@ -38,6 +40,13 @@ log = logging.getLogger("awide_gateway_cluster")
 # etcd fans its event out to all of them: a write there slows the others' apply, later it costs
 # the same and slows nothing (docs/decisions.md, "Quiet after a change").
 SETTLE = 0.25
+# the first registration of a start waits while the gateway's view is stale (its first
+# registry read failed or found nothing), for at most this many poll intervals after the
+# start: its first record then says what it applied, instead of a stale record rewritten a
+# moment later (in a start storm, one write in three was that rewrite). A gateway still
+# stale after the wait registers as stale (docs/decisions.md, "The first record waits for a
+# fresh view").
+FIRST_RECORD_WAIT = 3
 
 
 def record_hold(written: GatewayRecord | None, record: GatewayRecord, now: float,
@@ -87,6 +96,8 @@ class EtcdSide:
         self.registration: Registration | None = None
         self.applied_at: float | None = None     # clock time the last registry was applied
         self._held = 0                           # ticks in a row that held the record back
+        self._started_at: float | None = None    # clock time this side's loop began
+        self.first_waits = 0                     # ticks the first registration waited
 
     def taken_from_file(self) -> None:
         """The state file's layout is served as verified (etcd did not answer at start)."""
@@ -151,6 +162,7 @@ class EtcdSide:
     async def run(self) -> None:
         # start-up jitter: the first registration (and layout record) of gateways started
         # together spreads over one poll interval
+        self._started_at = self._clock()
         await asyncio.sleep(self._rng.uniform(0, self._interval))
         while True:
             ok = False
@@ -164,6 +176,15 @@ class EtcdSide:
                           self._backoff.failures, wait)
             await asyncio.sleep(wait)
 
+    def _first_wait(self, record: GatewayRecord, now: float) -> bool:
+        """Whether this tick leaves the start's first registration for a later one: nothing
+        granted or written yet this start, the view stale, and the start younger than
+        ``FIRST_RECORD_WAIT`` poll intervals."""
+        reg = self.registration
+        return (reg is not None and reg.grants == 0 and reg.written is None and record.stale
+                and self._started_at is not None
+                and now - self._started_at < FIRST_RECORD_WAIT * self._interval)
+
     async def once(self) -> bool:
         """One tick of the etcd side; False when etcd did not answer a call of it."""
         self._history_check()
@@ -174,6 +195,9 @@ class EtcdSide:
         assert self.registration is not None
         record = self._record()
         now = self._clock()
+        if self._first_wait(record, now):
+            self.first_waits += 1
+            return ok
         # when a changed record is written (the keepalive is never held): record_hold
         hold = record_hold(self.registration.written, record, now, self.applied_at,
                            self._held, self._interval)

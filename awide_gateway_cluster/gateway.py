@@ -7,7 +7,8 @@ Tasks on the caller's event loop (all started by ``start()``, cancelled by ``sto
   and whose progress notifications prove the view fresh, so that a serializable poll is left
   out while they come (the linearizable one never is);
 - the etcd side (``etcd_side.EtcdSide``): layout check until done, then ``gateways/<id>``
-  on a lease, after a random start-up delay of up to one poll interval;
+  on a lease, after a random start-up delay of up to one poll interval (and, while the
+  view is stale, up to three poll intervals from the start);
 - each etcd loop backs off with jitter while its calls fail, the last known state served;
 - one worker per registry card: connect/probe it once per poll, bounded; a round loop wakes
   them all at once each poll interval, so their blocking reads go to the probe worker's one

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from awide_cluster.contract import keys
-from awide_cluster.contract.records import GatewayRecord, LayoutRecord
+from awide_cluster.contract.records import GatewayRecord, LayoutRecord, decode_gateway
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import Timeout
 from awide_gateway_cluster import layout as lay
@@ -162,3 +162,45 @@ async def test_a_start_with_an_existing_layout_writes_no_layout(
     finally:
         await first.stop()
         await first_store.close()
+
+
+async def test_the_first_record_waits_for_a_fresh_view_and_is_written_once(
+        etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld) -> None:
+    # no registry yet: the view is stale from the start (a poll interval of 1 s: the wait
+    # lasts 3 s, and the poll asked right after the publish lands well within it)
+    counted = CountedWrites(store_config(etcd, cluster_name))
+    gw = gateway(config(cluster_name, etcd.endpoints, world, timing={"poll_interval": 1.0}),
+                 world, store=counted)
+    own = keys.gateway(gw.id)
+    await gw.start()
+    try:
+        await wait_until(lambda: gw._side.first_waits >= 1)
+        assert own not in counted.writes            # a stale view: nothing registered yet
+        reg = await leader.publish([])
+        gw._poll_now.set()                          # read it now, not at the next turn
+        await wait_until(lambda: counted.writes.get(own, 0) >= 1)
+        kv = await counted.get(own, timeout=bound(1.0))
+        assert kv is not None
+        record = decode_gateway(kv.value, key=own)
+        assert not record.stale and record.generation == reg.generation
+        assert counted.writes[own] == 1             # its first record is already fresh
+    finally:
+        await gw.stop()
+        await counted.close()
+
+
+async def test_a_gateway_still_stale_registers_after_the_wait(
+        etcd: Any, cluster_name: str, world: FakeNvmeWorld) -> None:
+    counted = CountedWrites(store_config(etcd, cluster_name))
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world, store=counted)
+    own = keys.gateway(gw.id)
+    await gw.start()
+    try:
+        await wait_until(lambda: counted.writes.get(own, 0) >= 1)
+        waited = gw._side.first_waits
+        assert waited >= 1                          # it did wait, and then registered
+        kv = await counted.get(own, timeout=bound(1.0))
+        assert kv is not None and decode_gateway(kv.value, key=own).stale
+    finally:
+        await gw.stop()
+        await counted.close()
