@@ -267,15 +267,9 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
         for kind, n in r["start_mix"].items():
             mix[kind] = mix.get(kind, 0) + n
     steady_busy = statistics.median([s[1] for s in tail] or [100.0])
-    # back to steady: the machine's busy share stays within 10 points of the hold's last 5 s
-    # from then on; a machine still saturated at the end (>= 95 %) never came back
-    back = None
-    if steady_busy < 95.0:
-        after_last = [s for s in samples if s[0] >= last]
-        for i, s in enumerate(after_last):
-            if all(x[1] <= steady_busy + 10.0 for x in after_last[i:]):
-                back = max(0.0, s[0] - 0.5 - last)
-                break
+    series = [(s[0], s[1]) for s in samples]
+    back = back_to_steady(series, last, end - 5.0)
+    back_raw = back_to_steady(series, last, end - 5.0, average=1)
     extra_running = after["extra"] - before["extra"]
     return {
         "storm_n": storm_n,
@@ -314,8 +308,33 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
         "etcd_rate_450_cores": None if rate450 is None else round(rate450, 4),
         "steady_busy_pct": round(steady_busy, 1),
         "back_to_steady_s": None if back is None else round(back, 1),
+        "back_to_steady_single_samples_s": None if back_raw is None else round(back_raw, 1),
         "busy_timeline_pct": [round(s[1], 1) for s in samples if s[0] >= start_at - 1.0],
     }
+
+
+def back_to_steady(series: list[tuple[float, float]], last: float, tail_from: float, *,
+                   average: int = 2, within: float = 10.0, period: float = 0.5) -> float | None:
+    """Seconds from ``last`` (the last start) until the machine's busy share (``series``:
+    (time, % busy) every ``period`` s) stays within ``within`` points of its steady load for
+    good: the median from ``tail_from`` on (the hold's last 5 s), each sample averaged with
+    the ``average - 1`` before it (1 s by default: one 0.5 s sample of a garbage collection
+    or a timer is not a load). None when the machine never came back, or had no steady load
+    to come back to: still saturated at the end (>= 95 %), or the tail itself not steady
+    (its averaged samples over 20 points apart: the storm's starts still running). Pure."""
+    smooth = [(t, sum(b for _, b in series[max(0, i - average + 1):i + 1])
+               / len(series[max(0, i - average + 1):i + 1])) for i, (t, _) in enumerate(series)]
+    tail = [b for t, b in smooth if t >= tail_from]
+    if not tail:
+        return None
+    steady = statistics.median(tail)
+    if steady >= 95.0 or max(tail) - min(tail) > 2 * within:
+        return None
+    after = [(t, b) for t, b in smooth if t >= last]
+    for i, (t, _) in enumerate(after):
+        if all(b <= steady + within for _, b in after[i:]):
+            return max(0.0, t - period - last)
+    return None
 
 
 def _replay(ctx: Context, etcd: Any, idle: float, *, starts: int, spread: float,
