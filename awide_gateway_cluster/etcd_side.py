@@ -44,8 +44,8 @@ SETTLE = 0.25
 # registry read failed or found nothing), for at most this many poll intervals after the
 # start: its first record then says what it applied, instead of a stale record rewritten a
 # moment later (in a start storm, one write in three was that rewrite). A gateway still
-# stale after the wait registers as stale (docs/decisions.md, "The first record waits for a
-# fresh view").
+# stale after the wait registers as stale (docs/decisions.md, "What a gateway's start asks
+# of etcd in a storm").
 FIRST_RECORD_WAIT = 3
 
 

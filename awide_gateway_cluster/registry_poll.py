@@ -38,6 +38,7 @@ class RegistryPoll:
     _clock: Callable[[], float]
     _rng: random.Random
     _interval: float
+    _watching: bool                 # the registry watch runs (config ``watch``)
     _poll_backoff: Backoff
     _poll_now: asyncio.Event
     _tasks: list[asyncio.Task[None]]
@@ -68,6 +69,12 @@ class RegistryPoll:
     async def _poll_loop(self) -> None:
         wait = self._rng.uniform(0, self._interval)     # random phase
         assert self._follower is not None
+        if self._watching and self._follower.state.last_ok is not None:
+            # the start's read answered and the watch follows from its revision: the first
+            # poll, the watch's backstop, comes an interval later, when the watch's first
+            # progress notification has usually proved the view fresh and it is left out (in
+            # a start storm, one read a start less; docs/decisions.md)
+            wait += self._interval
         while True:
             asked = False
             with contextlib.suppress(TimeoutError):     # or earlier, when the watch asks

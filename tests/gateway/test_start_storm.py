@@ -6,6 +6,7 @@ start-up delay."""
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -204,3 +205,23 @@ async def test_a_gateway_still_stale_registers_after_the_wait(
     finally:
         await gw.stop()
         await counted.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_with_the_watch_the_first_poll_after_a_good_start_comes_an_interval_later(
+        etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld, seed: int) -> None:
+    # the start's read answered and the watch follows from its revision: the poll loop's first
+    # turn (its backstop) comes no earlier than one interval after the start, not at a random
+    # phase within the first interval
+    await leader.publish([])
+    cfg = config(cluster_name, etcd.endpoints, world, watch=True)
+    gw = gateway(cfg, world, rng=random.Random(seed))
+    await gw.start()
+    started = time.monotonic()
+    try:
+        follower = gw._follower
+        assert follower is not None and follower.turns == 1        # the start's own read
+        turn = await wait_until(lambda: follower.turns >= 2 and time.monotonic())
+        assert turn - started >= cfg.timing.poll_interval
+    finally:
+        await gw.stop()
