@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             drained: list[float] = []
             try:
                 ho, missed, camp = _handover(ctx, c, t, args.runs, "switchover", watch, st,
-                                             grants, histories, drained)
+                                             grants, histories, drained, [])
                 granted = [(round(g.t + wall, 3), g.leader) for g in grants.writes if g.leader]
             finally:
                 histories.close()
