@@ -101,7 +101,6 @@ class ClusterGateway(RegistryPoll):
         self._rng = rng or random.Random()
         t = config.timing
         self._interval, self._call = t.poll_interval, config.etcd.call_timeout
-        self._watching = config.watch
         cap = CAP_INTERVALS * self._interval
         self._poll_backoff = Backoff(self._interval, cap, self._rng)
         self._tasks: list[asyncio.Task[None]] = []

@@ -20,6 +20,7 @@ from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.backoff import Backoff
 from awide_gateway_cluster.card_workers import CardWorkers
+from awide_gateway_cluster.config import GatewayConfig
 from awide_gateway_cluster.etcd_side import SETTLE, EtcdSide
 from awide_gateway_cluster.follower import Follower, FollowStep
 from awide_gateway_cluster.registration import Registration
@@ -38,7 +39,7 @@ class RegistryPoll:
     _clock: Callable[[], float]
     _rng: random.Random
     _interval: float
-    _watching: bool                 # the registry watch runs (config ``watch``)
+    config: GatewayConfig
     _poll_backoff: Backoff
     _poll_now: asyncio.Event
     _tasks: list[asyncio.Task[None]]
@@ -69,7 +70,7 @@ class RegistryPoll:
     async def _poll_loop(self) -> None:
         wait = self._rng.uniform(0, self._interval)     # random phase
         assert self._follower is not None
-        if self._watching and self._follower.state.last_ok is not None:
+        if self.config.watch and self._follower.state.last_ok is not None:
             # the start's read answered and the watch follows from its revision: the first
             # poll, the watch's backstop, comes an interval later, when the watch's first
             # progress notification has usually proved the view fresh and it is left out (in

@@ -246,9 +246,8 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
     campaign: list[float] = []
     rng = ctx.rng(4)
     acted.append(0)
-    r = -1
-    while r + 1 < runs:
-        r += 1
+    while len(out) + missed < runs:     # each run ends measured or missed, or is redone
+        r = len(out) + missed
         got = c.wait_leader(b.election)
         if got is None:
             missed += 1
@@ -287,7 +286,6 @@ def _handover(ctx: Context, c: EmbeddedCluster, t: Timing, runs: int, how: str,
             acted[-1] += 1
             ctx.say(f"  {how} run {r + 1}: the stopping leader wrote the change itself in its "
                     "last turn (no hand-over to time): run again")
-            r -= 1
         elif w is None or w.leader == old:
             missed += 1
             ctx.say(f"  {how} run {r + 1}: no write by a new leader "
