@@ -21,14 +21,16 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
+from awide_cluster.contract import keys
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
 from awide_cluster.store.errors import StoreError, Timeout
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import KeyRead, KeyValue, ManyGot, RangeResult
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
 from awide_gateway_cluster.backoff import CAP_INTERVALS, STRETCH_MAX, Backoff, Stretch
-from awide_gateway_cluster.registration import Registration, check_layout
+from awide_gateway_cluster.registration import NOT_READ, NotRead, Registration, check_layout
 from awide_gateway_cluster.state_keeping import StateKeeping
 
 log = logging.getLogger("awide_gateway_cluster")
@@ -70,6 +72,15 @@ def record_hold(written: GatewayRecord | None, record: GatewayRecord, now: float
     return held == 0 and settling
 
 
+def _recorded(read: ManyGot | None) -> KeyValue | None | NotRead:
+    """The layout record as the start's read answered it (a ranged read, so that absent is
+    not mistaken for unread): its KeyValue, None (absent), or ``NOT_READ`` (no answer:
+    ``check_layout`` reads it)."""
+    if isinstance(read, RangeResult):
+        return read.kvs[0] if read.kvs else None
+    return NOT_READ
+
+
 class EtcdSide:
     def __init__(self, layout: LayoutRecord, *, store: Callable[[], Store],
                  state: StateKeeping, record: Callable[[], GatewayRecord],
@@ -109,16 +120,23 @@ class EtcdSide:
         if self.registration is not None:
             self.registration.history_reset()
 
-    async def check_layout(self, *, create: bool = True) -> bool:
+    def layout_read(self) -> KeyRead:
+        """The read of the namespace's layout record (the start's, in its registry read)."""
+        return KeyRead(keys.layout(self.layout.namespace), ranged=True)
+
+    async def check_layout(self, *, create: bool = True, read: ManyGot | None = None) -> bool:
         """Check (and with ``create``, record if absent) the key layout, with the card set of
-        the registry accepted; False when etcd did not answer. Raises LayoutMismatch."""
+        the registry accepted; False when etcd did not answer. Raises LayoutMismatch.
+        ``read``: what ``layout_read`` answered, read with the start's registry read (None:
+        not read, or failed: it is read here)."""
         reg = self._registry()
         mine = self.layout if reg is None else lay.with_cards(self.layout, lay.card_set(reg))
         bound = self._layout_bound.bound()
         try:
             async with asyncio.timeout(bound * 3.5):
                 step = await check_layout(self._store(), mine, timeout=bound,
-                                          create=create, adopted=self._adopt)
+                                          create=create, adopted=self._adopt,
+                                          read=_recorded(read))
         except (StoreError, TimeoutError) as e:
             self._layout_bound.note(isinstance(e, (Timeout, TimeoutError)))
             log.debug("layout of %s not checked yet (calls bounded by %.2f s): %s",

@@ -67,9 +67,9 @@ from awide_cluster.contract.registry import (
     check_slots,
     went_back,
 )
-from awide_cluster.store.errors import StoreError, Timeout, ValueTooLarge
+from awide_cluster.store.errors import BadResponse, StoreError, Timeout, ValueTooLarge
 from awide_cluster.store.port import StoreReader
-from awide_cluster.store.types import KeyValue, RangeResult, WatchEvent
+from awide_cluster.store.types import KeyRead, KeyValue, ManyGot, RangeResult, WatchEvent
 from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
@@ -261,6 +261,14 @@ def _reject(state: FollowState, why: str) -> tuple[FollowState, FollowStep]:
             FollowStep("rejected", detail=why))
 
 
+def _ranged(got: ManyGot) -> RangeResult | BaseException:
+    """A ranged key's answer in a ``read_many``: its RangeResult or its refusal."""
+    if isinstance(got, (RangeResult, ValueTooLarge)):
+        return got
+    return BadResponse(f"read_many: {keys.REGISTRY} answered as {type(got).__name__}, "
+                       "not as a range")
+
+
 class Follower:
     """The I/O shell: one bounded poll at a time, and the watch events handed to ``observe``.
     ``state`` is swapped, never mutated (the poll folds its answer into the state as it is
@@ -310,6 +318,17 @@ class Follower:
         return (self.serializable_next() and not st.problem and st.last_progress is not None
                 and self.clock() - st.last_progress < window)
 
+    def proved_at_start(self) -> None:
+        """The start's read was answered with no problem, and the registry watch opens from its
+        revision: that answer proves the view fresh as a progress notification would, for the
+        proof window from when it came (the first turns' serializable polls are left out
+        until the watch's first notification proves it again: in a start storm, about one
+        read a start less). Only the start's: a later answered poll is the backstop of a watch
+        that may have gone silent, and proves nothing for the turns after it."""
+        st = self.state
+        if self.turns == 1 and st.last_ok is not None and not st.problem:
+            self.state = replace(st, last_progress=st.last_ok)
+
     def skip(self) -> None:
         """This turn's poll is left out (``skips`` said so)."""
         self.turns += 1
@@ -332,18 +351,37 @@ class Follower:
         return self.state is not before
 
     async def poll(self) -> FollowStep:
+        return (await self._poll(None))[0]
+
+    async def start_read(self, also: KeyRead) -> tuple[FollowStep, ManyGot | None]:
+        """The start's poll (the first turn's: linearizable, of the whole registry), with the
+        key ``also`` read in the same request (``Store.read_many``: one read-only transaction,
+        one revision): the step, and what ``read_many`` answered for ``also`` (None when the
+        read failed: ask it again alone)."""
+        if self.turns != 0 or self.state.seen_revision:
+            raise ValueError("start_read is the first turn's poll")
+        return await self._poll(also)
+
+    async def _poll(self, also: KeyRead | None) -> tuple[FollowStep, ManyGot | None]:
         self.sync_history()
         since = self.state.seen_revision + 1 if self.state.seen_revision else None
         serializable = self.serializable_next()
         self.turns += 1
         answer: RangeResult | BaseException
+        other: ManyGot | None = None
         bound = self.stretch.bound()
         try:
             # the store bounds the call; the outer bound is a second, independent fence
             async with asyncio.timeout(bound * 1.2 + 0.05):
-                answer = await self.store.range(
-                    keys.REGISTRY, min_mod_revision=since, serializable=serializable,
-                    timeout=bound, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+                if also is None:
+                    answer = await self.store.range(
+                        keys.REGISTRY, min_mod_revision=since, serializable=serializable,
+                        timeout=bound, max_value_bytes=bounds.REGISTRY_MAX_BYTES)
+                else:
+                    got = await self.store.read_many(
+                        [KeyRead(keys.REGISTRY, bounds.REGISTRY_MAX_BYTES, ranged=True), also],
+                        timeout=bound)
+                    answer, other = _ranged(got[0]), got[1]
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
         self.stretch.note(isinstance(answer, (Timeout, TimeoutError)))
@@ -355,7 +393,7 @@ class Follower:
                                  memo=self.memo)
         self._confirming = not serializable and isinstance(answer, BaseException) and not (
             isinstance(answer, ValueTooLarge) and answer.mod_revision)
-        return taken
+        return taken, other
 
     def on_event(self, event: WatchEvent) -> FollowStep:
         """Fold one watch event on ``registry`` (no I/O)."""

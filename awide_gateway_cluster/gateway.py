@@ -250,10 +250,14 @@ class ClusterGateway(RegistryPoll):
         saved = await self._state.read()
         if saved is not None:           # its cards' subsystems: strays of the previous run
             self._cards.remember(saved.registry)
-        first = await self._poll_once()     # the first registry read is never delayed
+        # the first registry read is never delayed; the namespace's layout record is read
+        # in the same request (one read-only transaction: a start storm's reads a start less)
+        first, layout_read = await self._poll_once(also=self._side.layout_read())
+        if self.config.watch:
+            self._follower.proved_at_start()
         self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
         try:
-            await self._side.check_layout()
+            await self._side.check_layout(read=layout_read)
         except lay.LayoutMismatch:
             await self._close_store()
             raise

@@ -21,7 +21,7 @@ from awide_cluster.contract.records import (
 )
 from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError, Timeout
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
-from awide_cluster.store.types import Compare, Put
+from awide_cluster.store.types import Compare, KeyValue, Put
 from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
 from awide_gateway_cluster.layout import (
     LayoutMismatch,
@@ -45,9 +45,17 @@ class RegistrationStore(LeaseKeeper, StoreWriter, Protocol):
 LayoutCheck = Literal["ok", "absent", "unrecorded", "wait", "cold", "grown"]
 
 
+class NotRead:
+    """The layout record not read yet (``check_layout`` reads it)."""
+
+
+NOT_READ = NotRead()
+
+
 async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float,
                        create: bool = True,
                        adopted: Callable[[LayoutRecord], None] | None = None,
+                       read: KeyValue | None | NotRead = NOT_READ,
                        ) -> LayoutMismatch | LayoutCheck:
     """Read the layout recorded for ``mine``'s namespace and judge it (``layout.decide``);
     record ``mine`` only when none is recorded (and ``create``; else "absent") and ``mine``
@@ -55,7 +63,11 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     recorded, or (only new cards in ``mine``) replaced the record. "cold": a record of an older
     storage format was replaced by ``mine``. A record is replaced only if unchanged since
     read. A start of a gateway whose layout is already recorded with its cards (every start
-    but the first, while no card is admitted) costs one serializable read and writes nothing.
+    but the first, while no card is admitted) writes nothing, and reads nothing of its own
+    when ``read`` is given (the start reads the record with its registry read).
+
+    ``read``: the record as already read (a start reads it with its registry read, in one
+    request), None when absent; ``NOT_READ``: read here.
 
     Raises StoreError when etcd does not answer (the caller decides what that means).
     A recorded layout that does not decode counts as a mismatch (never overwritten).
@@ -66,7 +78,8 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     # serializable (no raft round): the store refuses an answer below the highest revision it
     # has seen (``RevisionWentBack``), so it is no older than the registry read before it and
     # than this store's own writes; a record created since is caught by the create's compare
-    kv = await store.get(key, timeout=timeout, serializable=True)
+    kv = (await store.get(key, timeout=timeout, serializable=True)
+          if isinstance(read, NotRead) else read)
     if kv is None:
         if not create:
             return "absent"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from awide_cluster.contract.registry import Registry
 from awide_cluster.contract.untrusted import clean_text
 from awide_cluster.store.port import Store
+from awide_cluster.store.types import KeyRead, ManyGot
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import view as vw
 from awide_gateway_cluster.backoff import Backoff
@@ -89,7 +90,7 @@ class RegistryPoll:
                 continue
             ok = False
             try:
-                ok = (await self._poll_once()).outcome != "failed"
+                ok = (await self._poll_once())[0].outcome != "failed"
             except Exception as e:      # noqa: BLE001 - no content may end the poll loop
                 self._loop_failed("registry poll", e)
             wait = self._poll_backoff.next(ok)
@@ -97,14 +98,21 @@ class RegistryPoll:
                 log.debug("registry poll failed %d times in a row: next in %.2f s",
                           self._poll_backoff.failures, wait)
 
-    async def _poll_once(self) -> FollowStep:
-        """One poll, acted upon (its outcome is "failed" when etcd did not answer it)."""
+    async def _poll_once(self, also: KeyRead | None = None
+                         ) -> tuple[FollowStep, ManyGot | None]:
+        """One poll, acted upon (its outcome is "failed" when etcd did not answer it). With
+        ``also``, the start's poll, ``also`` read in the same request: what was answered for
+        it, None when the read failed (``Follower.start_read``)."""
         assert self._follower is not None
         self._history_check()
-        taken = await self._follower.poll()
+        other: ManyGot | None = None
+        if also is None:
+            taken = await self._follower.poll()
+        else:
+            taken, other = await self._follower.start_read(also)
         self._history_check()
         self._take(taken)
-        return taken
+        return taken, other
 
     def _history_check(self) -> bool:
         """Act once on a new etcd history the store adopted (a restored or rebuilt etcd): the

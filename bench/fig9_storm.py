@@ -38,9 +38,9 @@ so neither arm pays for it. Full run only: the same with 1,000 gateways started 
 etcd alone under the start mix, the C generator (``bench/leanload.c``) starting 2,000
 simulated gateways over 10 s, each at its own moment as the storm's (5 every 25 ms;
 ``--quick``: 300 in 2 s): when all were started, and etcd's CPU per start net of idle and of
-the started ones' steady cost (a simulated start as the library's: a connection, a
-linearizable read and a serializable one, the lease grant, the record put on the lease, the
-registry watch). Beside it (full run), the same starts in 20 batches of 100: etcd amortises a
+the started ones' steady cost (a simulated start as the library's: a connection, one
+linearizable read-only transaction of the registry and the layout record, the lease grant,
+the record put on the lease, the registry watch). Beside it (full run), the same starts in 20 batches of 100: etcd amortises a
 batch's requests (its raft proposals and reads), so a batched replay costs it less per start
 than the same starts spread, and would flatter the figure.
 

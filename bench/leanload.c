@@ -88,7 +88,6 @@ typedef struct {
     double proof;               /* when the watch stream last delivered bytes (0: never) */
     char ka[320];               /* {"ID":"..."} body's request, built once the lease is known */
     int ka_len;
-    int first_reads;            /* "start_mix": reads made before the grant */
 } Gw;
 
 typedef struct { double due; uint32_t slot, gen; int what; } Timer;
@@ -99,7 +98,7 @@ typedef struct {
     struct sockaddr_storage addr;
     socklen_t alen;
     char host[128];
-    Str serial, linear, naive, grant, watch;
+    Str serial, linear, naive, grant, watch, first;
 } Ep;
 
 static Ep eps[MAX_EPS];
@@ -109,9 +108,10 @@ static double interval = 1.0, ka_every;
 static int lease_ttl;
 static int kind = MIX;
 static int part_poll = 1, part_watch = 1, part_keepalive = 1, part_proof = 1;  /* of the mix */
-/* "start_mix" (spec "record_prefix" given): a start as the gateway library's: a linearizable
- * read of the registry, a serializable one (in the layout read's stead), the grant, a put of the gateway's
- * record on its lease (key record_prefix + index, a 256-byte value), then the mix */
+/* "start_mix" (spec "record_prefix" given): a start as the gateway library's: one linearizable
+ * read-only transaction of two ranges, the registry and the namespace's layout record (the
+ * registry key read again in the layout's stead), the grant, a put of the gateway's record on
+ * its lease (key record_prefix + index, a 256-byte value), then the mix */
 static int start_mix;
 static char record_prefix[256];
 static char record_value_b64[400];
@@ -319,6 +319,9 @@ static void setup_endpoint(Ep *e, const char *url, const char *key, long rev) {
              "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%ld\","
              "\"progress_notify\":true}}", key, rev + 1);
     request(&e->watch, e->host, "/v3/watch", body);
+    snprintf(body, sizeof body, "{\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
+             "{\"request_range\":{\"key\":\"%s\"}}]}", key, key);
+    request(&e->first, e->host, "/v3/kv/txn", body);
 }
 
 /* ------------------------------------------------------------ timers (a binary min-heap) */
@@ -584,10 +587,8 @@ static void gw_answered(size_t slot, int ok, const char *body, size_t blen) {
         return;
     }
     if (what == OUT_FIRST) {
-        if (!ok) { start_done(slot, 0, "a start read was refused"); return; }
-        /* the second, in the layout read's stead, serializable as the library's */
-        if (++g->first_reads < 2) gw_send(slot, OUT_FIRST, &eps[g->ep].serial, t);
-        else gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
+        if (!ok) { start_done(slot, 0, "the start read was refused"); return; }
+        gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
         return;
     }
     if (what == OUT_PUT) {
@@ -680,7 +681,7 @@ static void on_event(uint64_t data, uint32_t events) {
             const Str *req = &eps[g->ep].watch;
             if (conn_write(c, req->s, req->len) < 0) conn_close(c, 1);
         } else if (!g->started) {
-            if (start_mix) gw_send(slot, OUT_FIRST, &eps[g->ep].linear, t);
+            if (start_mix) gw_send(slot, OUT_FIRST, &eps[g->ep].first, t);
             else gw_send(slot, OUT_GRANT, &eps[g->ep].grant, t);
         }
         return;

@@ -34,6 +34,7 @@ from awide_cluster.store.types import (
     ManyGot,
     ManyRead,
     PrefixRead,
+    RangeResult,
 )
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def _folder(got: ManyGot) -> PrefixRead:
 
 
 def _key(got: ManyGot) -> KeyValue | ValueTooLarge | None:
-    if isinstance(got, PrefixRead):
-        raise BadResponse("read_many: a key answered as a prefix")
+    if isinstance(got, (PrefixRead, RangeResult)):
+        raise BadResponse(f"read_many: a key answered as a {type(got).__name__}")
     return got
 
 

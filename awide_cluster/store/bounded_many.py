@@ -1,5 +1,6 @@
 """``read_many``: several keys and prefixes in one request (a read-only transaction of ranges, one
-revision for all), each answered exactly as ``get_range``/``read_prefix`` answer it. Only the
+revision for all), each answered exactly as ``get_range``/``read_prefix`` answer it (a ranged
+key as ``range`` does: the transaction's revision and the key's count with its value). Only the
 plain case is taken from the transaction: a key or prefix with a refusal remembered, a value
 over its bound, a prefix whose keys fill a page, a transaction answer over its bound, or a
 transaction refused for space (etcd 3.5 refuses even a read-only one while its quota alarm is
@@ -32,6 +33,7 @@ from awide_cluster.store.types import (
     ManyGot,
     ManyRead,
     PrefixRead,
+    RangeResult,
     Refusal,
 )
 
@@ -44,7 +46,8 @@ Alone = Callable[[ManyRead, float], Awaitable[ManyGot]]
 async def read_many(store: RangeSource, reads: Iterable[ManyRead], alone: Alone, *,
                     timeout: float | None = None) -> list[ManyGot]:
     """Each read of ``reads``, in order: for a ``KeyRead`` its KeyValue, None (absent) or the
-    ``ValueTooLarge`` that ``get_range`` raises (returned, not raised); for a ``FolderRead``
+    ``ValueTooLarge`` that ``get_range`` raises (returned, not raised), a ranged one's
+    ``RangeResult`` in place of the KeyValue or None; for a ``FolderRead``
     the ``PrefixRead`` of ``read_prefix``. One request (a read-only transaction) when every
     read is plain; the others (see the module docstring) are read by ``alone(read, timeout
     left)`` (the store's own ``get``/``read_prefix``), concurrently, within the same deadline.
@@ -121,7 +124,8 @@ def _many_answers(store: RangeSource, asked: tuple[ManyRead, ...], batch: list[i
             if len(kvs) > 1 or (kvs and kvs[0].key != r.key):
                 raise BadResponse(f"read_many: the answer for {r.key!r} holds other keys")
             memory.forget(r.key)
-            got[i] = kvs[0] if kvs else None
+            got[i] = (RangeResult(revision=revision, kvs=kvs, count=codec.as_int(rr, "count"))
+                      if r.ranged else kvs[0] if kvs else None)
             continue
         if codec.as_bool(rr, "more") or len(kvs) >= _folder_page(r):
             continue                    # a full page: read_prefix pages on

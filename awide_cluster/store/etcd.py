@@ -189,11 +189,15 @@ class EtcdStore:
         return await bounded_many.read_many(self, reads, self.read_alone, timeout=timeout)
 
     async def read_alone(self, r: ManyRead, timeout: float) -> ManyGot:
-        """One read of a ``read_many`` by ``get`` or ``read_prefix``."""
+        """One read of a ``read_many`` by ``get`` (a ranged key: ``range``) or
+        ``read_prefix``."""
         if isinstance(r, FolderRead):
             return await self.read_prefix(r.prefix, max_keys=r.max_keys,
                                           max_value_bytes=r.max_value_bytes, timeout=timeout)
         try:
+            if r.ranged:
+                return await self.range(r.key, max_value_bytes=r.max_value_bytes,
+                                        timeout=timeout)
             return await self.get(r.key, max_value_bytes=r.max_value_bytes, timeout=timeout)
         except ValueTooLarge as e:
             return e

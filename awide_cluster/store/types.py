@@ -177,10 +177,13 @@ class PrefixRead:
 @dataclass(frozen=True, slots=True)
 class KeyRead:
     """One key of a ``read_many``: its value, refused (``ValueTooLarge``) when over
-    ``max_value_bytes`` (None: only the answer's bound, as ``get`` without a bound)."""
+    ``max_value_bytes`` (None: only the answer's bound, as ``get`` without a bound).
+    ``ranged``: answered as ``range`` answers it, a ``RangeResult`` (the answer's revision
+    and count with the value, as a reader that follows the key from that revision needs)."""
 
     key: str
     max_value_bytes: int | None = None
+    ranged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +196,6 @@ class FolderRead:
 
 
 ManyRead = KeyRead | FolderRead
-# what ``read_many`` answers for each read: a ``KeyRead``'s value, its absence or its refusal,
-# a ``FolderRead``'s ``PrefixRead``
-ManyGot = KeyValue | ValueTooLarge | None | PrefixRead
+# what ``read_many`` answers for each read: a ``KeyRead``'s value, its absence or its refusal
+# (a ranged one's ``RangeResult`` or its refusal), a ``FolderRead``'s ``PrefixRead``
+ManyGot = KeyValue | ValueTooLarge | None | PrefixRead | RangeResult

@@ -17,6 +17,7 @@ from awide_cluster.contract.records import GatewayRecord, LayoutRecord, decode_g
 from awide_cluster.store import EtcdStore, StoreConfig
 from awide_cluster.store.errors import Timeout
 from awide_gateway_cluster import layout as lay
+from awide_gateway_cluster.follower import Follower
 from awide_gateway_cluster.registration import Registration, check_layout
 from awide_harness.fakes import FakeNvmeWorld
 from tests.gateway.support import config, gateway
@@ -225,3 +226,86 @@ async def test_with_the_watch_the_first_poll_after_a_good_start_comes_an_interva
         assert turn - started >= cfg.timing.poll_interval
     finally:
         await gw.stop()
+
+
+async def test_the_start_read_proves_the_view_fresh_for_the_window_only(
+        store: EtcdStore, leader: Any, cluster_name: str) -> None:
+    # on a clock of the test's own: the start's answered read leaves out the serializable
+    # polls of the proof window after its answer, not one after it; a later poll proves nothing
+    await leader.publish([])
+    now = [100.0]
+    follower = Follower(store, cluster=cluster_name, call_timeout=bound(1.0),
+                        clock=lambda: now[0], linearizable_every=10, phase=0)
+    window = 1.75
+    assert (await follower.poll()).outcome == "applied"
+    now[0] += 1.0
+    assert not follower.skips(window)               # no notification yet: it would poll
+    follower.proved_at_start()
+    assert follower.state.last_progress == 100.0 and follower.skips(window)
+    now[0] = 100.0 + window + 0.01
+    assert not follower.skips(window)               # the window ended: it polls
+    assert (await follower.poll()).outcome == "unchanged"
+    follower.proved_at_start()                      # not the start's read: no proof
+    assert follower.state.last_progress == 100.0
+
+
+async def test_a_start_read_that_found_no_registry_proves_nothing(
+        store: EtcdStore, cluster_name: str) -> None:
+    now = [100.0]
+    follower = Follower(store, cluster=cluster_name, call_timeout=bound(1.0),
+                        clock=lambda: now[0], linearizable_every=10, phase=0)
+    await follower.poll()                           # answered: the registry is absent
+    follower.proved_at_start()
+    assert follower.state.problem and follower.state.last_progress is None
+    assert not follower.skips(1.75)
+
+
+@pytest.mark.parametrize("watch", [True, False])
+async def test_a_started_gateway_takes_its_start_read_as_proof_only_with_the_watch(
+        etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld, watch: bool) -> None:
+    await leader.publish([])
+    gw = gateway(config(cluster_name, etcd.endpoints, world, watch=watch), world)
+    await gw.start()
+    try:
+        st = gw._follower.state if gw._follower is not None else None
+        assert st is not None and st.last_ok is not None
+        assert st.last_progress == (st.last_ok if watch else None)
+    finally:
+        await gw.stop()
+
+
+class CountedReads(EtcdStore):
+    """The real store, the path of every read request counted."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.paths: list[str] = []
+
+    async def read(self, path: str, body: dict[str, Any], timeout: float | None, what: str,
+                   *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.paths.append(path)
+        return await super().read(path, body, timeout, what, max_bytes=max_bytes)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+async def test_a_start_reads_its_registry_and_layout_in_one_request(
+        etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld,
+        world_b: FakeNvmeWorld, recorded: bool) -> None:
+    reg = await leader.publish([])
+    if recorded:        # the namespace's layout recorded by a gateway started before
+        first = gateway(config(cluster_name, etcd.endpoints, world_b), world_b)
+        await first.start()
+        await first.stop()
+    counted = CountedReads(store_config(etcd, cluster_name))
+    gw = gateway(config(cluster_name, etcd.endpoints, world), world, store=counted)
+    await gw.start()
+    try:
+        # every read of the start: one read-only transaction, the registry applied and the
+        # layout verified (recorded by this one when it was absent)
+        assert counted.paths == ["/v3/kv/txn"]
+        view = gw.snapshot()
+        assert view.generation == reg.generation and view.layout_ok
+        assert await counted.get(keys.layout(gw.namespace), timeout=bound(1.0)) is not None
+    finally:
+        await gw.stop()
+        await counted.close()

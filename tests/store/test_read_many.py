@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from awide_cluster.store import EtcdStore, StoreConfig, ValueTooLarge
-from awide_cluster.store.types import FolderRead, KeyRead, KeyValue, ManyRead, PrefixRead
+from awide_cluster.store.types import (
+    FolderRead,
+    KeyRead,
+    KeyValue,
+    ManyRead,
+    PrefixRead,
+    RangeResult,
+)
 
 KIB = 1024
 
@@ -133,6 +140,35 @@ async def test_what_is_not_plain_is_read_alone_with_the_same_answer(counting):
         store.paths.clear()
     fixed = await store.read_many([reads[0], reads[3]])
     assert store.paths == ["/v3/kv/txn"]
+
+
+async def test_a_ranged_key_is_answered_as_range_answers_it(counting):
+    # in the transaction and alone: the answer's revision and count with the value, an
+    # absent key as a count of 0 (never mistaken for "not read"), a value over its bound
+    # refused by name
+    store, plain = counting
+    rev = await plain.put("registry", b"{}")
+    reads: list[ManyRead] = [KeyRead("registry", 4 * KIB, ranged=True),
+                             KeyRead("layouts/ns", ranged=True)]
+    got = await store.read_many(reads)
+    assert store.paths == ["/v3/kv/txn"]
+    reg, layout = got
+    assert isinstance(reg, RangeResult) and isinstance(layout, RangeResult)
+    alone_reg = await plain.range("registry", max_value_bytes=4 * KIB)
+    assert reg.revision >= rev and reg.revision == layout.revision
+    assert reg.count == 1 and same_kv(reg.kvs[0], alone_reg.kvs[0])
+    assert layout.count == 0 and layout.kvs == ()
+    big = await plain.put("registry", b"r" * (5 * KIB))
+    store.paths.clear()
+    got = await store.read_many(reads)
+    assert isinstance(got[0], ValueTooLarge) and got[0].mod_revision == big
+    assert isinstance(got[1], RangeResult) and got[1].count == 0
+    store.paths.clear()
+    got = await store.read_many(reads)          # remembered: the registry is ranged alone
+    assert isinstance(got[0], ValueTooLarge) and "/v3/kv/range" in store.paths
+    await plain.put("registry", b"{}")
+    got = await store.read_many(reads)          # alone, within its bound again: a RangeResult
+    assert isinstance(got[0], RangeResult) and got[0].kvs[0].value == b"{}"
 
 
 async def test_an_answer_over_the_stores_bound_is_read_again_key_by_key(cluster, make_store):
