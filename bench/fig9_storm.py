@@ -18,10 +18,10 @@ storm with the retry budget and every jitter off, on a fresh key prefix of the s
 - leases granted per gateway (etcd's lease list before and after) and layout writes per
   gateway (counted by each gateway's store);
 - etcd CPU per start: the three members' CPU over the storm window (its first start to 8 s
-  after its last) net of what the 50 running gateways cost before the storm and of the new
-  gateways' own steady cost once started (their rate in the hold's last 5 s, for the part of
-  the window each ran), per start; the upper bound (the new gateways' running cost left in)
-  beside it;
+  after its last) net of what the 50 running gateways cost before the storm (over 10 s) and
+  of the new gateways' own steady cost once started (their rate in the hold's last 10 s, a
+  whole cycle of linearizable polls, for the part of the window each ran), per start; the
+  upper bound (the new gateways' running cost left in) beside it;
 - the load generator: the gateway processes' own CPU in the same window, beside etcd's (on
   this box the instances' Python CPU, many per process, saturates the machine first: the
   bench must say whether it measured the system or its generator), and the requests each new
@@ -31,7 +31,7 @@ storm with the retry budget and every jitter off, on a fresh key prefix of the s
   steady load (the median of the hold's last 5 s); none when the machine is still saturated
   (>= 95 %) at the end of the hold.
 
-Full run only: a warm-up storm first (the naive kind, a 10 s hold), reported only by its etcd
+Full run only: a warm-up storm first (the naive kind, an 18 s hold), reported only by its etcd
 CPU per start: the first storm on a fresh etcd costs it more per start than the ones after,
 so neither arm pays for it. Full run only: the same with 1,000 gateways started within 5 s
 (built only). Both runs:
@@ -40,9 +40,10 @@ simulated gateways over 10 s, each at its own moment as the storm's (5 every 25 
 ``--quick``: 300 in 2 s): when all were started, and etcd's CPU per start net of idle and of
 the started ones' steady cost (a simulated start as the library's: a connection, one
 linearizable read-only transaction of the registry and the layout record, the lease grant,
-the record put on the lease, the registry watch). Beside it (full run), the same starts in 20 batches of 100: etcd amortises a
-batch's requests (its raft proposals and reads), so a batched replay costs it less per start
-than the same starts spread, and would flatter the figure.
+the record put on the lease, the registry watch). Beside it (full run), the same starts in
+20 batches of 100: etcd amortises a batch's requests (its raft proposals and reads), so a
+batched replay costs it less per start than the same starts spread, and would flatter the
+figure.
 
 Calibration in the same run: etcd idle CPU (no client), and etcd CPU with the 50 running;
 from the built storm, the box's cores, the load generator's CPU per start net of the running
@@ -98,7 +99,14 @@ FRESH_GOAL = 5.0
 POLL_BOUND = 0.5
 CPU_GOAL_MS = 5.0
 STEADY_WITHIN_S = 10.0
-WARMUP_HOLD = 10.0          # the warm-up storm's hold (full run only)
+# the running gateways' steady rates (etcd's, the generator's) are read over the hold's last
+# this many seconds: a whole cycle of linearizable polls at the default interval (1 s, every
+# 10th), so a storm whose gateways poll linearizably in step (the naive arm's, no phase) has
+# each of them once in it, not once or not at all as in a shorter tail
+RATE_TAIL = 10.0
+WINDOW_AFTER = 8.0          # the storm window ends this long after the last start
+# the warm-up storm's hold (full run only): its window, then its steady rates' tail
+WARMUP_HOLD = WINDOW_AFTER + RATE_TAIL
 
 
 async def _publish(endpoints: tuple[str, ...], cluster: str, ctx: Context) -> int:
@@ -212,7 +220,7 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
                 "fresh")
         time.sleep(3.0)             # not a wait: the running gateways settle
         e0, m0 = etcd_cpu(etcd), time.monotonic()
-        time.sleep(4.0)             # not a wait: the 50 gateways' steady etcd CPU window
+        time.sleep(RATE_TAIL)       # not a wait: the 50 gateways' steady etcd CPU window
         rate50 = (etcd_cpu(etcd) - e0) / (time.monotonic() - m0)
         before = _report(running, 0.0, 0.0)
         per = [storm_n // procs + (1 if k < storm_n % procs else 0) for k in range(procs)]
@@ -244,25 +252,28 @@ def _storm(ctx: Context, etcd: Any, *, naive: bool, hold: float, running_n: int,
     # etcd CPU of the starts: the storm window net of the running gateways' steady cost
     # before it; the new gateways' own running cost in the window is left in (an upper bound)
     samples = sampler.samples
-    w_end = last + 8.0
+    w_end = last + WINDOW_AFTER
     span = w_end - start_at
     spent = sampler.etcd_at(w_end) - sampler.etcd_at(start_at)
     upper_ms = max(0.0, spent - rate50 * span) / storm_n * 1000.0
     tail = [s for s in samples if s[0] >= end - 5.0]
-    rate450 = ((tail[-1][2] - tail[0][2]) / (tail[-1][0] - tail[0][0])
-               if len(tail) >= 2 else None)
+    # the steady rates over the hold's last RATE_TAIL seconds (never within the window)
+    steady = [s for s in samples if s[0] >= max(w_end, end - RATE_TAIL)]
+    rate450 = ((steady[-1][2] - steady[0][2]) / (steady[-1][0] - steady[0][0])
+               if len(steady) >= 2 else None)
     # net of the new gateways' own steady cost in the window too (their polls, watches and
-    # keepalives once started, at the rate the hold's last 5 s show per gateway): what the
-    # starts themselves cost etcd
+    # keepalives once started, at the rate the hold's last RATE_TAIL s show per gateway):
+    # what the starts themselves cost etcd
     per_new = max(0.0, (rate450 or rate50) - rate50) / storm_n
     running_new = per_new * sum(max(0.0, w_end - s) for s in sched)
     cpu_per_start_ms = max(0.0, spent - rate50 * span - running_new) / storm_n * 1000.0
     # the load generator: the gateway processes' own CPU over the same window
     gen_s = sampler.generator_between(start_at, w_end)
-    # its steady rate per running gateway (the hold's last 5 s), and what the starts cost it
-    # net of that (the running gateways' share of the window taken out, as for etcd)
-    gen_each = (sampler.generator_between(tail[0][0], tail[-1][0])
-                / (tail[-1][0] - tail[0][0]) / (running_n + storm_n)) if len(tail) >= 2 else 0.0
+    # its steady rate per running gateway (as etcd's), and what the starts cost it net of
+    # that (the running gateways' share of the window taken out, as for etcd)
+    gen_each = (sampler.generator_between(steady[0][0], steady[-1][0])
+                / (steady[-1][0] - steady[0][0]) / (running_n + storm_n)
+                ) if len(steady) >= 2 else 0.0
     gen_run_s = gen_each * (running_n * span + sum(max(0.0, w_end - s) for s in sched))
     gen_start_ms = max(0.0, gen_s - gen_run_s) / storm_n * 1000.0
     storm_busy = [s[1] for s in samples if start_at <= s[0] <= last + 5.0]
