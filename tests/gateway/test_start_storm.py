@@ -21,6 +21,7 @@ from awide_gateway_cluster.follower import Follower
 from awide_gateway_cluster.registration import Registration, check_layout
 from awide_harness.fakes import FakeNvmeWorld
 from tests.gateway.support import config, gateway
+from tests.store.test_read_many import CountingStore
 from tests.timing import bound, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -274,19 +275,6 @@ async def test_a_started_gateway_takes_its_start_read_as_proof_only_with_the_wat
         await gw.stop()
 
 
-class CountedReads(EtcdStore):
-    """The real store, the path of every read request counted."""
-
-    def __init__(self, config: StoreConfig) -> None:
-        super().__init__(config)
-        self.paths: list[str] = []
-
-    async def read(self, path: str, body: dict[str, Any], timeout: float | None, what: str,
-                   *, max_bytes: int | None = None) -> tuple[str, dict[str, Any]]:
-        self.paths.append(path)
-        return await super().read(path, body, timeout, what, max_bytes=max_bytes)
-
-
 @pytest.mark.parametrize("recorded", [False, True])
 async def test_a_start_reads_its_registry_and_layout_in_one_request(
         etcd: Any, leader: Any, cluster_name: str, world: FakeNvmeWorld,
@@ -296,7 +284,7 @@ async def test_a_start_reads_its_registry_and_layout_in_one_request(
         first = gateway(config(cluster_name, etcd.endpoints, world_b), world_b)
         await first.start()
         await first.stop()
-    counted = CountedReads(store_config(etcd, cluster_name))
+    counted = CountingStore(store_config(etcd, cluster_name))
     gw = gateway(config(cluster_name, etcd.endpoints, world), world, store=counted)
     await gw.start()
     try:
