@@ -24,9 +24,9 @@
  * watch stream, without "keepalive" no keepalive (the lease is still granted once at start),
  * without "proof" every turn's poll is made (the mix before the watch proved freshness);
  * "naive" ignores it. An unknown part ends the process with an error naming it.
- * "record_prefix" in the spec makes each start the gateway library's (figure 9's replay): two
- * linearizable reads, the lease grant, a put of the record (record_prefix + index, 256 bytes)
- * on the lease, then the mix.
+ * "record_prefix" in the spec makes each start the gateway library's (figure 9's replay): one
+ * linearizable read-only transaction of two ranges, the lease grant, a put of the record
+ * (record_prefix + index, 256 bytes) on the lease, then the mix.
  * One request out per gateway at a time: a poll due while one is out is not made (counted as
  * skipped); a keepalive due then is sent after the answer. Answers are framed (status line,
  * Content-Length or the chunked terminator), never decoded, except the lease grant's ID.
