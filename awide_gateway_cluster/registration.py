@@ -75,9 +75,10 @@ async def check_layout(store: LayoutStore, mine: LayoutRecord, *, timeout: float
     (``layout.adopt``; ``adopted`` is called with ``mine`` as changed, before the judgement).
     """
     key = keys.layout(mine.namespace)
-    # serializable (no raft round): the store refuses an answer below the highest revision it
-    # has seen (``RevisionWentBack``), so it is no older than the registry read before it and
-    # than this store's own writes; a record created since is caught by the create's compare
+    # read here, serializable (no raft round): the store refuses an answer below the highest
+    # revision it has seen (``RevisionWentBack``), so it is no older than the registry read
+    # before it and than this store's own writes; a record created since is caught by the
+    # create's compare (a start's ``read`` came in its registry read's linearizable request)
     kv = (await store.get(key, timeout=timeout, serializable=True)
           if isinstance(read, NotRead) else read)
     if kv is None:
