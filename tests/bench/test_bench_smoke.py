@@ -100,6 +100,10 @@ def test_quick_footprint_figure_end_to_end(tmp_path: Path, etcd_binaries: dict[s
     rss = next(r for r in rows if r["name"].startswith("daemon RSS"))
     assert rss["value"] > 1.0                       # a Python process: more than a megabyte
     assert rss["extra"]["cards_in"] == 8            # steady state was reached with 8 cards
+    cpu = next(r for r in rows if r["name"].startswith("daemon CPU"))
+    each = cpu["extra"]["cpu_pct_each"]             # one share per window, each process's
+    assert len(each["daemon"]) == len(each["witness"]) == cpu["runs"]
+    assert cpu["value"] == sorted(each["daemon"])[(cpu["runs"] - 1) // 2]
     units = next(r for r in rows if r["name"].startswith("store-unit probes"))
     assert units["baseline"] > 0 and len(units["extra"]["per_turn_ms"]) == units["runs"]
     # the table went to stdout, one line per row
