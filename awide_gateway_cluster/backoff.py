@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from awide_cluster.store.errors import Timeout
+
 # the longest wait between two tries of a failing loop, in loop intervals
 CAP_INTERVALS = 4.0
 
@@ -43,6 +45,11 @@ class Backoff:
 # the longest bound of one etcd call of a loop whose calls ran out of time, in call timeouts
 STRETCH_MAX = 16.0
 
+# a client whose event loop woke this much later than asked during a call (seconds) was busy:
+# its bound passed because it read the answer late, not because etcd did not answer (the
+# store's default hedge delay: a wait this late puts off a hedge for the same reason)
+LATE_LOOP = 0.05
+
 
 def stretched(late: int, call_timeout: float, most: float) -> float:
     """The bound of a loop's next etcd call after ``late`` tries in a row whose bound passed:
@@ -50,14 +57,26 @@ def stretched(late: int, call_timeout: float, most: float) -> float:
     return max(call_timeout, min(most, call_timeout * 2.0 ** min(max(late, 0), 32)))
 
 
+def ran_late(outcome: object) -> bool:
+    """Whether a try's bound passed while the client's own event loop ran late: a store
+    ``Timeout`` whose ``late`` is at least ``LATE_LOOP``, or the caller's own fence around
+    the store's bounded call (``TimeoutError``: the store's bound was read that late).
+    A deadline that passed on time is etcd not answering (a frozen member, no quorum)."""
+    if isinstance(outcome, Timeout):
+        return outcome.late >= LATE_LOOP
+    return isinstance(outcome, TimeoutError)
+
+
 @dataclass
 class Stretch:
     """The bound of a loop's next etcd call. A client whose own event loop runs seconds late (a
     start storm on a busy host) reads etcd's answer only after a fixed bound has passed: every
     try would fail while etcd answered each in milliseconds, and each failed try is sent
-    again. After each try whose bound passed the next one gets twice the bound, up to
-    ``most``; an answered try (or any other failure) brings it back to ``call_timeout``.
-    The bound stays a bound: at most ``most``."""
+    again. After each try whose bound passed while the loop ran late (``ran_late``) the next
+    one gets twice the bound, up to ``most``; an answered try, a deadline that passed on time
+    (etcd did not answer: the next try must leave a frozen member as soon as the first did)
+    or any other failure brings it back to ``call_timeout``. The bound stays a bound: at
+    most ``most``."""
 
     call_timeout: float
     most: float
@@ -66,6 +85,7 @@ class Stretch:
     def bound(self) -> float:
         return stretched(self.late, self.call_timeout, self.most)
 
-    def note(self, timed_out: bool) -> None:
-        """Note the outcome of a try: its bound passed (``timed_out``) or not."""
-        self.late = self.late + 1 if timed_out else 0
+    def note(self, late: bool) -> None:
+        """Note the outcome of a try: its bound passed while the loop ran late (``late``,
+        see ``ran_late``) or not."""
+        self.late = self.late + 1 if late else 0

@@ -24,12 +24,12 @@ from dataclasses import replace
 from awide_cluster.contract import keys
 from awide_cluster.contract.records import GatewayRecord, LayoutRecord
 from awide_cluster.contract.registry import Registry
-from awide_cluster.store.errors import StoreError, Timeout
+from awide_cluster.store.errors import StoreError
 from awide_cluster.store.port import Store
 from awide_cluster.store.types import KeyRead, KeyValue, ManyGot, RangeResult
 from awide_gateway_cluster import events as ev
 from awide_gateway_cluster import layout as lay
-from awide_gateway_cluster.backoff import CAP_INTERVALS, STRETCH_MAX, Backoff, Stretch
+from awide_gateway_cluster.backoff import CAP_INTERVALS, STRETCH_MAX, Backoff, Stretch, ran_late
 from awide_gateway_cluster.registration import NOT_READ, NotRead, Registration, check_layout
 from awide_gateway_cluster.state_keeping import StateKeeping
 
@@ -138,7 +138,7 @@ class EtcdSide:
                                           create=create, adopted=self._adopt,
                                           read=_recorded(read))
         except (StoreError, TimeoutError) as e:
-            self._layout_bound.note(isinstance(e, (Timeout, TimeoutError)))
+            self._layout_bound.note(ran_late(e))
             log.debug("layout of %s not checked yet (calls bounded by %.2f s): %s",
                       self.layout.namespace, bound, e)
             return False

@@ -67,10 +67,10 @@ from awide_cluster.contract.registry import (
     check_slots,
     went_back,
 )
-from awide_cluster.store.errors import BadResponse, StoreError, Timeout, ValueTooLarge
+from awide_cluster.store.errors import BadResponse, StoreError, ValueTooLarge
 from awide_cluster.store.port import StoreReader
 from awide_cluster.store.types import KeyRead, KeyValue, ManyGot, RangeResult, WatchEvent
-from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
+from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch, ran_late
 
 StepOutcome = Literal["applied", "unchanged", "rejected", "failed"]
 
@@ -282,8 +282,9 @@ class Follower:
     that answers serializable reads without a quorum behind it (cut off, or the quorum lost)
     cannot make the view look fresh. A turn is one poll interval: its poll is made, or left
     out (``skip``) when ``skips`` says the watch proved the view fresh. A poll is bounded by
-    the call timeout; after polls whose bound passed, by twice as much each time, up to
-    ``STRETCH_MAX`` call timeouts (``backoff.Stretch``), until one is answered."""
+    the call timeout; after polls whose bound passed while this client's own event loop ran
+    late, by twice as much each time, up to ``STRETCH_MAX`` call timeouts
+    (``backoff.Stretch``), until one is answered."""
 
     def __init__(self, store: StoreReader, *, cluster: str, call_timeout: float,
                  clock: Callable[[], float], linearizable_every: int = 10,
@@ -384,7 +385,7 @@ class Follower:
                     answer, other = _ranged(got[0]), got[1]
         except (StoreError, TimeoutError, OSError) as e:
             answer = e
-        self.stretch.note(isinstance(answer, (Timeout, TimeoutError)))
+        self.stretch.note(ran_late(answer))
         if self.store.timeline_epoch != self.state.epoch:
             # adopted during this poll (asked again in the new history): its answer is of the
             # new history, the revisions remembered are not

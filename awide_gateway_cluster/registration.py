@@ -19,10 +19,10 @@ from awide_cluster.contract.records import (
     LayoutRecordError,
     decode_layout,
 )
-from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError, Timeout
+from awide_cluster.store.errors import Conflict, LeaseExists, LeaseExpired, StoreError
 from awide_cluster.store.port import LeaseKeeper, StoreReader, StoreWriter
 from awide_cluster.store.types import Compare, KeyValue, Put
-from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch
+from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch, ran_late
 from awide_gateway_cluster.layout import (
     LayoutMismatch,
     LayoutUnreadable,
@@ -153,7 +153,8 @@ class Registration:
 
     A tick never gives up for good: the etcd side's loop ticks again after its jittered
     back-off until the record is written. Each call of a tick is bounded by ``bound()``: the
-    call timeout, doubled after each tick whose bound passed (``backoff.Stretch``), at most
+    call timeout, doubled after each tick whose bound passed while the gateway's own event
+    loop ran late (``backoff.Stretch``), at most
     ``STRETCH_MAX`` call timeouts and a quarter of the TTL: a gateway whose own event loop runs
     late (a start storm on a busy host) reads etcd's answers seconds after they came, and
     with a fixed bound no try of it would ever land.
@@ -228,7 +229,7 @@ class Registration:
                 self.failures += 1
             except StoreError as e:
                 self.failures += 1
-                self.stretch.note(isinstance(e, Timeout))
+                self.stretch.note(ran_late(e))
                 log.debug("registration of %s not refreshed (calls bounded by %.2f s): %s",
                           self.key, bound, e)
                 return False

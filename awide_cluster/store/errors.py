@@ -44,11 +44,14 @@ class Unavailable(StoreError):
 
 
 class Timeout(StoreError):
-    """The call's deadline passed."""
+    """The call's deadline passed. ``late``: the most the caller's own event loop woke late
+    during the call (seconds): a client too busy to read its answers in time (a start storm
+    on a busy host), not a member that did not answer (about 0 when the loop kept time)."""
 
-    def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
+    def __init__(self, message: str, *, maybe_applied: bool = False, late: float = 0.0) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
+        self.late = late
 
 
 class Conflict(StoreError):

@@ -163,7 +163,8 @@ def combine(errors: list[StoreError], what: str) -> StoreError:
         if kind is EtcdUnreachable:
             return Unavailable(f"{what}: no member reachable: {detail}")
         if kind is Timeout:
-            return Timeout(f"{what}: {detail}", maybe_applied=any(e.maybe_applied for e in errors))
+            return Timeout(f"{what}: {detail}", maybe_applied=any(e.maybe_applied for e in errors),
+                           late=max(getattr(e, "late", 0.0) for e in errors))
         try:
             return kind(f"{what}: {detail}")
         except TypeError:
@@ -183,6 +184,7 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
     errors: list[StoreError] = []
     next_launch = loop.time()
     free = True             # the next request is not paid for (the first, or after no send)
+    late = 0.0              # the most this client's loop woke late from a wait (Timeout.late)
     if budget is not None:
         budget.call()
     try:
@@ -207,10 +209,13 @@ async def hedged(attempt: Callable[[str], Awaitable[T]], ring: EndpointRing, hed
                     ring.demote(ep)
                 waiting = ", ".join(pending.values())
                 extra = f" (others failed: {'; '.join(map(str, errors))})" if errors else ""
-                raise Timeout(f"{what}: no answer within the deadline from {waiting}{extra}")
+                raise Timeout(f"{what}: no answer within the deadline from {waiting}{extra}",
+                              late=max(late, now - deadline))
             wait = min(remaining, max(0.0, next_launch - now)) if queue else remaining
             done, _ = await asyncio.wait(pending, timeout=wait,
                                          return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                late = max(late, loop.time() - (now + wait))
             if not done and queue and lagging(now + wait, loop.time(), hedge_after):
                 # this client was late, not the member: the member gets another hedge delay
                 # of a loop that runs (a start storm on a busy host sends no hedges)
@@ -252,7 +257,8 @@ async def write_once(attempt: Callable[[str, SendState], Awaitable[T]], ring: En
             ring.demote(ep)
             raise Timeout(f"{what}: no answer from {ep} within the deadline"
                           + (" (the write may have been applied)" if sent.connected else ""),
-                          maybe_applied=sent.connected) from None
+                          maybe_applied=sent.connected,
+                          late=max(0.0, asyncio.get_running_loop().time() - deadline)) from None
         except EtcdUnreachable as exc:
             ring.demote(ep)
             errors.append(exc)

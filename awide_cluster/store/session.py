@@ -305,7 +305,9 @@ class Session:
             async with asyncio.timeout_at(deadline + 0.02):
                 return await coro
         except TimeoutError:
-            raise Timeout(f"{what}: no answer within the deadline", maybe_applied=write) from None
+            late = max(0.0, asyncio.get_running_loop().time() - (deadline + 0.02))
+            raise Timeout(f"{what}: no answer within the deadline", maybe_applied=write,
+                          late=late) from None
 
     # ------------------------------------------------------------------ lifecycle
 

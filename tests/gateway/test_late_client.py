@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from awide_cluster.contract import registry as regdoc
 from awide_cluster.contract import slots as slotfn
 from awide_cluster.contract.records import GatewayRecord
-from awide_cluster.store.errors import LeaseExists, LeaseExpired, Timeout
+from awide_cluster.store.errors import LeaseExists, LeaseExpired, Timeout, Unavailable
 from awide_cluster.store.port import Store, StoreReader
 from awide_cluster.store.types import KeyValue, Lease, RangeResult
-from awide_gateway_cluster.backoff import STRETCH_MAX, Stretch, stretched
+from awide_gateway_cluster.backoff import LATE_LOOP, STRETCH_MAX, Stretch, ran_late, stretched
 from awide_gateway_cluster.follower import Follower
 from awide_gateway_cluster.registration import Registration
 
@@ -40,6 +40,7 @@ class LateClient:
 
     def __init__(self, lag: float) -> None:
         self.lag = lag
+        self.lag_read: float | None = None      # Timeout.late: the lag, unless set (0: on time)
         self.leases: set[int] = set()
         self.keys: dict[str, int] = {}          # key -> lease
         self.sent: list[tuple[str, float]] = []  # (kind, bound)
@@ -48,7 +49,8 @@ class LateClient:
         assert timeout is not None, "every registration call is bounded"
         self.sent.append((kind, timeout))
         if timeout < self.lag:
-            raise Timeout(f"{kind}: no answer within {timeout} s", maybe_applied=True)
+            raise Timeout(f"{kind}: no answer within {timeout} s", maybe_applied=True,
+                          late=self.lag if self.lag_read is None else self.lag_read)
 
     async def grant(self, ttl: int, *, lease_id: int = 0, timeout: float | None = None) -> Lease:
         if lease_id in self.leases:
@@ -167,6 +169,37 @@ def test_a_stretch_doubles_per_late_try_up_to_its_most_and_resets_on_an_answer(
             assert s.bound() == call
 
 
+def test_only_a_deadline_read_late_is_the_clients_lateness() -> None:
+    assert ran_late(Timeout("t", late=LATE_LOOP)) and ran_late(Timeout("t", late=3.0))
+    assert not ran_late(Timeout("t", late=LATE_LOOP / 2)) and not ran_late(Timeout("t"))
+    assert ran_late(TimeoutError())         # the caller's own fence: the store's bound ran late
+    assert not ran_late(Unavailable("no member")) and not ran_late(None)
+    assert not ran_late(RangeResult(kvs=(), count=0, revision=1))
+
+
+async def test_polls_a_member_does_not_answer_stay_at_the_call_timeout() -> None:
+    # etcd not answering (a frozen member, no quorum) while this client keeps time: every
+    # poll keeps the call timeout, so the one after etcd is back leaves a frozen member as
+    # soon as the first did
+    store = LatePolls(lag=100.0, registry=registry_kv(), late=0.0)
+    f = Follower(cast(StoreReader, store), cluster="c1", call_timeout=CALL,
+                 clock=lambda: 0.0)
+    for _ in range(6):
+        assert (await f.poll()).outcome == "failed"
+    assert store.bounds == [CALL] * 6
+    store.lag = 0.0
+    assert (await f.poll()).outcome == "applied" and store.bounds[-1] == CALL
+
+
+async def test_registration_ticks_etcd_does_not_answer_stay_at_the_call_timeout() -> None:
+    client = LateClient(lag=100.0)
+    client.lag_read = 0.0
+    reg = registration(client)
+    for n in range(1, 6):
+        assert not await reg.tick(RECORD, 100.0 + n)
+    assert {b for _, b in client.sent} == {CALL} and reg.failures == 5
+
+
 def test_a_short_ttl_caps_the_bound_at_a_quarter_of_it() -> None:
     reg = Registration(cast(Store, LateClient(0.0)), "gw-2", ttl=4, call_timeout=CALL)
     for _ in range(10):
@@ -180,15 +213,18 @@ class LatePolls:
 
     timeline_epoch = 0
 
-    def __init__(self, lag: float, registry: KeyValue) -> None:
+    def __init__(self, lag: float, registry: KeyValue, *, late: float | None = None) -> None:
         self.lag, self.registry = lag, registry
+        # how late the client's loop read the deadline (``Timeout.late``): the lag, unless
+        # the client kept time and the member did not answer (0)
+        self.late = lag if late is None else late
         self.bounds: list[float] = []
 
     async def range(self, key: str, **kw: Any) -> RangeResult:
         timeout = kw["timeout"]
         self.bounds.append(timeout)
         if timeout < self.lag:
-            raise Timeout(f"range {key!r}: no answer within {timeout} s")
+            raise Timeout(f"range {key!r}: no answer within {timeout} s", late=self.late)
         return RangeResult(kvs=(self.registry,), count=1, revision=self.registry.mod_revision)
 
 
@@ -207,11 +243,11 @@ async def test_polls_of_a_late_client_stretch_until_one_lands_then_come_back() -
     assert outcomes == ["failed", "failed", "failed", "applied"]
     assert store.bounds == [0.5, 1.0, 2.0, 4.0]
     assert f.state.registry is not None and not f.state.problem
-    store.lag = 0.0
+    store.lag = store.late = 0.0
     await f.poll()
     assert store.bounds[-1] == CALL          # answered: back to the call timeout
     # the first failure of a fresh view still comes within the call timeout
-    store.lag = 100.0
+    store.lag = store.late = 100.0
     assert (await f.poll()).outcome == "failed" and store.bounds[-1] == CALL
     for _ in range(10):
         await f.poll()

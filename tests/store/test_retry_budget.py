@@ -170,3 +170,32 @@ async def test_no_hedge_is_sent_while_the_clients_own_loop_runs_late() -> None:
                              "get", budget=budget)
     assert answer == "a" and asked == ["a"]
     assert budget.extra == 0 and budget.deferred >= 1
+
+
+async def test_a_deadline_a_silent_member_let_pass_is_not_the_clients_lateness() -> None:
+    # the member never answers and this client's loop waits (keeps time): the Timeout says the
+    # loop woke about on time (the caller must not take a silent member for a late client)
+    empty = RetryBudget(ratio=0.0, burst=1.0)
+    empty.spend()
+    with pytest.raises(Timeout) as silent:
+        await call(Members(), empty, timeout=0.1)
+    assert 0.0 <= silent.value.late < 0.1
+
+
+async def test_a_deadline_read_by_a_busy_loop_carries_how_late_it_woke() -> None:
+    # the member answers only after this client's loop was busy (a CPU-bound step) well past
+    # the deadline: the Timeout carries at least the overrun (the loop could not wake sooner)
+    async def attempt(ep: str) -> str:
+        await asyncio.sleep(0)
+        busy_until = time.monotonic() + 0.4
+        while time.monotonic() < busy_until:        # the loop is busy, not waiting
+            pass
+        await asyncio.Event().wait()
+        return ep
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 0.1
+    with pytest.raises(Timeout) as busy:
+        await hedged(attempt, EndpointRing(("a",)), 0.05, deadline, "get",
+                     budget=RetryBudget())
+    assert busy.value.late >= 0.25
