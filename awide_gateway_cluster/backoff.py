@@ -85,7 +85,7 @@ class Stretch:
     def bound(self) -> float:
         return stretched(self.late, self.call_timeout, self.most)
 
-    def note(self, late: bool) -> None:
-        """Note the outcome of a try: its bound passed while the loop ran late (``late``,
-        see ``ran_late``) or not."""
-        self.late = self.late + 1 if late else 0
+    def note(self, read_late: bool) -> None:
+        """Note the outcome of a try: its bound passed while the loop ran late
+        (``read_late``, see ``ran_late``) or not."""
+        self.late = self.late + 1 if read_late else 0

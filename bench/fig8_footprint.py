@@ -227,14 +227,14 @@ def run(ctx: Context) -> list[Row]:
         # moves by about a fifth between runs: a median of three is less at one's mercy)
         each: dict[str, list[float]] = {k: [] for k in pids}
         for _ in range(1 if ctx.quick else WINDOWS):
-            c0, w0 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}, \
-                time.monotonic()
+            c0 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
+            w0 = time.monotonic()
             while time.monotonic() < w0 + window:
                 for k, p in pids.items():
                     peak[k] = max(peak[k], rss_bytes(p))
                 time.sleep(0.5)         # not a wait: the RSS sampling period
-            c1, w1 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}, \
-                time.monotonic()
+            c1 = {k: cpu_seconds(p, children=True) for k, p in pids.items()}
+            w1 = time.monotonic()
             for k in pids:
                 each[k].append((c1[k] - c0[k]) / (w1 - w0) * 100.0)
         r1, t1 = asyncio.run(_revision(eps, cluster)), time.monotonic()

@@ -38,9 +38,11 @@ class LateClient:
     after it came: every request is applied; its caller sees the answer only when its bound
     is at least ``lag``. Every request and its bound is counted."""
 
-    def __init__(self, lag: float) -> None:
+    def __init__(self, lag: float, *, late: float | None = None) -> None:
         self.lag = lag
-        self.lag_read: float | None = None      # Timeout.late: the lag, unless set (0: on time)
+        # how late the client's loop read the deadline (``Timeout.late``): the lag, unless
+        # the client kept time and etcd did not answer (0)
+        self.late = lag if late is None else late
         self.leases: set[int] = set()
         self.keys: dict[str, int] = {}          # key -> lease
         self.sent: list[tuple[str, float]] = []  # (kind, bound)
@@ -50,7 +52,7 @@ class LateClient:
         self.sent.append((kind, timeout))
         if timeout < self.lag:
             raise Timeout(f"{kind}: no answer within {timeout} s", maybe_applied=True,
-                          late=self.lag if self.lag_read is None else self.lag_read)
+                          late=self.late)
 
     async def grant(self, ttl: int, *, lease_id: int = 0, timeout: float | None = None) -> Lease:
         if lease_id in self.leases:
@@ -192,8 +194,7 @@ async def test_polls_a_member_does_not_answer_stay_at_the_call_timeout() -> None
 
 
 async def test_registration_ticks_etcd_does_not_answer_stay_at_the_call_timeout() -> None:
-    client = LateClient(lag=100.0)
-    client.lag_read = 0.0
+    client = LateClient(lag=100.0, late=0.0)
     reg = registration(client)
     for n in range(1, 6):
         assert not await reg.tick(RECORD, 100.0 + n)
