@@ -17,11 +17,12 @@ from .conftest import card_state, make_config, store_of
 from .test_leader_watch_etcd import SLOW_POLL
 
 ARRIVAL = "(on a report's arrival)"
+LEADER = "awide_cluster.leader"
 
 
 async def test_a_card_goes_out_and_back_on_its_hosts_reports_not_the_leaders_poll(
         etcd, cluster_name, cards, caplog):
-    caplog.set_level(logging.INFO, logger="awide_cluster.leader")
+    caplog.set_level(logging.INFO, logger=LEADER)
     lead = Daemon(make_config(etcd, cluster_name, "h1", timing=SLOW_POLL))
     cards.make("h2c0", "SN-h2c0")
     host = Daemon(make_config(etcd, cluster_name, "h2", [cards.spec("h2c0")], timing=FAST))
@@ -37,10 +38,11 @@ async def test_a_card_goes_out_and_back_on_its_hosts_reports_not_the_leaders_pol
             cards.set_healthy("h2c0", healthy)
             await wait_until(lambda s=state: _is(store, cid, s), what=f"the card {state}")
             # the leader logs the change once etcd answered the commit, in the history's
-            # words ("gen 7 out card <id> (h2/h2c0): ..."): wait for the line
+            # words ("gen 7 out card <id> (h2/h2c0): ..."): wait for the line (the leader's
+            # own: the card's host logs the same words when it follows the registry)
             said = await wait_until(lambda s=state: [
                 r.getMessage() for r in caplog.records
-                if f" {s} card {cid}" in r.getMessage()],
+                if r.name == LEADER and f" {s} card {cid}" in r.getMessage()],
                 what=f"the leader's line for the card {state}")
             assert said[-1].endswith(ARRIVAL), said
         assert lead.report_cycles.get("wrote", 0) >= 3      # admitted, out, in
