@@ -308,23 +308,42 @@ def _kill_in(namespaces: list[str]) -> None:
             pass
 
 
+def _remove_network(tag: str, bound: float = 20.0) -> list[str]:
+    """Kill what is left in lab ``tag``'s namespaces, then delete them, its veths and its
+    bridge, again until none is listed or ``bound`` seconds passed: a namespace whose last
+    processes are still exiting can refuse its deletion for a moment. What ``ip`` said of each
+    deletion it refused in the last round (empty: the lab's network is gone)."""
+    deadline = time.monotonic() + bound
+    while True:
+        namespaces, links = _labs_here().get(tag, ([], []))
+        if not namespaces and not links:
+            return []
+        _kill_in(namespaces)
+        refused = [f"ip netns delete {ns}: {r.stderr.strip()}" for ns in namespaces
+                   if (r := _ip("netns", "delete", ns, check=False)).returncode != 0]
+        for link in sorted(links, key=lambda n: n.endswith("br")):   # veths, then bridge
+            if (r := _ip("link", "delete", link, check=False)).returncode != 0:
+                refused.append(f"ip link delete {link}: {r.stderr.strip()}")
+        if tag not in _labs_here():
+            return []
+        if time.monotonic() >= deadline:
+            return refused
+        time.sleep(0.5)                 # not a wait for a condition: the next round's pace
+
+
 def _clear_leftovers() -> list[str]:
     """Remove the labs of earlier runs that died without their teardown (killed, or stopped
     hard): their containers, namespaces, veths and bridge. A lab whose run is alive holds its
     lock and is left alone."""
     LABS.mkdir(parents=True, exist_ok=True)
     cleared = []
-    for tag, (namespaces, links) in sorted(_labs_here().items()):
+    for tag in sorted(_labs_here()):
         with open(LABS / f"{tag}.lock", "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue                             # a run in progress
-            _kill_in(namespaces)
-            for ns in namespaces:
-                _ip("netns", "delete", ns, check=False)
-            for link in sorted(links, key=lambda n: n.endswith("br")):   # veths, then bridge
-                _ip("link", "delete", link, check=False)
+            _remove_network(tag)
             shutil.rmtree(LABS / tag, ignore_errors=True)
             (LABS / f"{tag}.lock").unlink(missing_ok=True)
         cleared.append(tag)
@@ -343,9 +362,8 @@ class Lab:
     logs: Path
     cards: Path                              # the card directories, one per storage host
     bridge: str = ""
-    made_ns: list[str] = field(default_factory=list)
-    made_links: list[str] = field(default_factory=list)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)     # what ip said of a refused deletion
 
     def ns(self, host: str) -> str:
         return f"{self.tag}-{host}"
@@ -369,15 +387,12 @@ class Lab:
         self.bridge = f"{self.tag}br"
         gw = self.subnet.network_address + 1
         _ip("link", "add", self.bridge, "type", "bridge")
-        self.made_links.append(self.bridge)
         _ip("addr", "add", f"{gw}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, host in enumerate(LAB_HOSTS):
             ns, veth = self.ns(host), f"{self.tag}v{i}"
             _ip("netns", "add", ns)
-            self.made_ns.append(ns)
             _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self.made_links.append(veth)
             _ip("link", "set", veth, "master", self.bridge, "up")
             _ip("-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
@@ -425,11 +440,7 @@ class Lab:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        _kill_in(self.made_ns)
-        for ns in self.made_ns:
-            _ip("netns", "delete", ns, check=False)
-        for link in reversed(self.made_links):
-            _ip("link", "delete", link, check=False)
+        self.refused = _remove_network(self.tag)
         for sock in self.control_dir.glob("*"):   # the SSH masters (ControlPersist)
             _run(["ssh", "-S", str(sock), "-O", "exit", "lab"], timeout=10, check=False)
         shutil.rmtree(self.control_dir, ignore_errors=True)
@@ -492,7 +503,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Timings
         t.lap("teardown")
         print("[systest] timings: " + ", ".join(f"{n} {s:.1f}s" for n, s in t.phases),
               flush=True)
-        assert lab.tag not in _labs_here(), f"left behind: {_labs_here()[lab.tag]}"
+        assert lab.tag not in _labs_here(), \
+            f"left behind: {_labs_here()[lab.tag]}; ip said: {lab.refused}"
 
 
 def _cpu_of(pid: str) -> tuple[str, float, float] | None:
