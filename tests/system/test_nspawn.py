@@ -80,7 +80,7 @@ CACHE = Path(os.environ.get("AWIDE_SYSTEST_CACHE", "/var/cache/awide-systest"))
 # control sockets. Labs are named aws<4 hex>: namespaces aws….-h1, bridge aws….br, veths
 # aws….v0.
 LABS = Path("/run/awide-systest")
-LAB_NS = re.compile(r"(aws[0-9a-f]{4})-h\d")
+LAB_NS = re.compile(r"(aws[0-9a-f]{4})-[a-z]\d+")       # a host's: -h1 ... -h4, -g1
 LAB_LINK = re.compile(r"(aws[0-9a-f]{4})(?:br|v\d)")
 PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt",
             "openssh-server", "iproute2", "etcd-server", "etcd-client", "procps"]
@@ -765,6 +765,7 @@ def _fake_lab(tag: str) -> subprocess.Popen:
     """The network part of a lab (namespace, veth, bridge) with a process inside, as a run
     killed before its teardown leaves it."""
     _ip("netns", "add", f"{tag}-h1")
+    _ip("netns", "add", f"{tag}-g1")                 # a host named other than h<n>
     _ip("link", "add", f"{tag}br", "type", "bridge")
     _ip("link", "add", f"{tag}v0", "type", "veth", "peer", "name", "eth0", "netns", f"{tag}-h1")
     _ip("link", "set", f"{tag}v0", "master", f"{tag}br", "up")
@@ -788,15 +789,16 @@ def test_labs_left_by_a_killed_run_are_removed_live_ones_kept() -> None:
         assert procs[dead].wait(timeout=10) == -signal.SIGKILL
         labs = _labs_here()
         assert dead not in labs
-        assert (labs[live][0], sorted(labs[live][1])) == \
-            ([f"{live}-h1"], [f"{live}br", f"{live}v0"])
+        assert (sorted(labs[live][0]), sorted(labs[live][1])) == \
+            ([f"{live}-g1", f"{live}-h1"], [f"{live}br", f"{live}v0"])
         assert procs[live].poll() is None
     finally:
         for proc in procs.values():
             proc.kill()
             proc.wait(timeout=10)
         for tag in (dead, live):
-            _ip("netns", "delete", f"{tag}-h1", check=False)
+            for host in ("h1", "g1"):
+                _ip("netns", "delete", f"{tag}-{host}", check=False)
             _ip("link", "delete", f"{tag}br", check=False)
         (LABS / f"{live}.lock").unlink(missing_ok=True)
         lock.close()
