@@ -144,7 +144,7 @@ class CardWorkers:
         self._wake[card.id] = asyncio.Event()
         self.first_probe[card.id] = asyncio.Event()
         self._workers[card.id] = asyncio.create_task(self._card_loop(card.id),
-                                                     name=f"awide-card-{card.id}")
+                                                     name=f"awide-card-{self.config.id}-{card.id}")
 
     def _take_io_errors(self, card_id: str) -> int:
         with self._io_lock:

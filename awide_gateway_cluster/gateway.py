@@ -239,14 +239,22 @@ class ClusterGateway(RegistryPoll):
         every = self.config.timing.linearizable_every
         # the periodic linearizable poll at a random turn of its cycle: gateways started
         # together (a rollout) do not send theirs in step for ever after
-        self._follower = Follower(store, cluster=self.config.cluster,
-                                  call_timeout=self._call, clock=self._clock,
-                                  linearizable_every=every,
-                                  phase=min(every - 1, int(self._rng.random() * every)))
+        self._follower = follower = Follower(
+            store, cluster=self.config.cluster, call_timeout=self._call, clock=self._clock,
+            linearizable_every=every, phase=min(every - 1, int(self._rng.random() * every)))
         self._registration = Registration(store, self.id, ttl=self.config.timing.registration_ttl,
                                           call_timeout=self._call, rng=self._rng)
         self._side.registration = self._registration
         self._poll_now = asyncio.Event()
+        try:
+            await self._start_in(follower)
+        except BaseException:
+            # a refused (or cancelled) start leaves nothing running
+            await (self.stop() if self._started else self._abandon())
+            raise
+
+    async def _start_in(self, follower: Follower) -> None:
+        """``start`` from the first reads on: the registry and the layout, then the loops."""
         saved = await self._state.read()
         if saved is not None:           # its cards' subsystems: strays of the previous run
             self._cards.remember(saved.registry)
@@ -254,13 +262,9 @@ class ClusterGateway(RegistryPoll):
         # in the same request (one read-only transaction: a start storm's reads a start less)
         first, layout_read = await self._poll_once(also=self._side.layout_read())
         if self.config.watch:
-            self._follower.proved_at_start()
+            follower.proved_at_start()
         self._poll_backoff.failures = 0 if first.outcome != "failed" else 1
-        try:
-            await self._side.check_layout(read=layout_read)
-        except lay.LayoutMismatch:
-            await self._close_store()
-            raise
+        await self._side.check_layout(read=layout_read)
         if saved is not None:
             self._serve_saved(saved, first)
         if self._vouch is not None:
@@ -268,22 +272,38 @@ class ClusterGateway(RegistryPoll):
         self._started = True
         loops = [self._poll_loop(), self._side.run(), self._cards.probe_round_loop()]
         if self.config.watch:
-            loops.append(self._registry_watch.run(self._follower))
+            loops.append(self._registry_watch.run(follower))
         if self._vouch is not None:
             loops.append(self._vouch.run())
         self._tasks = [asyncio.create_task(c, name=f"awide-gateway-{i}")
                        for i, c in enumerate(loops)]
         if self._cards.first_probe:
             waits = [asyncio.create_task(e.wait()) for e in self._cards.first_probe.values()]
-            await asyncio.wait(waits, timeout=self.config.start_timeout)
-            for w in waits:
-                w.cancel()
+            try:
+                await asyncio.wait(waits, timeout=self.config.start_timeout)
+            finally:
+                for w in waits:
+                    w.cancel()
         log.info("gateway %s started: namespace %s placement %s generation %d",
                  self.id, self.namespace, self.placement_name, self._view.generation)
 
+    async def _abandon(self) -> None:
+        """A start that raised before its loops ran: the tasks it started (the card workers of
+        the registry it read, their connections' releases) are cancelled and awaited and the
+        store closed, so that a gateway refused at its start leaves nothing running (a card
+        worker left behind, cancelled only when the event loop closes, can catch its probe
+        starting nvme-cli, which asyncio cannot cancel cleanly there: the loop's close then
+        waits for ever). Bounded as ``stop``: a cancelled probe ends within its command's
+        kill and reap."""
+        tasks, self._tasks = self._tasks + self._cards.take_tasks(), []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._close_store()
+
     async def stop(self) -> None:
         if not self._started:
-            await self._close_store()
+            await self._abandon()
             return
         self._started = False
         await self._state.flush(self._call * 3)
