@@ -295,11 +295,15 @@ class ClusterGateway(RegistryPoll):
         starting nvme-cli, which asyncio cannot cancel cleanly there: the loop's close then
         waits for ever). Bounded as ``stop``: a cancelled probe ends within its command's
         kill and reap."""
+        await self._cancel_tasks()
+        await self._close_store()
+
+    async def _cancel_tasks(self) -> None:
+        """The gateway's loops, card workers and releases cancelled, and awaited."""
         tasks, self._tasks = self._tasks + self._cards.take_tasks(), []
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._close_store()
 
     async def stop(self) -> None:
         if not self._started:
@@ -307,11 +311,7 @@ class ClusterGateway(RegistryPoll):
             return
         self._started = False
         await self._state.flush(self._call * 3)
-        tasks = self._tasks + self._cards.take_tasks()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks = []
+        await self._cancel_tasks()
         if self._registration is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._call * 2):
