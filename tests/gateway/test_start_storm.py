@@ -44,24 +44,31 @@ class LostGrantAnswers(EtcdStore):
 
 
 class CountedWrites(EtcdStore):
-    """The real store, the writes of each key counted."""
+    """The real store, the writes of each key counted: ``writes`` when asked for, ``written``
+    once etcd answered (a key read after ``written`` has it)."""
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
         self.writes: dict[str, int] = {}
+        self.written: dict[str, int] = {}
 
-    def _count(self, key: str) -> None:
-        self.writes[key] = self.writes.get(key, 0) + 1
+    @staticmethod
+    def _count(counts: dict[str, int], key: str) -> None:
+        counts[key] = counts.get(key, 0) + 1
 
     async def create(self, key: str, value: bytes | str, *, lease: int = 0,
                      timeout: float | None = None) -> int:
-        self._count(key)
-        return await super().create(key, value, lease=lease, timeout=timeout)
+        self._count(self.writes, key)
+        rev = await super().create(key, value, lease=lease, timeout=timeout)
+        self._count(self.written, key)
+        return rev
 
     async def put(self, key: str, value: bytes | str, *, lease: int = 0,
                   timeout: float | None = None) -> int:
-        self._count(key)
-        return await super().put(key, value, lease=lease, timeout=timeout)
+        self._count(self.writes, key)
+        rev = await super().put(key, value, lease=lease, timeout=timeout)
+        self._count(self.written, key)
+        return rev
 
 
 async def leases(store: EtcdStore) -> set[int]:
@@ -181,7 +188,7 @@ async def test_the_first_record_waits_for_a_fresh_view_and_is_written_once(
         assert own not in counted.writes            # a stale view: nothing registered yet
         reg = await leader.publish([])
         gw._poll_now.set()                          # read it now, not at the next turn
-        await wait_until(lambda: counted.writes.get(own, 0) >= 1)
+        await wait_until(lambda: counted.written.get(own, 0) >= 1)
         kv = await counted.get(own, timeout=bound(1.0))
         assert kv is not None
         record = decode_gateway(kv.value, key=own)
@@ -199,7 +206,7 @@ async def test_a_gateway_still_stale_registers_after_the_wait(
     own = keys.gateway(gw.id)
     await gw.start()
     try:
-        await wait_until(lambda: counted.writes.get(own, 0) >= 1)
+        await wait_until(lambda: counted.written.get(own, 0) >= 1)     # etcd answered it
         waited = gw._side.first_waits
         assert waited >= 1                          # it did wait, and then registered
         kv = await counted.get(own, timeout=bound(1.0))
